@@ -1,0 +1,213 @@
+//! The decision function (SPEC §3.2): one value that carries the verdict,
+//! the reason and the rule that decided it.
+
+use std::fmt;
+
+use crate::fragment::Rule;
+use crate::host::Target;
+use crate::merge::Policy;
+use crate::model::Unknown;
+use crate::pattern::PatternMatch;
+use crate::source::Layer;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    Allow,
+    Deny,
+    /// No rule covers the target and `unknown = "ask"`.
+    Ask,
+}
+
+impl Verdict {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Verdict::Allow => "allow",
+            Verdict::Deny => "deny",
+            Verdict::Ask => "ask",
+        }
+    }
+}
+
+/// Why. The deny reasons are SPEC §5.1's names, used verbatim in the
+/// `X-Airlock-Reason` header and the audit log.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Reason {
+    Allowlisted,
+    ManagedAllow,
+    Approved,
+    Unlisted,
+    NotAllowlisted,
+    Denylisted,
+    ManagedDeny,
+    PortNotAllowed,
+    PrivateAddress,
+    InvalidHost,
+    ApprovalDenied,
+    ApprovalTimeout,
+    SniMismatch,
+    HostMismatch,
+    RequestRule,
+    UpstreamUnreachable,
+    UpstreamTimeout,
+}
+
+impl Reason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Reason::Allowlisted => "allowlisted",
+            Reason::ManagedAllow => "managed-allow",
+            Reason::Approved => "approved",
+            Reason::Unlisted => "unlisted",
+            Reason::NotAllowlisted => "not-allowlisted",
+            Reason::Denylisted => "denylisted",
+            Reason::ManagedDeny => "managed-deny",
+            Reason::PortNotAllowed => "port-not-allowed",
+            Reason::PrivateAddress => "private-address",
+            Reason::InvalidHost => "invalid-host",
+            Reason::ApprovalDenied => "approval-denied",
+            Reason::ApprovalTimeout => "approval-timeout",
+            Reason::SniMismatch => "sni-mismatch",
+            Reason::HostMismatch => "host-mismatch",
+            Reason::RequestRule => "request-rule",
+            Reason::UpstreamUnreachable => "upstream-unreachable",
+            Reason::UpstreamTimeout => "upstream-timeout",
+        }
+    }
+}
+
+impl fmt::Display for Reason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct Decision {
+    pub verdict: Verdict,
+    pub reason: Reason,
+    /// The rule that decided, when a rule did.
+    pub rule: Option<Rule>,
+}
+
+impl Decision {
+    pub fn deny(reason: Reason) -> Decision {
+        Decision {
+            verdict: Verdict::Deny,
+            reason,
+            rule: None,
+        }
+    }
+
+    pub fn is_allow(&self) -> bool {
+        self.verdict == Verdict::Allow
+    }
+
+    /// `"deny (managed-deny) by *.evil.com at /etc/airlock/managed.toml:4"`.
+    pub fn describe(&self) -> String {
+        match &self.rule {
+            Some(r) => format!(
+                "{} ({}) by {:?} at {}",
+                self.verdict.as_str(),
+                self.reason,
+                r.value.text,
+                r.origin
+            ),
+            None => format!("{} ({})", self.verdict.as_str(), self.reason),
+        }
+    }
+}
+
+/// Session approvals (SPEC §3.2 step 5), kept by the proxy.
+pub trait Approvals {
+    fn approved(&self, target: &Target) -> bool;
+}
+
+pub struct NoApprovals;
+
+impl Approvals for NoApprovals {
+    fn approved(&self, _: &Target) -> bool {
+        false
+    }
+}
+
+pub fn decide(policy: &Policy, target: &Target) -> Decision {
+    decide_with(policy, target, &NoApprovals)
+}
+
+fn first<'a>(rules: impl Iterator<Item = &'a Rule>, target: &Target, want: PatternMatch) -> Option<&'a Rule> {
+    rules.into_iter().find(|r| r.value.matches(target) == want)
+}
+
+/// SPEC §3.2's order: managed deny, any deny, managed allow, any allow,
+/// session approvals, then `unknown`.
+pub fn decide_with(policy: &Policy, target: &Target, approvals: &dyn Approvals) -> Decision {
+    let managed = |r: &&Rule| r.layer == Layer::Managed;
+    let hit = |reason, verdict, rule: &Rule| Decision {
+        verdict,
+        reason,
+        rule: Some(rule.clone()),
+    };
+    if let Some(r) = first(policy.deny.iter().filter(managed), target, PatternMatch::Yes) {
+        return hit(Reason::ManagedDeny, Verdict::Deny, r);
+    }
+    if let Some(r) = first(policy.deny.iter(), target, PatternMatch::Yes) {
+        return hit(Reason::Denylisted, Verdict::Deny, r);
+    }
+    if let Some(r) = first(policy.allow.iter().filter(managed), target, PatternMatch::Yes) {
+        return hit(Reason::ManagedAllow, Verdict::Allow, r);
+    }
+    if let Some(r) = first(policy.allow.iter(), target, PatternMatch::Yes) {
+        return hit(Reason::Allowlisted, Verdict::Allow, r);
+    }
+    if approvals.approved(target) {
+        return Decision {
+            verdict: Verdict::Allow,
+            reason: Reason::Approved,
+            rule: None,
+        };
+    }
+    // A rule names the host but not this port: say so rather than ask,
+    // since someone scoped that host on purpose.
+    if let Some(r) = first(policy.allow.iter(), target, PatternMatch::HostOnly) {
+        return hit(Reason::PortNotAllowed, Verdict::Deny, r);
+    }
+    match policy.unknown.value {
+        Unknown::Ask => Decision {
+            verdict: Verdict::Ask,
+            reason: Reason::Unlisted,
+            rule: None,
+        },
+        Unknown::Deny => Decision::deny(Reason::NotAllowlisted),
+    }
+}
+
+/// Whether TLS to this target is to be inspected. A credential for a host
+/// implies inspecting it: it can only be injected into decrypted traffic.
+pub fn inspects(policy: &Policy, target: &Target) -> bool {
+    policy.inspect.iter().any(|r| r.value.matches(target) == PatternMatch::Yes)
+        || policy
+            .credentials
+            .iter()
+            .any(|c| c.host.matches(target) == PatternMatch::Yes)
+}
+
+/// The one-line advice of SPEC §5.1 and §7.
+pub fn how_to_allow(target: &Target, reason: Reason) -> String {
+    let pat = if target.port == 443 || target.port == 80 {
+        target.host.to_string()
+    } else {
+        target.to_string()
+    };
+    match reason {
+        Reason::ManagedDeny => "denied by the managed policy; ask your administrator".into(),
+        Reason::Denylisted => format!("remove the deny rule that matches {pat}"),
+        Reason::PrivateAddress => format!(
+            "the host resolved to a private address; allow that range with --allow-private CIDR or [network].allow_private"
+        ),
+        Reason::InvalidHost => "fix the host name".into(),
+        Reason::ApprovalDenied | Reason::ApprovalTimeout => {
+            format!("approve it when asked, or --allow {pat} / add \"{pat}\" to [network].allow in airlock.toml")
+        }
+        _ => format!("--allow {pat} or add \"{pat}\" to [network].allow in airlock.toml"),
+    }
+}
