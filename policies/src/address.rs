@@ -71,7 +71,11 @@ fn v6_range(ip: Ipv6Addr) -> Option<&'static str> {
 /// address with reason `private-address`. `own` holds the proxy's own
 /// addresses, which are refused even inside `allow_private` so the proxy
 /// can't be made to connect to itself.
-pub fn check_address(ip: IpAddr, allow_private: &[IpNet], own: &[IpAddr]) -> Result<(), &'static str> {
+pub fn check_address(
+    ip: IpAddr,
+    allow_private: &[IpNet],
+    own: &[IpAddr],
+) -> Result<(), &'static str> {
     let ip = crate::host::canonical_ip(ip);
     if own.contains(&ip) {
         return Err("the proxy's own address");
@@ -94,9 +98,25 @@ mod tests {
     #[test]
     fn special_ranges() {
         for s in [
-            "127.0.0.1", "10.1.1.1", "172.16.0.1", "192.168.1.1", "100.64.0.1", "169.254.169.254",
-            "0.0.0.0", "255.255.255.255", "224.0.0.1", "240.0.0.1", "::1", "::", "fe80::1", "fd00::1",
-            "ff02::1", "::ffff:10.0.0.1", "64:ff9b::a00:1", "2002:a00:1::", "2001:0:4136:e378::1",
+            "127.0.0.1",
+            "10.1.1.1",
+            "172.16.0.1",
+            "192.168.1.1",
+            "100.64.0.1",
+            "169.254.169.254",
+            "0.0.0.0",
+            "255.255.255.255",
+            "224.0.0.1",
+            "240.0.0.1",
+            "::1",
+            "::",
+            "fe80::1",
+            "fd00::1",
+            "ff02::1",
+            "::ffff:10.0.0.1",
+            "64:ff9b::a00:1",
+            "2002:a00:1::",
+            "2001:0:4136:e378::1",
         ] {
             assert!(special_range(ip(s)).is_some(), "{s} should be special");
         }

@@ -134,7 +134,11 @@ pub fn decide(policy: &Policy, target: &Target) -> Decision {
     decide_with(policy, target, &NoApprovals)
 }
 
-fn first<'a>(rules: impl Iterator<Item = &'a Rule>, target: &Target, want: PatternMatch) -> Option<&'a Rule> {
+fn first<'a>(
+    rules: impl Iterator<Item = &'a Rule>,
+    target: &Target,
+    want: PatternMatch,
+) -> Option<&'a Rule> {
     rules.into_iter().find(|r| r.value.matches(target) == want)
 }
 
@@ -147,13 +151,21 @@ pub fn decide_with(policy: &Policy, target: &Target, approvals: &dyn Approvals) 
         reason,
         rule: Some(rule.clone()),
     };
-    if let Some(r) = first(policy.deny.iter().filter(managed), target, PatternMatch::Yes) {
+    if let Some(r) = first(
+        policy.deny.iter().filter(managed),
+        target,
+        PatternMatch::Yes,
+    ) {
         return hit(Reason::ManagedDeny, Verdict::Deny, r);
     }
     if let Some(r) = first(policy.deny.iter(), target, PatternMatch::Yes) {
         return hit(Reason::Denylisted, Verdict::Deny, r);
     }
-    if let Some(r) = first(policy.allow.iter().filter(managed), target, PatternMatch::Yes) {
+    if let Some(r) = first(
+        policy.allow.iter().filter(managed),
+        target,
+        PatternMatch::Yes,
+    ) {
         return hit(Reason::ManagedAllow, Verdict::Allow, r);
     }
     if let Some(r) = first(policy.allow.iter(), target, PatternMatch::Yes) {
@@ -184,7 +196,10 @@ pub fn decide_with(policy: &Policy, target: &Target, approvals: &dyn Approvals) 
 /// Whether TLS to this target is to be inspected. A credential for a host
 /// implies inspecting it: it can only be injected into decrypted traffic.
 pub fn inspects(policy: &Policy, target: &Target) -> bool {
-    policy.inspect.iter().any(|r| r.value.matches(target) == PatternMatch::Yes)
+    policy
+        .inspect
+        .iter()
+        .any(|r| r.value.matches(target) == PatternMatch::Yes)
         || policy
             .credentials
             .iter()
@@ -201,9 +216,10 @@ pub fn how_to_allow(target: &Target, reason: Reason) -> String {
     match reason {
         Reason::ManagedDeny => "denied by the managed policy; ask your administrator".into(),
         Reason::Denylisted => format!("remove the deny rule that matches {pat}"),
-        Reason::PrivateAddress => format!(
+        Reason::PrivateAddress => {
             "the host resolved to a private address; allow that range with --allow-private CIDR or [network].allow_private"
-        ),
+                .to_string()
+        }
         Reason::InvalidHost => "fix the host name".into(),
         Reason::ApprovalDenied | Reason::ApprovalTimeout => {
             format!("approve it when asked, or --allow {pat} / add \"{pat}\" to [network].allow in airlock.toml")

@@ -72,7 +72,8 @@ impl Host {
                 .map(|v4| Host::Ip(IpAddr::V4(v4)))
                 .ok_or_else(|| invalid(input, "numeric host that is not a valid IPv4 address"));
         }
-        let ascii = idna::domain_to_ascii(trimmed).map_err(|_| invalid(input, "not a valid IDN"))?;
+        let ascii =
+            idna::domain_to_ascii(trimmed).map_err(|_| invalid(input, "not a valid IDN"))?;
         if ascii.is_empty() || ascii.len() > MAX_HOST_LEN {
             return Err(invalid(input, "longer than 253 bytes"));
         }
@@ -128,9 +129,7 @@ fn ends_in_number(host: &str) -> bool {
     if !last.is_empty() && last.bytes().all(|b| b.is_ascii_digit()) {
         return true;
     }
-    let hex = last
-        .strip_prefix("0x")
-        .or_else(|| last.strip_prefix("0X"));
+    let hex = last.strip_prefix("0x").or_else(|| last.strip_prefix("0X"));
     matches!(hex, Some(h) if h.bytes().all(|b| b.is_ascii_hexdigit()))
 }
 
@@ -138,13 +137,14 @@ fn parse_part(part: &str) -> Option<u64> {
     if part.is_empty() {
         return None;
     }
-    let (digits, radix) = if let Some(h) = part.strip_prefix("0x").or_else(|| part.strip_prefix("0X")) {
-        (h, 16)
-    } else if part.len() > 1 && part.starts_with('0') {
-        (&part[1..], 8)
-    } else {
-        (part, 10)
-    };
+    let (digits, radix) =
+        if let Some(h) = part.strip_prefix("0x").or_else(|| part.strip_prefix("0X")) {
+            (h, 16)
+        } else if part.len() > 1 && part.starts_with('0') {
+            (&part[1..], 8)
+        } else {
+            (part, 10)
+        };
     if digits.is_empty() {
         return Some(0); // "0x" alone is zero, as inet_aton reads it
     }
@@ -309,8 +309,20 @@ mod tests {
     #[test]
     fn forbidden_characters_and_lengths() {
         for s in [
-            "a b.com", "a@b.com", "a/b", "a\\b", "a%2eb", "a\0b", "a\rb", "a\nb", "", ".", "a..b",
-            "256.1.1.1", "1.2.3.4.5", "1.2.3.99999",
+            "a b.com",
+            "a@b.com",
+            "a/b",
+            "a\\b",
+            "a%2eb",
+            "a\0b",
+            "a\rb",
+            "a\nb",
+            "",
+            ".",
+            "a..b",
+            "256.1.1.1",
+            "1.2.3.4.5",
+            "1.2.3.99999",
         ] {
             assert!(Host::parse(s).is_err(), "{s:?} should be invalid");
         }

@@ -118,27 +118,49 @@ pub fn load_str(text: &str, path: &str, layer: Layer) -> Result<Fragment, Vec<Di
 
     if let Some(v) = &file.version {
         if *v.get_ref() != 1 {
-            cx.error(v.span(), "unsupported policy version; this airlock reads version = 1");
+            cx.error(
+                v.span(),
+                "unsupported policy version; this airlock reads version = 1",
+            );
         }
     }
     for p in &file.presets {
         if preset::find(p.get_ref()).is_none() {
             cx.error(
                 p.span(),
-                format!("unknown preset {:?}; `airlock policy presets` lists them", p.get_ref()),
+                format!(
+                    "unknown preset {:?}; `airlock policy presets` lists them",
+                    p.get_ref()
+                ),
             );
         } else {
             f.presets.push(cx.text(p));
         }
     }
-    f.require_sandbox = file.require_sandbox.as_ref().map(|v| cx.locate(*v.get_ref(), &v.span()));
+    f.require_sandbox = file
+        .require_sandbox
+        .as_ref()
+        .map(|v| cx.locate(*v.get_ref(), &v.span()));
 
     let fs = &file.filesystem;
     f.write = fs.write.as_deref().map(|v| cx.texts(v)).unwrap_or_default();
     f.read = fs.read.as_deref().map(|v| cx.texts(v));
-    f.deny_read = fs.deny_read.as_deref().map(|v| cx.texts(v)).unwrap_or_default();
-    f.deny_write = fs.deny_write.as_deref().map(|v| cx.texts(v)).unwrap_or_default();
-    for p in f.write.iter().chain(f.deny_read.iter()).chain(f.deny_write.iter()) {
+    f.deny_read = fs
+        .deny_read
+        .as_deref()
+        .map(|v| cx.texts(v))
+        .unwrap_or_default();
+    f.deny_write = fs
+        .deny_write
+        .as_deref()
+        .map(|v| cx.texts(v))
+        .unwrap_or_default();
+    for p in f
+        .write
+        .iter()
+        .chain(f.deny_read.iter())
+        .chain(f.deny_write.iter())
+    {
         if p.value.is_empty() || p.value.contains('\0') {
             cx.errors.push(Diagnostic {
                 file: path.to_string(),
@@ -153,14 +175,27 @@ pub fn load_str(text: &str, path: &str, layer: Layer) -> Result<Fragment, Vec<Di
     }
 
     let net = &file.network;
-    f.mode = net.mode.as_ref().map(|v| cx.locate(*v.get_ref(), &v.span()));
+    f.mode = net
+        .mode
+        .as_ref()
+        .map(|v| cx.locate(*v.get_ref(), &v.span()));
     f.allow = cx.patterns(&net.allow, PatternList::Allow, "allow");
     f.deny = cx.patterns(&net.deny, PatternList::Deny, "deny");
     f.inspect = cx.patterns(&net.inspect, PatternList::Inspect, "inspect");
-    f.unknown = net.unknown.as_ref().map(|v| cx.locate(*v.get_ref(), &v.span()));
-    f.user_allow = net.user_allow.as_ref().map(|v| cx.locate(*v.get_ref(), &v.span()));
+    f.unknown = net
+        .unknown
+        .as_ref()
+        .map(|v| cx.locate(*v.get_ref(), &v.span()));
+    f.user_allow = net
+        .user_allow
+        .as_ref()
+        .map(|v| cx.locate(*v.get_ref(), &v.span()));
     f.ask_timeout = cx.parsed(&net.ask_timeout, "network.ask_timeout", parse_duration);
-    f.connect_timeout = cx.parsed(&net.connect_timeout, "network.connect_timeout", parse_duration);
+    f.connect_timeout = cx.parsed(
+        &net.connect_timeout,
+        "network.connect_timeout",
+        parse_duration,
+    );
     f.idle_timeout = cx.parsed(&net.idle_timeout, "network.idle_timeout", parse_duration);
     f.max_tunnels = cx.count(&net.max_tunnels, "network.max_tunnels");
     for t in &net.allow_private {
@@ -171,15 +206,30 @@ pub fn load_str(text: &str, path: &str, layer: Layer) -> Result<Fragment, Vec<Di
     }
     for (host, ip) in &net.resolve {
         match (Host::parse(host), IpAddr::from_str(ip.get_ref())) {
-            (Ok(Host::Name(h)), Ok(addr)) => f.resolve.push((Host::Name(h), cx.locate(addr, &ip.span()))),
-            (Ok(Host::Ip(_)), _) => cx.error(ip.span(), format!("network.resolve: {host:?} is already an address")),
+            (Ok(Host::Name(h)), Ok(addr)) => {
+                f.resolve.push((Host::Name(h), cx.locate(addr, &ip.span())))
+            }
+            (Ok(Host::Ip(_)), _) => cx.error(
+                ip.span(),
+                format!("network.resolve: {host:?} is already an address"),
+            ),
             (Err(e), _) => cx.error(ip.span(), format!("network.resolve: {e}")),
-            (_, Err(_)) => cx.error(ip.span(), format!("network.resolve: {:?} is not an IP address", ip.get_ref())),
+            (_, Err(_)) => cx.error(
+                ip.span(),
+                format!("network.resolve: {:?} is not an IP address", ip.get_ref()),
+            ),
         }
     }
     f.upstream_ca = cx.texts(&net.upstream_ca);
     for r in &net.request {
-        let Some(host) = cx.patterns(std::slice::from_ref(&r.host), PatternList::Allow, "request.host").pop() else {
+        let Some(host) = cx
+            .patterns(
+                std::slice::from_ref(&r.host),
+                PatternList::Allow,
+                "request.host",
+            )
+            .pop()
+        else {
             continue;
         };
         let mut allow = vec![];
@@ -190,15 +240,33 @@ pub fn load_str(text: &str, path: &str, layer: Layer) -> Result<Fragment, Vec<Di
             }
         }
         let origin = cx.locate((), &r.host.span());
-        f.request_rules.push(RequestRule { host: host.value, allow, origin });
+        f.request_rules.push(RequestRule {
+            host: host.value,
+            allow,
+            origin,
+        });
     }
     for c in &net.credential {
-        let Some(host) = cx.patterns(std::slice::from_ref(&c.host), PatternList::Allow, "credential.host").pop() else {
+        let Some(host) = cx
+            .patterns(
+                std::slice::from_ref(&c.host),
+                PatternList::Allow,
+                "credential.host",
+            )
+            .pop()
+        else {
             continue;
         };
         let header = c.header.get_ref();
-        if header.is_empty() || !header.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_') {
-            cx.error(c.header.span(), format!("network.credential: invalid header name {header:?}"));
+        if header.is_empty()
+            || !header
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+        {
+            cx.error(
+                c.header.span(),
+                format!("network.credential: invalid header name {header:?}"),
+            );
             continue;
         }
         let origin = cx.locate((), &c.host.span());
@@ -296,7 +364,10 @@ pids = 4096
         assert_eq!(f.allow.len(), 3);
         assert_eq!(
             f.allow[2].origin,
-            Origin::File { path: "p.toml".into(), line: 11 }
+            Origin::File {
+                path: "p.toml".into(),
+                line: 11
+            }
         );
         assert_eq!(f.request_rules[0].allow.len(), 2);
         assert_eq!(f.memory.unwrap().value, 8 << 30);
@@ -311,7 +382,10 @@ pids = 4096
         let e = errs("[network]\nallow = [\"*\"]\n");
         assert!(e[0].starts_with("p.toml:2:10: network.allow:"), "{e:?}");
         let e = errs("[netwrok]\nallow = []\n");
-        assert!(e[0].starts_with("p.toml:1:2:") && e[0].contains("netwrok"), "{e:?}");
+        assert!(
+            e[0].starts_with("p.toml:1:2:") && e[0].contains("netwrok"),
+            "{e:?}"
+        );
         let e = errs("[network]\nallow = \"example.com\"\n");
         assert!(e[0].starts_with("p.toml:2:9:"), "{e:?}");
         let e = errs("[network]\nask_timeout = \"soon\"\n");

@@ -66,11 +66,18 @@ pub struct Conflict {
 
 impl std::fmt::Display for Conflict {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}: {} (the managed rule at {} wins)", self.origin, self.message, self.managed)
+        write!(
+            f,
+            "{}: {} (the managed rule at {} wins)",
+            self.origin, self.message, self.managed
+        )
     }
 }
 
-fn last<T: Clone>(frags: &[Fragment], get: impl Fn(&Fragment) -> &Option<Located<T>>) -> Option<Located<T>> {
+fn last<T: Clone>(
+    frags: &[Fragment],
+    get: impl Fn(&Fragment) -> &Option<Located<T>>,
+) -> Option<Located<T>> {
     frags.iter().rev().find_map(|f| get(f).clone())
 }
 
@@ -105,10 +112,15 @@ impl Policy {
                 .iter()
                 .filter(|f| f.layer != Layer::Managed && f.layer != Layer::BuiltIn)
         };
-        let managed_set = |get: &dyn Fn(&Fragment) -> Option<Origin>| managed.iter().rev().find_map(|f| get(f));
+        let managed_set =
+            |get: &dyn Fn(&Fragment) -> Option<Origin>| managed.iter().rev().find_map(|f| get(f));
 
         let mut conflicts = vec![];
-        let user_allow_off = managed.iter().rev().find_map(|f| f.user_allow.clone()).filter(|u| !u.value);
+        let user_allow_off = managed
+            .iter()
+            .rev()
+            .find_map(|f| f.user_allow.clone())
+            .filter(|u| !u.value);
         let unknown_deny = managed
             .iter()
             .rev()
@@ -129,7 +141,9 @@ impl Policy {
                 conflicts.push(Conflict {
                     origin: r.origin.clone(),
                     message: "only the managed policy can set require_sandbox".into(),
-                    managed: require_sandbox.as_ref().map_or(Origin::BuiltIn, |m| m.origin.clone()),
+                    managed: require_sandbox
+                        .as_ref()
+                        .map_or(Origin::BuiltIn, |m| m.origin.clone()),
                 });
             }
             if let (Some(m), Some(u)) = (&unknown_deny, &f.unknown) {
@@ -157,7 +171,10 @@ impl Policy {
                 if let Some(m) = &user_allow_off {
                     conflicts.push(Conflict {
                         origin: a.origin.clone(),
-                        message: format!("allow {:?} is ignored: only the managed allow list counts", a.value.text),
+                        message: format!(
+                            "allow {:?} is ignored: only the managed allow list counts",
+                            a.value.text
+                        ),
                         managed: m.origin.clone(),
                     });
                     continue;
@@ -224,14 +241,25 @@ impl Policy {
             unknown,
             user_allow: user_allow_off.is_none(),
             ask_timeout: last(&frags, |f| &f.ask_timeout).map_or(DEFAULT_ASK_TIMEOUT, |d| d.value),
-            connect_timeout: last(&frags, |f| &f.connect_timeout).map_or(DEFAULT_CONNECT_TIMEOUT, |d| d.value),
-            idle_timeout: last(&frags, |f| &f.idle_timeout).map_or(DEFAULT_IDLE_TIMEOUT, |d| d.value),
+            connect_timeout: last(&frags, |f| &f.connect_timeout)
+                .map_or(DEFAULT_CONNECT_TIMEOUT, |d| d.value),
+            idle_timeout: last(&frags, |f| &f.idle_timeout)
+                .map_or(DEFAULT_IDLE_TIMEOUT, |d| d.value),
             max_tunnels: last(&frags, |f| &f.max_tunnels).map_or(DEFAULT_MAX_TUNNELS, |d| d.value),
-            allow_private: frags.iter().flat_map(|f| f.allow_private.iter().cloned()).collect(),
+            allow_private: frags
+                .iter()
+                .flat_map(|f| f.allow_private.iter().cloned())
+                .collect(),
             resolve,
             upstream_ca: all(|f| &f.upstream_ca),
-            request_rules: frags.iter().flat_map(|f| f.request_rules.iter().cloned()).collect(),
-            credentials: frags.iter().flat_map(|f| f.credentials.iter().cloned()).collect(),
+            request_rules: frags
+                .iter()
+                .flat_map(|f| f.request_rules.iter().cloned())
+                .collect(),
+            credentials: frags
+                .iter()
+                .flat_map(|f| f.credentials.iter().cloned())
+                .collect(),
             env_pass: all(|f| &f.env_pass),
             env_set,
             timeout: last(&frags, |f| &f.timeout),

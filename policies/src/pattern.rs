@@ -99,18 +99,24 @@ impl Pattern {
             HostMatcher::Any
         } else if let Some(suffix) = host_part.strip_prefix("*.") {
             if suffix.contains('*') {
-                return Err(err("* may appear only once, as the whole first label (*.example.com)"));
+                return Err(err(
+                    "* may appear only once, as the whole first label (*.example.com)",
+                ));
             }
             match Host::parse(suffix) {
                 Ok(Host::Name(n)) if n.contains('.') => HostMatcher::Subdomains(n),
                 Ok(Host::Name(_)) => {
-                    return Err(err("a wildcard needs at least two labels after *. (*.com is too broad)"))
+                    return Err(err(
+                        "a wildcard needs at least two labels after *. (*.com is too broad)",
+                    ))
                 }
                 Ok(Host::Ip(_)) => return Err(err("wildcards never match IP addresses")),
                 Err(e) => return Err(err(e.why)),
             }
         } else if host_part.contains('*') {
-            return Err(err("* may appear only as the whole first label (*.example.com)"));
+            return Err(err(
+                "* may appear only as the whole first label (*.example.com)",
+            ));
         } else if host_part.contains('/') {
             let net: IpNet = host_part
                 .trim_start_matches('[')
@@ -141,7 +147,9 @@ impl Pattern {
             (HostMatcher::Any, _) => true,
             (HostMatcher::Exact(p), Host::Name(n)) => p == n,
             (HostMatcher::Subdomains(s), Host::Name(n)) => {
-                n.len() > s.len() + 1 && n.ends_with(s.as_str()) && n.as_bytes()[n.len() - s.len() - 1] == b'.'
+                n.len() > s.len() + 1
+                    && n.ends_with(s.as_str())
+                    && n.as_bytes()[n.len() - s.len() - 1] == b'.'
             }
             (HostMatcher::Ip(p), Host::Ip(ip)) => p == ip,
             (HostMatcher::Net(net), Host::Ip(ip)) => net.contains(ip),
@@ -181,7 +189,9 @@ impl Pattern {
 }
 
 fn is_subdomain(name: &str, of: &str) -> bool {
-    name.len() > of.len() + 1 && name.ends_with(of) && name.as_bytes()[name.len() - of.len() - 1] == b'.'
+    name.len() > of.len() + 1
+        && name.ends_with(of)
+        && name.as_bytes()[name.len() - of.len() - 1] == b'.'
 }
 
 fn hosts_overlap(a: &HostMatcher, b: &HostMatcher) -> bool {
@@ -224,7 +234,12 @@ mod tests {
         assert_eq!(wild.matches(&t("example.com")), PatternMatch::No);
         assert_eq!(wild.matches(&t("a.example.com")), PatternMatch::Yes);
         assert_eq!(wild.matches(&t("a.b.example.com")), PatternMatch::Yes);
-        for lookalike in ["evil-example.com", "example.com.evil.net", "aexample.com", "example.co"] {
+        for lookalike in [
+            "evil-example.com",
+            "example.com.evil.net",
+            "aexample.com",
+            "example.co",
+        ] {
             assert_eq!(apex.matches(&t(lookalike)), PatternMatch::No, "{lookalike}");
             assert_eq!(wild.matches(&t(lookalike)), PatternMatch::No, "{lookalike}");
         }
@@ -232,11 +247,25 @@ mod tests {
 
     #[test]
     fn invalid_wildcards() {
-        for p in ["*", "*.com", "ex*.com", "a.*.com", "*example.com", "*.*.example.com", "*.127.0.0.1"] {
+        for p in [
+            "*",
+            "*.com",
+            "ex*.com",
+            "a.*.com",
+            "*example.com",
+            "*.*.example.com",
+            "*.127.0.0.1",
+        ] {
             assert!(Pattern::parse(p, PatternList::Allow).is_err(), "{p}");
         }
-        assert_eq!(Pattern::parse("*", PatternList::Deny).unwrap().host, HostMatcher::Any);
-        assert_eq!(Pattern::parse("*", PatternList::Inspect).unwrap().host, HostMatcher::Any);
+        assert_eq!(
+            Pattern::parse("*", PatternList::Deny).unwrap().host,
+            HostMatcher::Any
+        );
+        assert_eq!(
+            Pattern::parse("*", PatternList::Inspect).unwrap().host,
+            HostMatcher::Any
+        );
         assert!(Pattern::parse("*.com", PatternList::Deny).is_err());
     }
 
@@ -248,7 +277,10 @@ mod tests {
         let web = allow("example.com");
         assert_eq!(web.matches(&t("example.com:80")), PatternMatch::Yes);
         assert_eq!(web.matches(&t("example.com:8080")), PatternMatch::HostOnly);
-        assert_eq!(allow("example.com:*").matches(&t("example.com:8080")), PatternMatch::Yes);
+        assert_eq!(
+            allow("example.com:*").matches(&t("example.com:8080")),
+            PatternMatch::Yes
+        );
         let deny = Pattern::parse("example.com", PatternList::Deny).unwrap();
         assert_eq!(deny.matches(&t("example.com:8080")), PatternMatch::Yes);
         assert!(Pattern::parse("example.com:0", PatternList::Allow).is_err());

@@ -98,7 +98,8 @@ impl Preset {
         };
         (self.resolve)(probe, &mut r);
         if r.hosts.is_empty() {
-            r.notes.push(format!("{}: no host found on this machine", self.name));
+            r.notes
+                .push(format!("{}: no host found on this machine", self.name));
         }
         r
     }
@@ -159,7 +160,10 @@ fn npm(p: &dyn Probe, r: &mut Resolved) {
         }
     }
     let mut files = vec![p.workspace().join(".npmrc")];
-    match p.env("NPM_CONFIG_USERCONFIG").or_else(|| p.env("npm_config_userconfig")) {
+    match p
+        .env("NPM_CONFIG_USERCONFIG")
+        .or_else(|| p.env("npm_config_userconfig"))
+    {
         Some(u) => files.push(PathBuf::from(u)),
         None => files.extend(p.home().map(|h| h.join(".npmrc"))),
     }
@@ -183,7 +187,9 @@ fn npm(p: &dyn Probe, r: &mut Resolved) {
     if !found_default {
         match p.output(&["npm", "config", "get", "registry"]) {
             Some(out) => r.add_url(out.trim(), "`npm config get registry`".into()),
-            None => r.notes.push("npm: `npm config get registry` did not run (is npm installed?)".into()),
+            None => r
+                .notes
+                .push("npm: `npm config get registry` did not run (is npm installed?)".into()),
         }
     }
 }
@@ -205,9 +211,14 @@ fn pypi(p: &dyn Probe, r: &mut Resolved) {
             }
         }
     }
-    let mut files: Vec<PathBuf> = vec![PathBuf::from("/etc/pip.conf"), PathBuf::from("/etc/xdg/pip/pip.conf")];
+    let mut files: Vec<PathBuf> = vec![
+        PathBuf::from("/etc/pip.conf"),
+        PathBuf::from("/etc/xdg/pip/pip.conf"),
+    ];
     if let Some(h) = p.home() {
-        let config = p.env("XDG_CONFIG_HOME").map_or_else(|| h.join(".config"), PathBuf::from);
+        let config = p
+            .env("XDG_CONFIG_HOME")
+            .map_or_else(|| h.join(".config"), PathBuf::from);
         files.push(h.join(".pip/pip.conf"));
         files.push(config.join("pip/pip.conf"));
         files.push(config.join("uv/uv.toml"));
@@ -244,17 +255,25 @@ fn pypi(p: &dyn Probe, r: &mut Resolved) {
         match out {
             Some(out) => {
                 for line in out.lines() {
-                    r.add_url(line, "pip's built-in default (pip._internal.models.index)".into());
+                    r.add_url(
+                        line,
+                        "pip's built-in default (pip._internal.models.index)".into(),
+                    );
                 }
             }
-            None => r.notes.push("pypi: no index configured and pip's default could not be read (is pip installed?)".into()),
+            None => r.notes.push(
+                "pypi: no index configured and pip's default could not be read (is pip installed?)"
+                    .into(),
+            ),
         }
     }
 }
 
 fn cargo(p: &dyn Probe, r: &mut Resolved) {
     for (k, v) in p.env_vars() {
-        if k.starts_with("CARGO_REGISTRIES_") && k.ends_with("_INDEX") || k == "CARGO_REGISTRY_INDEX" {
+        if k.starts_with("CARGO_REGISTRIES_") && k.ends_with("_INDEX")
+            || k == "CARGO_REGISTRY_INDEX"
+        {
             r.add_url(&v, format!("${k}"));
         }
     }
@@ -285,7 +304,8 @@ fn cargo(p: &dyn Probe, r: &mut Resolved) {
     // `<host>-<hash>` and holds the registry's config.json (download and
     // API hosts).
     let Some(h) = cargo_home else {
-        r.notes.push("cargo: neither CARGO_HOME nor HOME is set".into());
+        r.notes
+            .push("cargo: neither CARGO_HOME nor HOME is set".into());
         return;
     };
     let index = h.join("registry/index");
@@ -297,11 +317,16 @@ fn cargo(p: &dyn Probe, r: &mut Resolved) {
         ));
     }
     for d in dirs {
-        let Some((host, hash)) = d.rsplit_once('-') else { continue };
+        let Some((host, hash)) = d.rsplit_once('-') else {
+            continue;
+        };
         if hash.len() != 16 || !hash.bytes().all(|b| b.is_ascii_hexdigit()) {
             continue;
         }
-        r.add_url(&format!("https://{host}/"), format!("{}", index.join(&d).display()));
+        r.add_url(
+            &format!("https://{host}/"),
+            format!("{}", index.join(&d).display()),
+        );
         let cfg = index.join(&d).join("config.json");
         if let Some(text) = p.read(&cfg) {
             for key in ["\"dl\"", "\"api\""] {
@@ -316,7 +341,11 @@ fn cargo(p: &dyn Probe, r: &mut Resolved) {
 /// The string value after `"key":` in a small flat JSON object.
 fn json_string_after(text: &str, key: &str) -> Option<String> {
     let rest = &text[text.find(key)? + key.len()..];
-    let rest = rest.trim_start().strip_prefix(':')?.trim_start().strip_prefix('"')?;
+    let rest = rest
+        .trim_start()
+        .strip_prefix(':')?
+        .trim_start()
+        .strip_prefix('"')?;
     Some(rest[..rest.find('"')?].to_string())
 }
 
@@ -384,7 +413,10 @@ pub(crate) mod tests {
     #[test]
     fn npm_prefers_env_and_files_over_asking_npm() {
         let mut p = FakeProbe::default();
-        p.env.insert("NPM_CONFIG_REGISTRY".into(), "https://mirror.corp.test/npm/".into());
+        p.env.insert(
+            "NPM_CONFIG_REGISTRY".into(),
+            "https://mirror.corp.test/npm/".into(),
+        );
         p.files.insert(
             "/home/u/.npmrc".into(),
             "; comment\n@acme:registry=https://npm.acme.test:8443/\n".into(),
@@ -397,7 +429,10 @@ pub(crate) mod tests {
     #[test]
     fn npm_asks_npm_when_unconfigured() {
         let mut p = FakeProbe::default();
-        p.outputs.insert("npm config get registry".into(), "https://registry.example.test/\n".into());
+        p.outputs.insert(
+            "npm config get registry".into(),
+            "https://registry.example.test/\n".into(),
+        );
         let r = find("npm").unwrap().resolve(&p);
         assert_eq!(hosts(&r), ["registry.example.test"]);
         let empty = find("npm").unwrap().resolve(&FakeProbe::default());
@@ -411,9 +446,15 @@ pub(crate) mod tests {
             "/etc/pip.conf".into(),
             "[global]\nindex-url = https://pypi.corp.test/simple\nextra-index-url = https://extra.corp.test/simple\n".into(),
         );
-        p.env.insert("UV_INDEX".into(), "internal=https://uv.corp.test/simple".into());
+        p.env.insert(
+            "UV_INDEX".into(),
+            "internal=https://uv.corp.test/simple".into(),
+        );
         let r = find("pypi").unwrap().resolve(&p);
-        assert_eq!(hosts(&r), ["uv.corp.test", "pypi.corp.test", "extra.corp.test"]);
+        assert_eq!(
+            hosts(&r),
+            ["uv.corp.test", "pypi.corp.test", "extra.corp.test"]
+        );
         assert_eq!(r.hosts[1].1, "/etc/pip.conf:2");
     }
 
@@ -431,10 +472,14 @@ pub(crate) mod tests {
     #[test]
     fn cargo_reads_env_config_and_index_cache() {
         let mut p = FakeProbe::default();
-        p.env.insert("CARGO_REGISTRIES_CORP_INDEX".into(), "sparse+https://cargo.corp.test/index/".into());
+        p.env.insert(
+            "CARGO_REGISTRIES_CORP_INDEX".into(),
+            "sparse+https://cargo.corp.test/index/".into(),
+        );
         p.files.insert(
             "/home/u/.cargo/registry/index/idx.example.test-0123456789abcdef/config.json".into(),
-            "{\"dl\": \"https://dl.example.test/crates\", \"api\": \"https://api.example.test\"}".into(),
+            "{\"dl\": \"https://dl.example.test/crates\", \"api\": \"https://api.example.test\"}"
+                .into(),
         );
         p.files.insert(
             "/work/proj/.cargo/config.toml".into(),
@@ -443,7 +488,13 @@ pub(crate) mod tests {
         let r = find("cargo").unwrap().resolve(&p);
         assert_eq!(
             hosts(&r),
-            ["cargo.corp.test", "mirror.corp.test", "idx.example.test", "dl.example.test", "api.example.test"]
+            [
+                "cargo.corp.test",
+                "mirror.corp.test",
+                "idx.example.test",
+                "dl.example.test",
+                "api.example.test"
+            ]
         );
     }
 }

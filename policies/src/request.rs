@@ -19,7 +19,9 @@ impl RequestAllow {
             .ok_or_else(|| format!("request rule {text:?} must be \"METHOD /path\""))?;
         let method = method.trim();
         if method != "*" && !method.bytes().all(|b| b.is_ascii_uppercase()) {
-            return Err(format!("request rule {text:?}: method must be uppercase or *"));
+            return Err(format!(
+                "request rule {text:?}: method must be uppercase or *"
+            ));
         }
         let path = path.trim();
         if !path.starts_with('/') {
@@ -91,7 +93,8 @@ pub fn expand_env(
         let name = after[..end]
             .strip_prefix("env:")
             .ok_or_else(|| format!("only ${{env:NAME}} is supported, in {template:?}"))?;
-        let value = lookup(name).ok_or_else(|| format!("environment variable {name} is not set"))?;
+        let value =
+            lookup(name).ok_or_else(|| format!("environment variable {name} is not set"))?;
         out.push_str(&value);
         rest = &after[end + 1..];
     }
@@ -120,7 +123,10 @@ mod tests {
     #[test]
     fn env_expansion() {
         let look = |k: &str| (k == "T").then(|| "secret".to_string());
-        assert_eq!(expand_env("Bearer ${env:T}", look).unwrap(), "Bearer secret");
+        assert_eq!(
+            expand_env("Bearer ${env:T}", look).unwrap(),
+            "Bearer secret"
+        );
         assert!(expand_env("${env:NOPE}", look).is_err());
         assert!(expand_env("${T}", look).is_err());
     }

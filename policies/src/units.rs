@@ -19,7 +19,10 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
     let (num, mult) = match t.char_indices().find(|(_, c)| !c.is_ascii_digit()) {
         None => (t, 1u64),
         Some((i, _)) => {
-            let unit = t[i..].trim().trim_end_matches(['b', 'B']).trim_end_matches('i');
+            let unit = t[i..]
+                .trim()
+                .trim_end_matches(['b', 'B'])
+                .trim_end_matches('i');
             let mult = match unit.to_ascii_uppercase().as_str() {
                 "" => 1,
                 "K" => 1 << 10,

@@ -56,14 +56,21 @@ fn deny_beats_allow_and_names_its_rule() {
         "[network]\nallow = [\"*.example.com\"]\ndeny = [\"uploads.example.com\"]\n",
     )]);
     let dec = d(&p, "uploads.example.com");
-    assert_eq!((dec.verdict, dec.reason), (Verdict::Deny, Reason::Denylisted));
+    assert_eq!(
+        (dec.verdict, dec.reason),
+        (Verdict::Deny, Reason::Denylisted)
+    );
     assert_eq!(dec.rule.unwrap().origin.to_string(), "/w/airlock.toml:3");
     assert_eq!(d(&p, "api.example.com").verdict, Verdict::Allow);
 }
 
 #[test]
 fn port_specific_rules() {
-    let p = policy(vec![frag(Layer::Project, "a.toml", "[network]\nallow = [\"git.example.com:22\"]\nunknown = \"deny\"\n")]);
+    let p = policy(vec![frag(
+        Layer::Project,
+        "a.toml",
+        "[network]\nallow = [\"git.example.com:22\"]\nunknown = \"deny\"\n",
+    )]);
     assert!(d(&p, "git.example.com:22").is_allow());
     let dec = d(&p, "git.example.com:443");
     assert_eq!(dec.reason, Reason::PortNotAllowed);
@@ -73,21 +80,41 @@ fn port_specific_rules() {
 #[test]
 fn managed_deny_beats_user_allow_and_is_reported() {
     let p = policy(vec![
-        frag(Layer::User, "/home/u/.config/airlock/policy.toml", "[network]\nallow = [\"x.evil.test\"]\n"),
-        frag(Layer::Managed, "/etc/airlock/managed.toml", "[network]\n\ndeny = [\"*.evil.test\"]\n"),
+        frag(
+            Layer::User,
+            "/home/u/.config/airlock/policy.toml",
+            "[network]\nallow = [\"x.evil.test\"]\n",
+        ),
+        frag(
+            Layer::Managed,
+            "/etc/airlock/managed.toml",
+            "[network]\n\ndeny = [\"*.evil.test\"]\n",
+        ),
     ]);
     let dec = d(&p, "x.evil.test");
-    assert_eq!((dec.verdict, dec.reason), (Verdict::Deny, Reason::ManagedDeny));
-    assert_eq!(dec.rule.unwrap().origin.to_string(), "/etc/airlock/managed.toml:3");
+    assert_eq!(
+        (dec.verdict, dec.reason),
+        (Verdict::Deny, Reason::ManagedDeny)
+    );
+    assert_eq!(
+        dec.rule.unwrap().origin.to_string(),
+        "/etc/airlock/managed.toml:3"
+    );
     assert_eq!(p.conflicts.len(), 1);
-    assert!(p.conflicts[0].to_string().contains("/etc/airlock/managed.toml:3"));
+    assert!(p.conflicts[0]
+        .to_string()
+        .contains("/etc/airlock/managed.toml:3"));
 }
 
 #[test]
 fn managed_allow_beats_lower_deny() {
     let p = policy(vec![
         frag(Layer::Project, "p.toml", "[network]\ndeny = [\"*\"]\n"),
-        frag(Layer::Managed, "m.toml", "[network]\nallow = [\"corp.test\"]\n"),
+        frag(
+            Layer::Managed,
+            "m.toml",
+            "[network]\nallow = [\"corp.test\"]\n",
+        ),
     ]);
     // Any deny (step 2) comes before managed allow (step 3).
     assert_eq!(d(&p, "corp.test").reason, Reason::Denylisted);
@@ -96,8 +123,16 @@ fn managed_allow_beats_lower_deny() {
 #[test]
 fn managed_unknown_deny_and_user_allow_off() {
     let p = policy(vec![
-        frag(Layer::User, "u.toml", "[network]\nallow = [\"a.test\"]\nunknown = \"ask\"\n"),
-        frag(Layer::Managed, "m.toml", "[network]\nunknown = \"deny\"\nuser_allow = false\nallow = [\"b.test\"]\n"),
+        frag(
+            Layer::User,
+            "u.toml",
+            "[network]\nallow = [\"a.test\"]\nunknown = \"ask\"\n",
+        ),
+        frag(
+            Layer::Managed,
+            "m.toml",
+            "[network]\nunknown = \"deny\"\nuser_allow = false\nallow = [\"b.test\"]\n",
+        ),
     ]);
     assert!(!p.asks());
     assert_eq!(d(&p, "a.test").reason, Reason::NotAllowlisted);
@@ -118,8 +153,16 @@ fn require_sandbox_conflicts_with_host_mode() {
 #[test]
 fn scalars_later_wins_lists_accumulate() {
     let p = policy(vec![
-        frag(Layer::User, "u.toml", "[network]\nask_timeout = \"5s\"\nallow = [\"a.test\"]\n"),
-        frag(Layer::Project, "p.toml", "[network]\nask_timeout = \"7s\"\nallow = [\"b.test\"]\n"),
+        frag(
+            Layer::User,
+            "u.toml",
+            "[network]\nask_timeout = \"5s\"\nallow = [\"a.test\"]\n",
+        ),
+        frag(
+            Layer::Project,
+            "p.toml",
+            "[network]\nask_timeout = \"7s\"\nallow = [\"b.test\"]\n",
+        ),
     ]);
     assert_eq!(p.ask_timeout, std::time::Duration::from_secs(7));
     assert!(d(&p, "a.test").is_allow() && d(&p, "b.test").is_allow());
@@ -129,8 +172,17 @@ fn scalars_later_wins_lists_accumulate() {
 
 #[test]
 fn ip_literals_match_only_ip_rules() {
-    let p = policy(vec![frag(Layer::Project, "p.toml", "[network]\nallow = [\"127.0.0.1\", \"*.example.com\"]\nunknown = \"deny\"\n")]);
-    for t in ["2130706433:443", "127.1:443", "0x7f.0.0.1:80", "[::ffff:127.0.0.1]:443"] {
+    let p = policy(vec![frag(
+        Layer::Project,
+        "p.toml",
+        "[network]\nallow = [\"127.0.0.1\", \"*.example.com\"]\nunknown = \"deny\"\n",
+    )]);
+    for t in [
+        "2130706433:443",
+        "127.1:443",
+        "0x7f.0.0.1:80",
+        "[::ffff:127.0.0.1]:443",
+    ] {
         assert!(d(&p, t).is_allow(), "{t}");
     }
     assert!(!d(&p, "127.0.0.2").is_allow());
@@ -139,8 +191,16 @@ fn ip_literals_match_only_ip_rules() {
 #[test]
 fn flags_sit_between_project_and_managed() {
     let mut f = Fragment::empty(Layer::CommandLine, "command line");
-    f.allow.push(flag_rule("--allow", "flag.test", PatternList::Allow).unwrap());
-    let p = policy(vec![frag(Layer::Project, "p.toml", "[network]\ndeny = [\"flag.test\"]\n"), f]);
+    f.allow
+        .push(flag_rule("--allow", "flag.test", PatternList::Allow).unwrap());
+    let p = policy(vec![
+        frag(
+            Layer::Project,
+            "p.toml",
+            "[network]\ndeny = [\"flag.test\"]\n",
+        ),
+        f,
+    ]);
     assert_eq!(d(&p, "flag.test").reason, Reason::Denylisted);
     assert!(flag_rule("--allow", "*", PatternList::Allow).is_err());
 }

@@ -79,11 +79,25 @@ proptest! {
 
 struct NoProbe;
 impl Probe for NoProbe {
-    fn env(&self, _: &str) -> Option<String> { None }
-    fn env_vars(&self) -> Vec<(String, String)> { vec![] }
-    fn read(&self, _: &std::path::Path) -> Option<String> { None }
-    fn list_dir(&self, _: &std::path::Path) -> Vec<String> { vec![] }
-    fn output(&self, _: &[&str]) -> Option<String> { None }
-    fn home(&self) -> Option<std::path::PathBuf> { None }
-    fn workspace(&self) -> std::path::PathBuf { "/w".into() }
+    fn env(&self, _: &str) -> Option<String> {
+        None
+    }
+    fn env_vars(&self) -> Vec<(String, String)> {
+        vec![]
+    }
+    fn read(&self, _: &std::path::Path) -> Option<String> {
+        None
+    }
+    fn list_dir(&self, _: &std::path::Path) -> Vec<String> {
+        vec![]
+    }
+    fn output(&self, _: &[&str]) -> Option<String> {
+        None
+    }
+    fn home(&self) -> Option<std::path::PathBuf> {
+        None
+    }
+    fn workspace(&self) -> std::path::PathBuf {
+        "/w".into()
+    }
 }

@@ -1,0 +1,157 @@
+//! The command line of SPEC §2.
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "airlock",
+    version,
+    about = "Run commands in an OS sandbox whose only way out is a policy-enforcing proxy"
+)]
+pub struct Cli {
+    /// More logging (-v shows every decision, -vv the details).
+    #[arg(short, long, action = clap::ArgAction::Count, global = true)]
+    pub verbose: u8,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Run a command inside the sandbox.
+    Run(RunArgs),
+    /// Run the proxy alone, for other sandboxes, containers and CI runners.
+    Proxy(ProxyArgs),
+    /// Answer approval requests from another terminal.
+    Approve {
+        #[arg(long)]
+        socket: PathBuf,
+    },
+    /// Validate, explain and inspect policy.
+    #[command(subcommand)]
+    Policy(PolicyCommand),
+    /// Manage the local CA used for TLS inspection.
+    Ca {
+        #[arg(value_enum)]
+        action: CaAction,
+        #[arg(long)]
+        out: Option<PathBuf>,
+    },
+    /// What this machine supports and which sandbox tier `run` will use.
+    Doctor {
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(ValueEnum, Clone, Copy, Debug)]
+pub enum CaAction {
+    Init,
+    Path,
+    Show,
+    Export,
+}
+
+/// Options that shape the policy, shared by `run`, `proxy` and `policy explain`.
+#[derive(Args, Debug, Clone, Default)]
+pub struct PolicyArgs {
+    /// Policy file (repeatable, later wins).
+    #[arg(short = 'p', long = "policy", value_name = "FILE")]
+    pub policy: Vec<PathBuf>,
+    /// Add a preset (repeatable).
+    #[arg(long, value_name = "NAME")]
+    pub preset: Vec<String>,
+    /// Allow a host pattern for this run (repeatable).
+    #[arg(long, value_name = "HOST[:PORT]")]
+    pub allow: Vec<String>,
+    /// Deny a host pattern for this run (repeatable).
+    #[arg(long, value_name = "HOST[:PORT]")]
+    pub deny: Vec<String>,
+    /// TLS-inspect this host pattern ("*" for all) (repeatable).
+    #[arg(long, value_name = "HOST")]
+    pub inspect: Vec<String>,
+    /// Static DNS answer (repeatable).
+    #[arg(long, value_name = "HOST=IP")]
+    pub resolve: Vec<String>,
+    /// Let allowed hosts resolve into this range (repeatable).
+    #[arg(long = "allow-private", value_name = "CIDR")]
+    pub allow_private: Vec<String>,
+    /// Extra roots (PEM) trusted when verifying inspected upstreams.
+    #[arg(long = "upstream-ca", value_name = "FILE")]
+    pub upstream_ca: Vec<PathBuf>,
+    /// How unknown hosts are escalated: tty | deny | socket:<PATH>.
+    #[arg(long, value_name = "MODE")]
+    pub ask: Option<String>,
+    /// Append JSON Lines audit events to this file.
+    #[arg(long = "audit-log", value_name = "FILE")]
+    pub audit_log: Option<PathBuf>,
+    /// The workspace root (default: current directory).
+    #[arg(long, value_name = "DIR")]
+    pub workspace: Option<PathBuf>,
+}
+
+#[derive(Args, Debug)]
+pub struct RunArgs {
+    #[command(flatten)]
+    pub policy: PolicyArgs,
+    /// Extra writable path (repeatable).
+    #[arg(long, value_name = "PATH")]
+    pub write: Vec<PathBuf>,
+    /// The workspace is read-only too.
+    #[arg(long = "read-only")]
+    pub read_only: bool,
+    /// proxy (default) | none | host.
+    #[arg(long, value_name = "MODE")]
+    pub network: Option<String>,
+    /// Write the JSON exit report here.
+    #[arg(long, value_name = "FILE")]
+    pub report: Option<PathBuf>,
+    /// Kill the whole sandbox after this long (e.g. 90s, 10m).
+    #[arg(long, value_name = "DURATION")]
+    pub timeout: Option<String>,
+    /// Run with the weaker fallback when namespaces are unavailable.
+    #[arg(long = "allow-degraded")]
+    pub allow_degraded: bool,
+    /// The command and its arguments.
+    #[arg(last = true, required = true, value_name = "COMMAND")]
+    pub command: Vec<String>,
+}
+
+#[derive(Args, Debug)]
+pub struct ProxyArgs {
+    #[command(flatten)]
+    pub policy: PolicyArgs,
+    /// Address to listen on.
+    #[arg(long, default_value = "127.0.0.1:3128")]
+    pub listen: String,
+    /// Allow listening on a non-loopback address.
+    #[arg(long = "allow-remote-clients")]
+    pub allow_remote_clients: bool,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum PolicyCommand {
+    /// Validate policy files; exit 1 with file:line:column errors.
+    Check {
+        #[arg(required = true, value_name = "FILE")]
+        files: Vec<PathBuf>,
+    },
+    /// Print the decision for a target, the rule and the file that decided it.
+    Explain {
+        #[command(flatten)]
+        policy: PolicyArgs,
+        #[arg(value_name = "HOST[:PORT]")]
+        target: String,
+    },
+    /// List the presets and what each resolves to on this machine.
+    Presets,
+    /// Print the concrete boundary the policy compiles to.
+    Profile {
+        #[command(flatten)]
+        policy: PolicyArgs,
+        #[arg(long, value_name = "linux|macos")]
+        target: String,
+    },
+}
