@@ -30,7 +30,7 @@ impl Verdict {
 
 /// Why. The deny reasons are SPEC §5.1's names, used verbatim in the
 /// `X-Airlock-Reason` header and the audit log.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Reason {
     Allowlisted,
     ManagedAllow,

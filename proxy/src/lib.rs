@@ -1,1 +1,23 @@
+//! airlock's egress proxy (SPEC §5): CONNECT and absolute-form HTTP/1.1 on
+//! hyper, SOCKS5 on the same port, a policy decision and address check
+//! before every dial, and the audit log. It takes an already-bound
+//! listener and knows nothing of namespaces.
 
+pub mod approve;
+pub mod audit;
+mod count;
+pub mod engine;
+mod http;
+pub mod identity;
+pub mod refusal;
+mod resolve;
+pub mod serve;
+pub mod sni;
+mod socks;
+pub mod tunnel;
+
+pub use approve::{Answer, Approver, DenyApprover, Question};
+pub use audit::AuditLog;
+pub use engine::{Blocked, Engine, EngineConfig, Protocol};
+pub use identity::{Client, ClientIdentity, SourceAddressOnly};
+pub use serve::serve;

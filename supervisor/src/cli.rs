@@ -87,6 +87,9 @@ pub struct PolicyArgs {
     /// Append JSON Lines audit events to this file.
     #[arg(long = "audit-log", value_name = "FILE")]
     pub audit_log: Option<PathBuf>,
+    /// Ask this DNS server (IP:PORT) instead of the system's resolvers.
+    #[arg(long = "dns-server", value_name = "IP:PORT")]
+    pub dns_server: Option<std::net::SocketAddr>,
     /// The workspace root (default: current directory).
     #[arg(long, value_name = "DIR")]
     pub workspace: Option<PathBuf>,
@@ -126,7 +129,8 @@ pub struct ProxyArgs {
     /// Address to listen on.
     #[arg(long, default_value = "127.0.0.1:3128")]
     pub listen: String,
-    /// Allow listening on a non-loopback address.
+    /// Allow listening on a non-loopback address (clients are then anyone
+    /// who can reach it; the policy still applies to every connection).
     #[arg(long = "allow-remote-clients")]
     pub allow_remote_clients: bool,
 }

@@ -12,6 +12,7 @@ macro_rules! say {
 mod cli;
 mod policy_cmd;
 mod probe;
+mod proxy_cmd;
 mod sources;
 
 use std::process::ExitCode;
@@ -56,7 +57,7 @@ fn main() -> ExitCode {
         Command::Policy(PolicyCommand::Presets) => policy_cmd::presets(),
         Command::Policy(PolicyCommand::Profile { .. }) => return not_yet("airlock policy profile"),
         Command::Run(_) => return not_yet("airlock run"),
-        Command::Proxy(_) => return not_yet("airlock proxy"),
+        Command::Proxy(args) => proxy_cmd::run(args),
         Command::Approve { .. } => return not_yet("airlock approve"),
         Command::Ca { .. } => return not_yet("airlock ca"),
         Command::Doctor { .. } => return not_yet("airlock doctor"),

@@ -1,0 +1,416 @@
+//! The decision path every connection takes before a byte leaves:
+//! decide → (ask) → resolve → classify → pin → dial, with one canonical
+//! log line per decision and one per close (after Smokescreen).
+
+use std::collections::{BTreeMap, HashSet};
+use std::net::{IpAddr, SocketAddr};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use airlock_policy::{
+    check_address, decide_with, Approvals, Decision, Policy, Reason, Target, Verdict,
+};
+use serde_json::json;
+use tokio::net::TcpStream;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+
+use crate::approve::{Answer, Approver, Question};
+use crate::audit::AuditLog;
+use crate::identity::{Client, ClientIdentity};
+use crate::refusal::Refusal;
+use crate::resolve::Resolver;
+use crate::tunnel::Totals;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Protocol {
+    Connect,
+    Http,
+    Socks5,
+}
+
+impl Protocol {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Protocol::Connect => "connect",
+            Protocol::Http => "http",
+            Protocol::Socks5 => "socks5",
+        }
+    }
+}
+
+/// One accepted client connection.
+#[derive(Debug, Clone)]
+pub struct Conn {
+    pub id: u64,
+    pub peer: SocketAddr,
+    pub client: Option<Client>,
+    pub started: Instant,
+}
+
+/// An upstream connection to exactly the address that was checked.
+pub struct Dialed {
+    pub stream: TcpStream,
+    pub addr: SocketAddr,
+    pub decision: Decision,
+}
+
+/// A summary line of the exit report (SPEC §7).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Blocked {
+    pub host: String,
+    pub port: u16,
+    pub reason: String,
+    pub count: u64,
+    pub how_to_allow: String,
+}
+
+pub struct EngineConfig {
+    pub policy: Arc<Policy>,
+    pub audit: Option<AuditLog>,
+    pub approver: Arc<dyn Approver>,
+    pub identity: Arc<dyn ClientIdentity>,
+    /// Use this nameserver instead of the system's (split horizon, tests).
+    pub dns_server: Option<SocketAddr>,
+}
+
+pub struct Engine {
+    policy: Arc<Policy>,
+    resolver: Resolver,
+    audit: Option<AuditLog>,
+    approver: Arc<dyn Approver>,
+    identity: Arc<dyn ClientIdentity>,
+    next_conn: AtomicU64,
+    tunnels: Arc<Semaphore>,
+    own: Mutex<Vec<SocketAddr>>,
+    session: SessionApprovals,
+    blocked: Mutex<BTreeMap<(String, u16, Reason), u64>>,
+}
+
+/// `allow-session` and `allow-always` answers, for the rest of the run.
+#[derive(Default)]
+struct SessionApprovals(Mutex<HashSet<Target>>);
+
+impl Approvals for SessionApprovals {
+    fn approved(&self, target: &Target) -> bool {
+        lock(&self.0).contains(target)
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl Engine {
+    pub fn new(cfg: EngineConfig) -> Arc<Engine> {
+        let resolve = cfg
+            .policy
+            .resolve
+            .iter()
+            .map(|(h, ip)| (h.clone(), ip.value))
+            .collect();
+        Arc::new(Engine {
+            resolver: Resolver::new(resolve, cfg.dns_server),
+            tunnels: Arc::new(Semaphore::new(cfg.policy.max_tunnels as usize)),
+            policy: cfg.policy,
+            audit: cfg.audit,
+            approver: cfg.approver,
+            identity: cfg.identity,
+            next_conn: AtomicU64::new(1),
+            own: Mutex::new(vec![]),
+            session: SessionApprovals::default(),
+            blocked: Mutex::new(BTreeMap::new()),
+        })
+    }
+
+    pub fn policy(&self) -> &Policy {
+        &self.policy
+    }
+
+    pub fn idle_timeout(&self) -> Duration {
+        self.policy.idle_timeout
+    }
+
+    /// Remember a listening address: the proxy never dials itself.
+    pub fn add_own_addr(&self, addr: SocketAddr) {
+        lock(&self.own).push(addr);
+    }
+
+    pub fn open(&self, peer: SocketAddr) -> Conn {
+        Conn {
+            id: self.next_conn.fetch_add(1, Ordering::Relaxed),
+            peer,
+            client: self.identity.identify(peer),
+            started: Instant::now(),
+        }
+    }
+
+    /// A tunnel slot, or `None` when `max_tunnels` are open.
+    pub fn tunnel_permit(&self) -> Option<OwnedSemaphorePermit> {
+        self.tunnels.clone().try_acquire_owned().ok()
+    }
+
+    /// Decide, ask, resolve, classify and dial the checked address.
+    pub async fn connect(
+        &self,
+        conn: &Conn,
+        target: &Target,
+        protocol: Protocol,
+    ) -> Result<Dialed, Refusal> {
+        let decision = self.decide(conn, target).await;
+        if !decision.is_allow() {
+            let refusal = Refusal::new(decision.reason, target, deny_detail(&decision))
+                .with_rule(decision.rule.clone());
+            return Err(self.refused(conn, protocol, refusal, None));
+        }
+        let ips = match self.resolver.lookup(&target.host).await {
+            Ok(ips) => ips,
+            Err(e) => {
+                let r = Refusal::new(Reason::UpstreamUnreachable, target, e)
+                    .with_rule(decision.rule.clone());
+                return Err(self.refused(conn, protocol, r, None));
+            }
+        };
+        let allow_private: Vec<_> = self.policy.allow_private.iter().map(|n| n.value).collect();
+        let own = lock(&self.own).clone();
+        let mut checked = vec![];
+        let mut refused = None;
+        for ip in ips {
+            let addr = SocketAddr::new(airlock_policy::host::canonical_ip(ip), target.port);
+            let own_hit = own.iter().any(|o| {
+                o.port() == addr.port() && (o.ip() == addr.ip() || o.ip().is_unspecified())
+            });
+            match check_address(addr.ip(), &allow_private, &[]) {
+                _ if own_hit => refused = Some((addr.ip(), "the proxy's own listening address")),
+                Ok(()) => checked.push(addr),
+                Err(why) => refused = Some((addr.ip(), why)),
+            }
+        }
+        if checked.is_empty() {
+            let (ip, why) = refused.unwrap_or((IpAddr::from([0, 0, 0, 0]), "no address"));
+            let r = Refusal::new(
+                Reason::PrivateAddress,
+                target,
+                format!("{} resolved to {ip}, a {why} address", target.host),
+            )
+            .with_rule(decision.rule.clone());
+            return Err(self.refused(conn, protocol, r, Some(ip)));
+        }
+        let mut timed_out = false;
+        let mut last_err = String::new();
+        for addr in checked {
+            match tokio::time::timeout(self.policy.connect_timeout, TcpStream::connect(addr)).await
+            {
+                Ok(Ok(stream)) => {
+                    let _ = stream.set_nodelay(true);
+                    self.log_decision(conn, protocol, target, Some(addr.ip()), &decision, None);
+                    return Ok(Dialed {
+                        stream,
+                        addr,
+                        decision,
+                    });
+                }
+                Ok(Err(e)) => last_err = format!("connecting to {addr} failed: {e}"),
+                Err(_) => {
+                    timed_out = true;
+                    last_err = format!(
+                        "connecting to {addr} timed out after {:?}",
+                        self.policy.connect_timeout
+                    );
+                }
+            }
+        }
+        let reason = if timed_out {
+            Reason::UpstreamTimeout
+        } else {
+            Reason::UpstreamUnreachable
+        };
+        let r = Refusal::new(reason, target, last_err).with_rule(decision.rule.clone());
+        Err(self.refused(conn, protocol, r, None))
+    }
+
+    async fn decide(&self, conn: &Conn, target: &Target) -> Decision {
+        let decision = decide_with(&self.policy, target, &self.session);
+        if decision.verdict != Verdict::Ask {
+            return decision;
+        }
+        let question = Question {
+            target: target.clone(),
+            command: conn.client.as_ref().map(|c| c.argv.join(" ")),
+        };
+        let (answer, by) = self.approver.ask(question).await;
+        if let Some(audit) = &self.audit {
+            audit.event(
+                "approval",
+                conn.id,
+                json!({"host": target.host.to_string(), "port": target.port, "answer": answer.as_str(), "by": by,
+                       "command": conn.client}),
+            );
+        }
+        tracing::info!(conn = conn.id, %target, answer = answer.as_str(), by, "approval");
+        if matches!(answer, Answer::AllowSession | Answer::AllowAlways) {
+            lock(&self.session.0).insert(target.clone());
+        }
+        let (verdict, reason) = match answer {
+            a if a.allows() => (Verdict::Allow, Reason::Approved),
+            Answer::Timeout => (Verdict::Deny, Reason::ApprovalTimeout),
+            _ => (Verdict::Deny, Reason::ApprovalDenied),
+        };
+        Decision {
+            verdict,
+            reason,
+            rule: None,
+        }
+    }
+
+    /// Record a refusal (log, audit, exit-report tally) and hand it back.
+    pub fn refused(
+        &self,
+        conn: &Conn,
+        protocol: Protocol,
+        refusal: Refusal,
+        ip: Option<IpAddr>,
+    ) -> Refusal {
+        let decision = Decision {
+            verdict: Verdict::Deny,
+            reason: refusal.reason,
+            rule: refusal.rule.clone(),
+        };
+        let (host, port) = match &refusal.parsed {
+            Some(t) => (t.host.to_string(), t.port),
+            None => (refusal.target.clone(), 0),
+        };
+        self.log_decision_raw(
+            conn,
+            protocol,
+            &host,
+            port,
+            ip,
+            &decision,
+            Some(&refusal.detail),
+        );
+        if !matches!(
+            refusal.reason,
+            Reason::UpstreamUnreachable | Reason::UpstreamTimeout
+        ) {
+            *lock(&self.blocked)
+                .entry((host, port, refusal.reason))
+                .or_insert(0) += 1;
+        }
+        refusal
+    }
+
+    fn log_decision(
+        &self,
+        conn: &Conn,
+        protocol: Protocol,
+        target: &Target,
+        ip: Option<IpAddr>,
+        d: &Decision,
+        detail: Option<&str>,
+    ) {
+        self.log_decision_raw(
+            conn,
+            protocol,
+            &target.host.to_string(),
+            target.port,
+            ip,
+            d,
+            detail,
+        );
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn log_decision_raw(
+        &self,
+        conn: &Conn,
+        protocol: Protocol,
+        host: &str,
+        port: u16,
+        ip: Option<IpAddr>,
+        d: &Decision,
+        detail: Option<&str>,
+    ) {
+        let rule = d.rule.as_ref().map(|r| r.value.text.clone());
+        let source = d.rule.as_ref().map(|r| r.origin.to_string());
+        tracing::info!(
+            conn = conn.id,
+            client = %conn.peer,
+            protocol = protocol.as_str(),
+            host,
+            port,
+            ip = ?ip,
+            decision = d.verdict.as_str(),
+            reason = d.reason.as_str(),
+            rule = ?rule,
+            source = ?source,
+            detail = ?detail,
+            "decision"
+        );
+        if let Some(audit) = &self.audit {
+            audit.event(
+                "decision",
+                conn.id,
+                json!({
+                    "host": host, "port": port, "ip": ip.map(|i| i.to_string()),
+                    "decision": d.verdict.as_str(), "reason": d.reason.as_str(),
+                    "rule": rule, "source": source, "protocol": protocol.as_str(),
+                    "command": conn.client, "client": conn.peer.to_string(), "detail": detail,
+                }),
+            );
+        }
+    }
+
+    /// The close line: bytes both ways, duration and the error, if any.
+    pub fn closed(&self, conn: &Conn, since: Instant, totals: Totals, error: Option<String>) {
+        let duration_ms = since.elapsed().as_millis() as u64;
+        tracing::info!(
+            conn = conn.id,
+            bytes_up = totals.up,
+            bytes_down = totals.down,
+            duration_ms,
+            error = ?error,
+            "close"
+        );
+        if let Some(audit) = &self.audit {
+            audit.event(
+                "close",
+                conn.id,
+                json!({"bytes_up": totals.up, "bytes_down": totals.down, "duration_ms": duration_ms, "error": error}),
+            );
+        }
+    }
+
+    /// What was blocked so far, for the exit report.
+    pub fn blocked(&self) -> Vec<Blocked> {
+        lock(&self.blocked)
+            .iter()
+            .map(|((host, port, reason), count)| {
+                let how = Target::parse(&format!("{host}:{port}"), None)
+                    .map(|t| airlock_policy::how_to_allow(&t, *reason))
+                    .unwrap_or_else(|_| "fix the host name".into());
+                Blocked {
+                    host: host.clone(),
+                    port: *port,
+                    reason: reason.as_str().to_string(),
+                    count: *count,
+                    how_to_allow: how,
+                }
+            })
+            .collect()
+    }
+}
+
+fn deny_detail(d: &Decision) -> String {
+    match d.reason {
+        Reason::ManagedDeny => "the managed policy denies it".into(),
+        Reason::Denylisted => "a deny rule matches it".into(),
+        Reason::PortNotAllowed => "the host is allowed, but not on this port".into(),
+        Reason::NotAllowlisted => "no allow rule matches it and unknown hosts are denied".into(),
+        Reason::ApprovalDenied => "no rule matches it and approval was refused".into(),
+        Reason::ApprovalTimeout => {
+            "no rule matches it and nobody answered the approval request in time".into()
+        }
+        other => other.as_str().to_string(),
+    }
+}

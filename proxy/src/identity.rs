@@ -1,0 +1,24 @@
+//! Who opened a connection (SPEC §6 `command`). The sandbox supervisor maps
+//! a peer address to the process inside the sandbox; the standalone proxy
+//! only knows the source address.
+
+use std::net::SocketAddr;
+
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Client {
+    pub pid: u32,
+    pub argv: Vec<String>,
+}
+
+pub trait ClientIdentity: Send + Sync {
+    fn identify(&self, peer: SocketAddr) -> Option<Client>;
+}
+
+/// The standalone proxy: clients are their source addresses.
+pub struct SourceAddressOnly;
+
+impl ClientIdentity for SourceAddressOnly {
+    fn identify(&self, _: SocketAddr) -> Option<Client> {
+        None
+    }
+}

@@ -1,0 +1,152 @@
+//! Copying a tunnel's bytes both ways (SPEC §5.1 limits): reused buffers
+//! that start small (idle tunnels stay cheap) and grow while reads fill
+//! them, half-close passed through, and one idle timeout for the pair.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use airlock_policy::Host;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+
+use crate::sni::{read_hello, Hello, PeekError};
+
+/// What the client's first bytes must be before anything goes upstream.
+#[derive(Debug, Clone)]
+pub struct Gate {
+    /// The host the client asked for; a ClientHello's SNI must name it.
+    pub host: Host,
+    /// Refuse bytes that are not TLS (port 443 is for TLS only).
+    pub require_tls: bool,
+}
+
+fn check_hello(gate: &Gate, hello: &Hello) -> Result<(), String> {
+    match (hello, &gate.host) {
+        (Hello::NotTls, _) if gate.require_tls => Err(format!(
+            "the tunnel to {} carried bytes that are not TLS",
+            gate.host
+        )),
+        (Hello::NotTls, _) | (Hello::Tls { sni: None }, _) => Ok(()),
+        (Hello::Tls { sni: Some(sni) }, host) => match Host::parse(sni) {
+            Ok(h) if h == *host => Ok(()),
+            _ => Err(format!("the TLS ClientHello names {sni:?}, not {host}")),
+        },
+    }
+}
+
+const START_BUF: usize = 8 * 1024;
+const MAX_BUF: usize = 256 * 1024;
+
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Totals {
+    pub up: u64,
+    pub down: u64,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum TunnelError {
+    /// The client's first bytes broke the tunnel's rule (SNI mismatch, not TLS).
+    #[error("{0}")]
+    Refused(String),
+    #[error("{0}")]
+    Peek(#[from] PeekError),
+    #[error("idle for {0:?}")]
+    Idle(Duration),
+    #[error("{0}")]
+    Io(#[from] std::io::Error),
+}
+
+struct Activity {
+    start: Instant,
+    last_ms: AtomicU64,
+}
+
+impl Activity {
+    fn touch(&self) {
+        self.last_ms
+            .store(self.start.elapsed().as_millis() as u64, Ordering::Relaxed);
+    }
+    fn idle_for(&self) -> Duration {
+        self.start
+            .elapsed()
+            .saturating_sub(Duration::from_millis(self.last_ms.load(Ordering::Relaxed)))
+    }
+}
+
+async fn pump<R, W>(
+    mut from: R,
+    mut to: W,
+    first: &[u8],
+    activity: &Activity,
+    idle: Duration,
+    count: &mut u64,
+) -> Result<(), TunnelError>
+where
+    R: AsyncRead + Unpin,
+    W: AsyncWrite + Unpin,
+{
+    if !first.is_empty() {
+        to.write_all(first).await?;
+        *count += first.len() as u64;
+    }
+    let mut buf = vec![0u8; START_BUF];
+    loop {
+        let n = match tokio::time::timeout(idle, from.read(&mut buf)).await {
+            Ok(r) => r?,
+            // The other direction may have been busy all along.
+            Err(_) if activity.idle_for() < idle => continue,
+            Err(_) => return Err(TunnelError::Idle(idle)),
+        };
+        if n == 0 {
+            // Half-close: pass the EOF on and keep the other way open.
+            let _ = to.shutdown().await;
+            return Ok(());
+        }
+        activity.touch();
+        to.write_all(&buf[..n]).await?;
+        *count += n as u64;
+        if n == buf.len() && buf.len() < MAX_BUF {
+            buf.resize(buf.len() * 2, 0);
+        }
+    }
+}
+
+/// Copy until both sides have closed, either fails, or the pair is idle.
+/// With a gate, the client's first bytes are checked before any of them go
+/// upstream; the upstream's bytes flow from the start, so protocols where
+/// the server speaks first still work.
+pub async fn run<C, U>(
+    client: C,
+    upstream: U,
+    gate: Option<Gate>,
+    idle: Duration,
+) -> (Totals, Option<TunnelError>)
+where
+    C: AsyncRead + AsyncWrite + Unpin,
+    U: AsyncRead + AsyncWrite + Unpin,
+{
+    let (cr, cw) = tokio::io::split(client);
+    let (ur, uw) = tokio::io::split(upstream);
+    let activity = Activity {
+        start: Instant::now(),
+        last_ms: AtomicU64::new(0),
+    };
+    let mut totals = Totals::default();
+    let (up, down) = (&mut totals.up, &mut totals.down);
+    let upward = async {
+        let mut cr = cr;
+        let first = match &gate {
+            None => vec![],
+            Some(gate) => {
+                let (first, hello) = match tokio::time::timeout(idle, read_hello(&mut cr)).await {
+                    Ok(r) => r?,
+                    Err(_) => return Err(TunnelError::Idle(idle)),
+                };
+                check_hello(gate, &hello).map_err(TunnelError::Refused)?;
+                first
+            }
+        };
+        pump(cr, uw, &first, &activity, idle, up).await
+    };
+    let result = tokio::try_join!(upward, pump(ur, cw, &[], &activity, idle, down));
+    (totals, result.err())
+}

@@ -1,0 +1,79 @@
+//! `airlock proxy`: the engine alone on a TCP address, for containers, CI
+//! runners and other sandboxes (SPEC §5.4).
+
+use std::net::SocketAddr;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use airlock_proxy::{AuditLog, DenyApprover, Engine, EngineConfig, SourceAddressOnly};
+use anyhow::{bail, Context, Result};
+
+use crate::cli::ProxyArgs;
+use crate::sources::build_policy;
+
+/// A short id that tells one run's audit lines from another's.
+pub fn run_id() -> String {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64);
+    format!("{:016x}", nanos ^ (u64::from(std::process::id()) << 40))
+}
+
+pub fn approver_for(ask: Option<&str>) -> Result<Arc<dyn airlock_proxy::Approver>> {
+    match ask.unwrap_or("deny") {
+        "deny" => Ok(Arc::new(DenyApprover)),
+        "tty" => bail!("--ask tty is not implemented yet in this build; use --ask deny"),
+        s if s.starts_with("socket:") => {
+            bail!("--ask socket:PATH is not implemented yet in this build; use --ask deny")
+        }
+        other => bail!("--ask {other}: expected tty, deny or socket:PATH"),
+    }
+}
+
+pub fn run(args: &ProxyArgs) -> Result<ExitCode> {
+    let (policy, _) = build_policy(&args.policy)?;
+    let addr: SocketAddr = args
+        .listen
+        .parse()
+        .with_context(|| format!("--listen {}: expected IP:PORT", args.listen))?;
+    if !addr.ip().is_loopback() {
+        if !args.allow_remote_clients {
+            bail!(
+                "--listen {addr} is not a loopback address; anyone who can reach it could use the proxy. \
+                 Add --allow-remote-clients if that is what you want"
+            );
+        }
+        tracing::warn!("listening on {addr}: any host that can reach it may use this proxy");
+    }
+    let approver = approver_for(args.policy.ask.as_deref())?;
+    let audit = match &policy.audit_log {
+        Some(path) => Some(AuditLog::open(
+            std::path::Path::new(&path.value),
+            &run_id(),
+        )?),
+        None => None,
+    };
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")?;
+    runtime.block_on(async move {
+        let listener = tokio::net::TcpListener::bind(addr)
+            .await
+            .with_context(|| format!("cannot listen on {addr}"))?;
+        let local = listener.local_addr()?;
+        eprintln!("airlock proxy listening on {local}");
+        let engine = Engine::new(EngineConfig {
+            policy: Arc::new(policy),
+            audit,
+            approver,
+            identity: Arc::new(SourceAddressOnly),
+            dns_server: args.policy.dns_server,
+        });
+        tokio::select! {
+            r = airlock_proxy::serve(engine, listener) => r.context("the proxy stopped")?,
+            _ = tokio::signal::ctrl_c() => {}
+        }
+        Ok(ExitCode::SUCCESS)
+    })
+}
