@@ -23,6 +23,34 @@ pub trait Probe {
     fn workspace(&self) -> PathBuf;
 }
 
+/// A machine with nothing on it: presets resolve to no hosts. For checks
+/// that must not run tools, and for tests and fuzzing.
+pub struct Offline;
+
+impl Probe for Offline {
+    fn env(&self, _: &str) -> Option<String> {
+        None
+    }
+    fn env_vars(&self) -> Vec<(String, String)> {
+        vec![]
+    }
+    fn read(&self, _: &Path) -> Option<String> {
+        None
+    }
+    fn list_dir(&self, _: &Path) -> Vec<String> {
+        vec![]
+    }
+    fn output(&self, _: &[&str]) -> Option<String> {
+        None
+    }
+    fn home(&self) -> Option<PathBuf> {
+        None
+    }
+    fn workspace(&self) -> PathBuf {
+        PathBuf::from("/")
+    }
+}
+
 pub struct Preset {
     pub name: &'static str,
     pub summary: &'static str,

@@ -2,31 +2,6 @@
 
 use airlock_policy::*;
 
-struct NoProbe;
-impl Probe for NoProbe {
-    fn env(&self, _: &str) -> Option<String> {
-        None
-    }
-    fn env_vars(&self) -> Vec<(String, String)> {
-        vec![]
-    }
-    fn read(&self, _: &std::path::Path) -> Option<String> {
-        None
-    }
-    fn list_dir(&self, _: &std::path::Path) -> Vec<String> {
-        vec![]
-    }
-    fn output(&self, _: &[&str]) -> Option<String> {
-        None
-    }
-    fn home(&self) -> Option<std::path::PathBuf> {
-        None
-    }
-    fn workspace(&self) -> std::path::PathBuf {
-        "/w".into()
-    }
-}
-
 fn frag(layer: Layer, path: &str, text: &str) -> Fragment {
     load_str(text, path, layer).unwrap_or_else(|e| panic!("{e:?}"))
 }
@@ -34,7 +9,7 @@ fn frag(layer: Layer, path: &str, text: &str) -> Fragment {
 fn policy(frags: Vec<Fragment>) -> Policy {
     let mut all = vec![Fragment::built_in()];
     all.extend(frags);
-    Policy::build(all, &NoProbe)
+    Policy::build(all, &airlock_policy::preset::Offline)
 }
 
 fn d(p: &Policy, t: &str) -> Decision {

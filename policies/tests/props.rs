@@ -57,7 +57,7 @@ proptest! {
     fn deny_always_beats_allow(name in "[a-z]{1,10}\\.test", port in 1u16..) {
         let text = format!("[network]\nallow = [\"{name}:*\"]\ndeny = [\"{name}\"]\n");
         let frag = load_str(&text, "p.toml", Layer::Project).unwrap();
-        let p = Policy::build(vec![Fragment::built_in(), frag], &NoProbe);
+        let p = Policy::build(vec![Fragment::built_in(), frag], &airlock_policy::preset::Offline);
         let d = decide(&p, &Target::parse(&format!("{name}:{port}"), None).unwrap());
         prop_assert_eq!(d.verdict, Verdict::Deny);
     }
@@ -74,30 +74,5 @@ proptest! {
         let wild = Pattern::parse("*.example.com", PatternList::Allow).unwrap();
         let t = Target::new(Host::Ip(Ipv4Addr::from(raw).into()), 443);
         prop_assert_eq!(wild.matches(&t), PatternMatch::No);
-    }
-}
-
-struct NoProbe;
-impl Probe for NoProbe {
-    fn env(&self, _: &str) -> Option<String> {
-        None
-    }
-    fn env_vars(&self) -> Vec<(String, String)> {
-        vec![]
-    }
-    fn read(&self, _: &std::path::Path) -> Option<String> {
-        None
-    }
-    fn list_dir(&self, _: &std::path::Path) -> Vec<String> {
-        vec![]
-    }
-    fn output(&self, _: &[&str]) -> Option<String> {
-        None
-    }
-    fn home(&self) -> Option<std::path::PathBuf> {
-        None
-    }
-    fn workspace(&self) -> std::path::PathBuf {
-        "/w".into()
     }
 }

@@ -16,7 +16,6 @@ use hyper::client::conn::http1 as client;
 use hyper::server::conn::http1 as server;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioIo, TokioTimer};
-use tokio::net::TcpStream;
 use tokio::sync::Mutex;
 
 use crate::count::Counted;
@@ -37,7 +36,12 @@ struct Upstream {
     sender: client::SendRequest<Incoming>,
 }
 
-pub async fn serve(engine: Arc<Engine>, stream: TcpStream, conn: Conn) {
+/// Serve one client connection (any byte stream: a socket, or an
+/// in-memory pipe under the fuzzer).
+pub async fn serve<S>(engine: Arc<Engine>, stream: S, conn: Conn)
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
     let cache: Arc<Mutex<Option<Upstream>>> = Arc::new(Mutex::new(None));
     let svc = {
         let conn = conn.clone();
@@ -50,6 +54,9 @@ pub async fn serve(engine: Arc<Engine>, stream: TcpStream, conn: Conn) {
         .timer(TokioTimer::new())
         .header_read_timeout(HEADER_READ_TIMEOUT)
         .max_buf_size(MAX_HEAD)
+        // A client that sends its request and shuts down its write side
+        // still gets the answer.
+        .half_close(true)
         .serve_connection(TokioIo::new(stream), svc)
         .with_upgrades()
         .await;

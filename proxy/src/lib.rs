@@ -7,13 +7,13 @@ pub mod approve;
 pub mod audit;
 mod count;
 pub mod engine;
-mod http;
+pub mod http;
 pub mod identity;
 pub mod refusal;
 mod resolve;
 pub mod serve;
 pub mod sni;
-mod socks;
+pub mod socks;
 pub mod tunnel;
 
 pub use approve::{Answer, Approver, DenyApprover, Question};

@@ -6,8 +6,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use airlock_policy::{Host, Target};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 use crate::engine::{Conn, Engine, Protocol};
 use crate::refusal::Refusal;
@@ -27,7 +26,7 @@ enum Request {
     Reply(u8, String),
 }
 
-async fn reply(stream: &mut TcpStream, code: u8, bound: Option<SocketAddr>) {
+async fn reply<S: AsyncWrite + Unpin>(stream: &mut S, code: u8, bound: Option<SocketAddr>) {
     let mut msg = vec![VERSION, code, 0];
     match bound {
         Some(SocketAddr::V6(a)) => {
@@ -46,7 +45,9 @@ async fn reply(stream: &mut TcpStream, code: u8, bound: Option<SocketAddr>) {
 }
 
 /// Greeting and request; `Ok(None)` when the client got its answer already.
-async fn handshake(stream: &mut TcpStream) -> std::io::Result<Option<Request>> {
+async fn handshake<S: AsyncRead + AsyncWrite + Unpin>(
+    stream: &mut S,
+) -> std::io::Result<Option<Request>> {
     let mut head = [0u8; 2];
     stream.read_exact(&mut head).await?;
     if head[0] != VERSION {
@@ -114,7 +115,12 @@ async fn handshake(stream: &mut TcpStream) -> std::io::Result<Option<Request>> {
     }))
 }
 
-pub async fn serve(engine: Arc<Engine>, mut stream: TcpStream, conn: Conn) {
+/// Serve one SOCKS5 client (any byte stream: a socket, or an in-memory
+/// pipe under the fuzzer).
+pub async fn serve<S>(engine: Arc<Engine>, mut stream: S, conn: Conn)
+where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
     let request = match tokio::time::timeout(HANDSHAKE_TIMEOUT, handshake(&mut stream)).await {
         Ok(Ok(Some(r))) => r,
         Ok(Ok(None)) => return,

@@ -1,7 +1,13 @@
-//! Helpers for airlock's end-to-end tests: they run the real binary.
+//! Helpers for airlock's end-to-end tests: they run the real binary
+//! against origin servers on 127.0.0.1 and never reach another address.
 
-use std::path::PathBuf;
-use std::process::{Command, Output};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 /// The airlock binary under test: `$AIRLOCK_BIN`, or the one cargo built
 /// next to this test executable (`cargo build --workspace` first).
@@ -26,7 +32,7 @@ pub fn airlock_bin() -> PathBuf {
 
 /// A command for the airlock binary with a clean, predictable policy
 /// environment: no user policy, and no managed policy unless a test sets one.
-pub fn airlock(home: &std::path::Path) -> Command {
+pub fn airlock(home: &Path) -> Command {
     let mut c = Command::new(airlock_bin());
     c.env("HOME", home)
         .env("XDG_CONFIG_HOME", home.join(".config"))
@@ -51,10 +57,335 @@ pub fn run(cmd: &mut Command) -> Out {
         status,
         stdout,
         stderr,
-    } = cmd.output().expect("spawn airlock");
+    } = cmd.output().expect("spawn");
     Out {
         code: status.code().unwrap_or(-1),
         stdout: String::from_utf8_lossy(&stdout).into_owned(),
         stderr: String::from_utf8_lossy(&stderr).into_owned(),
     }
+}
+
+/// A home directory for one test, with an empty managed policy so the
+/// host's /etc/airlock never leaks in.
+pub struct Home {
+    pub dir: tempfile::TempDir,
+}
+
+impl Home {
+    pub fn new() -> Home {
+        let dir = tempfile::tempdir().expect("tempdir");
+        std::fs::write(dir.path().join("no-managed-policy.toml"), "").expect("write");
+        Home { dir }
+    }
+
+    pub fn path(&self) -> &Path {
+        self.dir.path()
+    }
+
+    pub fn write(&self, name: &str, text: &str) -> PathBuf {
+        let p = self.dir.path().join(name);
+        std::fs::create_dir_all(p.parent().expect("parent")).expect("mkdir");
+        std::fs::write(&p, text).expect("write");
+        p
+    }
+}
+
+impl Default for Home {
+    fn default() -> Self {
+        Home::new()
+    }
+}
+
+/// `airlock proxy` on a free loopback port, killed on drop.
+pub struct Proxy {
+    pub child: Child,
+    pub addr: SocketAddr,
+    pub stderr: Arc<Mutex<String>>,
+}
+
+impl Proxy {
+    pub fn start(home: &Home, args: &[&str]) -> Proxy {
+        Proxy::start_with(airlock(home.path()), args)
+    }
+
+    pub fn start_with(mut cmd: Command, args: &[&str]) -> Proxy {
+        let mut child = cmd
+            .args(["-v", "proxy", "--listen", "127.0.0.1:0"])
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn airlock proxy");
+        let mut lines = BufReader::new(child.stderr.take().expect("stderr"));
+        let mut first = String::new();
+        lines.read_line(&mut first).expect("read proxy stderr");
+        let addr = first
+            .trim()
+            .strip_prefix("airlock proxy listening on ")
+            .unwrap_or_else(|| panic!("unexpected proxy output: {first:?}"))
+            .parse()
+            .expect("listen address");
+        let stderr = Arc::new(Mutex::new(String::new()));
+        let sink = stderr.clone();
+        std::thread::spawn(move || {
+            for line in lines.lines().map_while(Result::ok) {
+                let mut s = sink.lock().unwrap_or_else(|p| p.into_inner());
+                s.push_str(&line);
+                s.push('\n');
+            }
+        });
+        Proxy {
+            child,
+            addr,
+            stderr,
+        }
+    }
+
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    pub fn log(&self) -> String {
+        self.stderr
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+}
+
+impl Drop for Proxy {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// An HTTP origin on 127.0.0.1 that answers `<name> <METHOD> <path> host=<Host>`
+/// and counts the connections it accepted.
+pub struct Origin {
+    pub addr: SocketAddr,
+    pub hits: Arc<AtomicUsize>,
+}
+
+impl Origin {
+    pub fn start(name: &'static str) -> Origin {
+        Origin::start_on("127.0.0.1:0", name)
+    }
+
+    pub fn start_on(bind: &str, name: &'static str) -> Origin {
+        let listener = TcpListener::bind(bind).expect("bind origin");
+        let addr = listener.local_addr().expect("origin addr");
+        let hits = Arc::new(AtomicUsize::new(0));
+        let counter = hits.clone();
+        std::thread::spawn(move || {
+            for stream in listener.incoming().map_while(Result::ok) {
+                counter.fetch_add(1, Ordering::SeqCst);
+                std::thread::spawn(move || answer(stream, name));
+            }
+        });
+        Origin { addr, hits }
+    }
+
+    pub fn port(&self) -> u16 {
+        self.addr.port()
+    }
+
+    pub fn hits(&self) -> usize {
+        self.hits.load(Ordering::SeqCst)
+    }
+}
+
+fn answer(mut stream: TcpStream, name: &str) {
+    let _ = stream.set_read_timeout(Some(Duration::from_secs(10)));
+    loop {
+        let Some(head) = read_head(&mut stream) else {
+            return;
+        };
+        let request = head.lines().next().unwrap_or("");
+        let mut parts = request.split(' ');
+        let (method, path) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
+        let field = |name: &str| {
+            head.lines().skip(1).find_map(|l| {
+                let (k, v) = l.split_once(':')?;
+                k.eq_ignore_ascii_case(name).then(|| v.trim().to_string())
+            })
+        };
+        let host = field("host").unwrap_or_default();
+        let len: usize = field("content-length")
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0);
+        let mut received = vec![0u8; len.min(1 << 20)];
+        if stream.read_exact(&mut received).is_err() {
+            return;
+        }
+        let mut body = format!("{name} {method} {path} host={host}");
+        if !received.is_empty() {
+            body.push_str(&format!(" body={}", String::from_utf8_lossy(&received)));
+        }
+        let resp = format!(
+            "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nContent-Type: text/plain\r\n\r\n{body}",
+            body.len()
+        );
+        if stream.write_all(resp.as_bytes()).is_err() {
+            return;
+        }
+    }
+}
+
+/// Read an HTTP head (through the blank line); `None` at EOF.
+pub fn read_head(stream: &mut TcpStream) -> Option<String> {
+    let mut head = Vec::new();
+    let mut byte = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        match stream.read(&mut byte) {
+            Ok(1) => head.push(byte[0]),
+            _ => return None,
+        }
+        if head.len() > 1 << 20 {
+            return None;
+        }
+    }
+    Some(String::from_utf8_lossy(&head).into_owned())
+}
+
+/// A TCP listener that records the first bytes of each connection and
+/// keeps connections open until told otherwise.
+pub struct RawOrigin {
+    pub addr: SocketAddr,
+    pub received: Arc<Mutex<Vec<Vec<u8>>>>,
+}
+
+impl RawOrigin {
+    pub fn start() -> RawOrigin {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        let received = Arc::new(Mutex::new(Vec::new()));
+        let sink = received.clone();
+        std::thread::spawn(move || {
+            for stream in listener.incoming().map_while(Result::ok) {
+                let sink = sink.clone();
+                std::thread::spawn(move || {
+                    let mut stream = stream;
+                    let _ = stream.set_read_timeout(Some(Duration::from_secs(5)));
+                    let mut buf = vec![0u8; 65536];
+                    let n = stream.read(&mut buf).unwrap_or(0);
+                    sink.lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .push(buf[..n].to_vec());
+                    // Hold the connection until the peer closes it.
+                    let _ = stream.set_read_timeout(None);
+                    while matches!(stream.read(&mut buf), Ok(n) if n > 0) {}
+                });
+            }
+        });
+        RawOrigin { addr, received }
+    }
+
+    pub fn received(&self) -> Vec<Vec<u8>> {
+        self.received
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+}
+
+/// curl through a proxy; returns (exit code, status code, headers+body).
+pub fn curl(args: &[&str]) -> Out {
+    run(Command::new("curl")
+        .args(["-sS", "--max-time", "20", "--noproxy", "", "-i"])
+        .args(args)
+        .env_remove("http_proxy")
+        .env_remove("https_proxy")
+        .env_remove("HTTP_PROXY")
+        .env_remove("HTTPS_PROXY")
+        .env_remove("ALL_PROXY")
+        .env_remove("all_proxy"))
+}
+
+/// The last status code in curl's `-i` output (CONNECT responses come first).
+pub fn status_of(out: &Out) -> u16 {
+    out.stdout
+        .lines()
+        .filter(|l| l.starts_with("HTTP/"))
+        .filter_map(|l| l.split(' ').nth(1)?.parse().ok())
+        .next_back()
+        .unwrap_or(0)
+}
+
+pub fn header<'a>(out: &'a Out, name: &str) -> Option<&'a str> {
+    out.stdout.lines().find_map(|l| {
+        let (k, v) = l.split_once(':')?;
+        k.eq_ignore_ascii_case(name).then(|| v.trim())
+    })
+}
+
+/// Send raw bytes to the proxy and return what it answers before closing
+/// (or within the timeout).
+pub fn raw_exchange(proxy: SocketAddr, bytes: &[u8]) -> Vec<u8> {
+    let mut s = TcpStream::connect(proxy).expect("connect to proxy");
+    let _ = s.set_read_timeout(Some(Duration::from_secs(5)));
+    let _ = s.write_all(bytes);
+    let mut out = Vec::new();
+    let _ = s.read_to_end(&mut out);
+    out
+}
+
+/// Status code of the first response line in raw bytes.
+pub fn raw_status(bytes: &[u8]) -> u16 {
+    String::from_utf8_lossy(bytes)
+        .lines()
+        .next()
+        .and_then(|l| l.split(' ').nth(1)?.parse().ok())
+        .unwrap_or(0)
+}
+
+/// Read the JSON Lines audit log.
+pub fn audit_events(path: &Path) -> Vec<serde_json::Value> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect()
+}
+
+pub fn is_root() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    unsafe { libc::geteuid() == 0 }
+}
+
+/// Route a non-loopback address into a blackhole, so that a broken build
+/// can never send it a packet. Returns false when that is not possible
+/// (not root, no `ip`): the caller must then skip its test.
+pub fn blackhole(addr: &str) -> bool {
+    if !is_root() {
+        return false;
+    }
+    let out = Command::new("ip")
+        .args(["route", "replace", "blackhole", addr])
+        .output();
+    matches!(out, Ok(o) if o.status.success())
+}
+
+/// Raise this process's open-file limit to its hard limit (children inherit it).
+pub fn raise_fd_limit() -> u64 {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: plain syscalls on a valid, owned struct.
+    unsafe {
+        libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim);
+        lim.rlim_cur = lim.rlim_max;
+        libc::setrlimit(libc::RLIMIT_NOFILE, &lim);
+    }
+    lim.rlim_cur
+}
+
+pub fn open_fds(pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/fd")).map_or(0, |d| d.count())
 }
