@@ -21,7 +21,7 @@ use tokio::sync::Mutex;
 use crate::count::Counted;
 use crate::engine::{Conn, Engine, Protocol};
 use crate::refusal::Refusal;
-use crate::tunnel::{self, Gate, TunnelError};
+use crate::tunnel::{self, Gate, Stream, TunnelError};
 
 type Body = BoxBody<Bytes, hyper::Error>;
 
@@ -38,16 +38,13 @@ struct Upstream {
 
 /// Serve one client connection (any byte stream: a socket, or an
 /// in-memory pipe under the fuzzer).
-pub async fn serve<S>(engine: Arc<Engine>, stream: S, conn: Conn)
-where
-    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
-{
+pub async fn serve<S: Stream>(engine: Arc<Engine>, stream: S, conn: Conn) {
     let cache: Arc<Mutex<Option<Upstream>>> = Arc::new(Mutex::new(None));
     let svc = {
         let conn = conn.clone();
         service_fn(move |req| {
             let (engine, conn, cache) = (engine.clone(), conn.clone(), cache.clone());
-            async move { Ok::<_, Infallible>(handle(engine, conn, cache, req).await) }
+            async move { Ok::<_, Infallible>(handle::<S>(engine, conn, cache, req).await) }
         })
     };
     let result = server::Builder::new()
@@ -65,14 +62,14 @@ where
     }
 }
 
-async fn handle(
+async fn handle<S: Stream>(
     engine: Arc<Engine>,
     conn: Conn,
     cache: Arc<Mutex<Option<Upstream>>>,
     req: Request<Incoming>,
 ) -> Response<Body> {
     if req.method() == Method::CONNECT {
-        connect(engine, conn, req).await
+        connect::<S>(engine, conn, req).await
     } else {
         forward(engine, conn, cache, req).await
     }
@@ -101,7 +98,11 @@ fn too_many_tunnels() -> Response<Body> {
     )
 }
 
-async fn connect(engine: Arc<Engine>, conn: Conn, req: Request<Incoming>) -> Response<Body> {
+async fn connect<S: Stream>(
+    engine: Arc<Engine>,
+    conn: Conn,
+    req: Request<Incoming>,
+) -> Response<Body> {
     let Some(authority) = req.uri().authority().map(|a| a.as_str().to_string()) else {
         let r = Refusal::invalid(&req.uri().to_string(), "CONNECT needs host:port");
         return full(engine.refused(&conn, Protocol::Connect, r, None).response());
@@ -139,13 +140,32 @@ async fn connect(engine: Arc<Engine>, conn: Conn, req: Request<Incoming>) -> Res
             host: target.host.clone(),
             require_tls: target.port == 443,
         };
-        let (totals, err) = tunnel::run(
-            TokioIo::new(upgraded),
-            dialed.stream,
-            Some(gate),
-            engine.idle_timeout(),
-        )
-        .await;
+        // Unwrap hyper's upgrade back to the client socket so the tunnel
+        // can splice; bytes hyper already buffered go upstream first.
+        let idle = engine.idle_timeout();
+        let (totals, err) = match upgraded.downcast::<TokioIo<S>>() {
+            Ok(parts) => {
+                let prefix = parts.read_buf.to_vec();
+                tunnel::run(
+                    parts.io.into_inner(),
+                    prefix,
+                    dialed.stream,
+                    Some(gate),
+                    idle,
+                )
+                .await
+            }
+            Err(upgraded) => {
+                tunnel::run(
+                    TokioIo::new(upgraded),
+                    vec![],
+                    dialed.stream,
+                    Some(gate),
+                    idle,
+                )
+                .await
+            }
+        };
         if let Some(TunnelError::Refused(why)) = &err {
             let r = Refusal::new(Reason::SniMismatch, &target, why.clone())
                 .with_rule(dialed.decision.rule.clone());
@@ -325,7 +345,7 @@ async fn forward(
         let idle = engine.idle_timeout();
         tokio::spawn(async move {
             if let (Ok(c), Ok(u)) = (client_upgrade.await, upstream_upgrade.await) {
-                let _ = tunnel::run(TokioIo::new(c), TokioIo::new(u), None, idle).await;
+                let _ = tunnel::run(TokioIo::new(c), vec![], TokioIo::new(u), None, idle).await;
             }
         });
     }

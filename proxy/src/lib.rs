@@ -14,6 +14,8 @@ mod resolve;
 pub mod serve;
 pub mod sni;
 pub mod socks;
+#[cfg(target_os = "linux")]
+mod splice;
 pub mod tunnel;
 
 pub use approve::{Answer, Approver, DenyApprover, Question};

@@ -56,10 +56,16 @@ pub fn parse(bytes: &[u8]) -> Result<Option<Hello>, PeekError> {
     }
 }
 
-/// Read from the client until its first bytes are classified. Returns the
-/// bytes read, which still have to be sent upstream.
-pub async fn read_hello<R: AsyncRead + Unpin>(r: &mut R) -> Result<(Vec<u8>, Hello), PeekError> {
-    let mut buf = Vec::with_capacity(2048);
+/// Read from the client until its first bytes are classified, starting
+/// with `buf` (bytes already read). Returns all the bytes read, which
+/// still have to be sent upstream.
+pub async fn read_hello<R: AsyncRead + Unpin>(
+    r: &mut R,
+    mut buf: Vec<u8>,
+) -> Result<(Vec<u8>, Hello), PeekError> {
+    if let Some(hello) = parse(&buf)? {
+        return Ok((buf, hello));
+    }
     let mut chunk = [0u8; 4096];
     loop {
         let n = r.read(&mut chunk).await?;

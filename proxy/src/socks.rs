@@ -10,7 +10,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 use crate::engine::{Conn, Engine, Protocol};
 use crate::refusal::Refusal;
-use crate::tunnel::{self, Gate};
+use crate::tunnel::{self, Gate, Stream};
 
 const VERSION: u8 = 5;
 const NO_AUTH: u8 = 0x00;
@@ -117,10 +117,7 @@ async fn handshake<S: AsyncRead + AsyncWrite + Unpin>(
 
 /// Serve one SOCKS5 client (any byte stream: a socket, or an in-memory
 /// pipe under the fuzzer).
-pub async fn serve<S>(engine: Arc<Engine>, mut stream: S, conn: Conn)
-where
-    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
-{
+pub async fn serve<S: Stream>(engine: Arc<Engine>, mut stream: S, conn: Conn) {
     let request = match tokio::time::timeout(HANDSHAKE_TIMEOUT, handshake(&mut stream)).await {
         Ok(Ok(Some(r))) => r,
         Ok(Ok(None)) => return,
@@ -156,7 +153,14 @@ where
         host: target.host.clone(),
         require_tls: target.port == 443,
     };
-    let (totals, err) = tunnel::run(stream, dialed.stream, Some(gate), engine.idle_timeout()).await;
+    let (totals, err) = tunnel::run(
+        stream,
+        vec![],
+        dialed.stream,
+        Some(gate),
+        engine.idle_timeout(),
+    )
+    .await;
     if let Some(tunnel::TunnelError::Refused(why)) = &err {
         engine.refused(
             &conn,

@@ -1,12 +1,14 @@
-//! Copying a tunnel's bytes both ways (SPEC §5.1 limits): reused buffers
-//! that start small (idle tunnels stay cheap) and grow while reads fill
-//! them, half-close passed through, and one idle timeout for the pair.
+//! Copying a tunnel's bytes both ways (SPEC §5.1 limits): splice(2)
+//! between two sockets on Linux, otherwise reused buffers that start small
+//! (idle tunnels stay cheap) and grow while reads fill them; half-close
+//! passed through, and one idle timeout for the pair.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use airlock_policy::Host;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::net::TcpStream;
 
 use crate::sni::{read_hello, Hello, PeekError};
 
@@ -72,7 +74,25 @@ impl Activity {
     }
 }
 
-async fn pump<R, W>(
+/// Read the client's first bytes and check them against the gate; returns
+/// what must go upstream before anything else.
+async fn gate_check<R: AsyncRead + Unpin>(
+    from: &mut R,
+    prefix: Vec<u8>,
+    gate: Option<&Gate>,
+    idle: Duration,
+) -> Result<Vec<u8>, TunnelError> {
+    let Some(gate) = gate else { return Ok(prefix) };
+    let read = read_hello(from, prefix);
+    let (first, hello) = match tokio::time::timeout(idle, read).await {
+        Ok(r) => r?,
+        Err(_) => return Err(TunnelError::Idle(idle)),
+    };
+    check_hello(gate, &hello).map_err(TunnelError::Refused)?;
+    Ok(first)
+}
+
+async fn copy<R, W>(
     mut from: R,
     mut to: W,
     first: &[u8],
@@ -110,43 +130,104 @@ where
     }
 }
 
+#[cfg(target_os = "linux")]
+async fn splice_pump(
+    from: &TcpStream,
+    to: &TcpStream,
+    first: &[u8],
+    activity: &Activity,
+    idle: Duration,
+    count: &mut u64,
+) -> Result<(), TunnelError> {
+    use crate::splice;
+    if !first.is_empty() {
+        splice::write_all(to, first).await?;
+        *count += first.len() as u64;
+    }
+    let pipe = splice::Pipe::new()?;
+    loop {
+        let n = match tokio::time::timeout(idle, splice::fill(from, &pipe)).await {
+            Ok(r) => r?,
+            Err(_) if activity.idle_for() < idle => continue,
+            Err(_) => return Err(TunnelError::Idle(idle)),
+        };
+        if n == 0 {
+            splice::shutdown_write(to);
+            return Ok(());
+        }
+        activity.touch();
+        splice::drain(&pipe, to, n).await?;
+        *count += n as u64;
+    }
+}
+
+/// A byte stream a tunnel can carry; a plain TCP socket says so, so the
+/// tunnel can splice instead of copying.
+pub trait Stream: AsyncRead + AsyncWrite + Unpin + Send + 'static {
+    fn into_tcp(self) -> Result<TcpStream, Self>
+    where
+        Self: Sized,
+    {
+        Err(self)
+    }
+}
+
+impl Stream for TcpStream {
+    fn into_tcp(self) -> Result<TcpStream, Self> {
+        Ok(self)
+    }
+}
+
+impl Stream for tokio::io::DuplexStream {}
+impl Stream for hyper_util::rt::TokioIo<hyper::upgrade::Upgraded> {}
+
+trait Io: AsyncRead + AsyncWrite + Unpin + Send {}
+impl<T: AsyncRead + AsyncWrite + Unpin + Send> Io for T {}
+
+fn boxed<S: Stream>(s: Result<TcpStream, S>) -> Box<dyn Io> {
+    match s {
+        Ok(t) => Box::new(t),
+        Err(s) => Box::new(s),
+    }
+}
+
 /// Copy until both sides have closed, either fails, or the pair is idle.
-/// With a gate, the client's first bytes are checked before any of them go
+/// `prefix` is client data already read; it goes upstream first. With a
+/// gate, the client's first bytes are checked before any of them go
 /// upstream; the upstream's bytes flow from the start, so protocols where
 /// the server speaks first still work.
-pub async fn run<C, U>(
+pub async fn run<C: Stream, U: Stream>(
     client: C,
+    prefix: Vec<u8>,
     upstream: U,
     gate: Option<Gate>,
     idle: Duration,
-) -> (Totals, Option<TunnelError>)
-where
-    C: AsyncRead + AsyncWrite + Unpin,
-    U: AsyncRead + AsyncWrite + Unpin,
-{
-    let (cr, cw) = tokio::io::split(client);
-    let (ur, uw) = tokio::io::split(upstream);
+) -> (Totals, Option<TunnelError>) {
     let activity = Activity {
         start: Instant::now(),
         last_ms: AtomicU64::new(0),
     };
     let mut totals = Totals::default();
     let (up, down) = (&mut totals.up, &mut totals.down);
-    let upward = async {
-        let mut cr = cr;
-        let first = match &gate {
-            None => vec![],
-            Some(gate) => {
-                let (first, hello) = match tokio::time::timeout(idle, read_hello(&mut cr)).await {
-                    Ok(r) => r?,
-                    Err(_) => return Err(TunnelError::Idle(idle)),
-                };
-                check_hello(gate, &hello).map_err(TunnelError::Refused)?;
-                first
-            }
-        };
-        pump(cr, uw, &first, &activity, idle, up).await
+    let result = match (client.into_tcp(), upstream.into_tcp()) {
+        #[cfg(target_os = "linux")]
+        (Ok(c), Ok(u)) => {
+            let upward = async {
+                let first =
+                    gate_check(&mut crate::splice::Reader(&c), prefix, gate.as_ref(), idle).await?;
+                splice_pump(&c, &u, &first, &activity, idle, up).await
+            };
+            tokio::try_join!(upward, splice_pump(&u, &c, &[], &activity, idle, down))
+        }
+        (c, u) => {
+            let (mut cr, cw) = tokio::io::split(boxed(c));
+            let (ur, uw) = tokio::io::split(boxed(u));
+            let upward = async {
+                let first = gate_check(&mut cr, prefix, gate.as_ref(), idle).await?;
+                copy(cr, uw, &first, &activity, idle, up).await
+            };
+            tokio::try_join!(upward, copy(ur, cw, &[], &activity, idle, down))
+        }
     };
-    let result = tokio::try_join!(upward, pump(ur, cw, &[], &activity, idle, down));
     (totals, result.err())
 }

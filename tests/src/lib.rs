@@ -16,12 +16,15 @@ pub fn airlock_bin() -> PathBuf {
         return PathBuf::from(p);
     }
     let exe = std::env::current_exe().expect("test executable path");
-    // target/<profile>/deps/<test> -> target/<profile>/airlock
-    let bin = exe
-        .parent()
-        .and_then(|deps| deps.parent())
-        .map(|dir| dir.join("airlock"))
-        .expect("target directory");
+    // target/<profile>/deps/<test> or target/<profile>/<bench> -> target/<profile>/airlock
+    let dir = exe.parent().expect("target directory");
+    let bin = [
+        dir.join("airlock"),
+        dir.parent().map(|d| d.join("airlock")).unwrap_or_default(),
+    ]
+    .into_iter()
+    .find(|p| p.exists())
+    .unwrap_or_else(|| dir.join("airlock"));
     assert!(
         bin.exists(),
         "{} is missing: run `cargo build --workspace` before the tests",

@@ -1,0 +1,137 @@
+//! Zero-copy tunnel pumping on Linux: socket → pipe → socket with
+//! splice(2), so bulk transfers never pass through user space.
+
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::pin::Pin;
+use std::task::{ready, Context, Poll};
+
+use tokio::io::{AsyncRead, Interest, ReadBuf};
+use tokio::net::TcpStream;
+
+/// Bytes moved per splice call; the pipe is resized towards this.
+pub const CHUNK: usize = 1 << 20;
+
+pub struct Pipe {
+    read: OwnedFd,
+    write: OwnedFd,
+}
+
+impl Pipe {
+    pub fn new() -> io::Result<Pipe> {
+        let mut fds = [0; 2];
+        // SAFETY: pipe2 fills the array with two new descriptors on success.
+        if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_NONBLOCK | libc::O_CLOEXEC) } != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: both descriptors were just created and are owned here alone.
+        let pipe = unsafe {
+            Pipe {
+                read: OwnedFd::from_raw_fd(fds[0]),
+                write: OwnedFd::from_raw_fd(fds[1]),
+            }
+        };
+        // A bigger pipe means fewer wake-ups; the kernel may cap it, which is fine.
+        // SAFETY: F_SETPIPE_SZ on a pipe we own.
+        unsafe {
+            libc::fcntl(
+                pipe.write.as_raw_fd(),
+                libc::F_SETPIPE_SZ,
+                CHUNK as libc::c_int,
+            )
+        };
+        Ok(pipe)
+    }
+}
+
+fn splice(from: i32, to: i32, len: usize) -> io::Result<usize> {
+    // SAFETY: both are open descriptors; null offsets mean "current position".
+    let n = unsafe {
+        libc::splice(
+            from,
+            std::ptr::null_mut(),
+            to,
+            std::ptr::null_mut(),
+            len,
+            libc::SPLICE_F_MOVE | libc::SPLICE_F_NONBLOCK,
+        )
+    };
+    if n < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(n as usize)
+    }
+}
+
+/// Move what the socket has into the (empty) pipe. `Ok(0)` is EOF. The
+/// pipe is always drained before this is called, so EAGAIN can only mean
+/// the socket has nothing, and the readiness bookkeeping stays right.
+pub async fn fill(from: &TcpStream, pipe: &Pipe) -> io::Result<usize> {
+    loop {
+        from.readable().await?;
+        match from.try_io(Interest::READABLE, || {
+            splice(from.as_raw_fd(), pipe.write.as_raw_fd(), CHUNK)
+        }) {
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+            r => return r,
+        }
+    }
+}
+
+/// Move `len` bytes from the pipe to the socket.
+pub async fn drain(pipe: &Pipe, to: &TcpStream, mut len: usize) -> io::Result<()> {
+    while len > 0 {
+        to.writable().await?;
+        match to.try_io(Interest::WRITABLE, || {
+            splice(pipe.read.as_raw_fd(), to.as_raw_fd(), len)
+        }) {
+            Ok(n) => len -= n,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+/// Write all of `data` to a socket shared by reference.
+pub async fn write_all(to: &TcpStream, mut data: &[u8]) -> io::Result<()> {
+    while !data.is_empty() {
+        to.writable().await?;
+        match to.try_write(data) {
+            Ok(n) => data = &data[n..],
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+/// Pass a half-close on: no more data will be written.
+pub fn shutdown_write(s: &TcpStream) {
+    // SAFETY: shutdown(2) on an open socket we hold a reference to.
+    unsafe { libc::shutdown(s.as_raw_fd(), libc::SHUT_WR) };
+}
+
+/// `AsyncRead` over a socket shared by reference, so the ClientHello peek
+/// can read while the other direction splices.
+pub struct Reader<'a>(pub &'a TcpStream);
+
+impl AsyncRead for Reader<'_> {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        loop {
+            ready!(self.0.poll_read_ready(cx))?;
+            match self.0.try_read(buf.initialize_unfilled()) {
+                Ok(n) => {
+                    buf.advance(n);
+                    return Poll::Ready(Ok(()));
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+                Err(e) => return Poll::Ready(Err(e)),
+            }
+        }
+    }
+}
