@@ -10,9 +10,16 @@ macro_rules! say {
 }
 
 mod cli;
+mod doctor;
+mod env;
+#[cfg(target_os = "linux")]
+mod linux;
+mod plan;
 mod policy_cmd;
 mod probe;
 mod proxy_cmd;
+mod report;
+mod run_cmd;
 mod sources;
 
 use std::process::ExitCode;
@@ -47,6 +54,23 @@ fn not_yet(what: &str) -> ExitCode {
 }
 
 fn main() -> ExitCode {
+    // The sandbox helper is this binary re-executed: it must stay
+    // single-threaded, so it branches off before anything else starts.
+    #[cfg(target_os = "linux")]
+    {
+        let args: Vec<String> = std::env::args().collect();
+        if args.get(1).map(String::as_str) == Some(linux::HELPER_ARG) {
+            let fd = args.get(2).and_then(|a| a.parse().ok());
+            let parent = args.get(3).and_then(|a| a.parse().ok());
+            match (fd, parent) {
+                (Some(fd), Some(parent)) => linux::helper::main(fd, parent),
+                _ => {
+                    eprintln!("airlock: {} is internal", linux::HELPER_ARG);
+                    return ExitCode::from(EXIT_AIRLOCK);
+                }
+            }
+        }
+    }
     let cli = Cli::parse();
     init_tracing(cli.verbose);
     let result = match &cli.command {
@@ -55,12 +79,14 @@ fn main() -> ExitCode {
             policy_cmd::explain(policy, target)
         }
         Command::Policy(PolicyCommand::Presets) => policy_cmd::presets(),
-        Command::Policy(PolicyCommand::Profile { .. }) => return not_yet("airlock policy profile"),
-        Command::Run(_) => return not_yet("airlock run"),
+        Command::Policy(PolicyCommand::Profile { policy, target }) => {
+            policy_cmd::profile(policy, target)
+        }
+        Command::Run(args) => run_cmd::run(args),
         Command::Proxy(args) => proxy_cmd::run(args),
         Command::Approve { .. } => return not_yet("airlock approve"),
         Command::Ca { .. } => return not_yet("airlock ca"),
-        Command::Doctor { .. } => return not_yet("airlock doctor"),
+        Command::Doctor { json } => doctor::run(*json),
     };
     match result {
         Ok(code) => code,

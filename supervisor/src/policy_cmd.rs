@@ -141,3 +141,103 @@ pub fn presets() -> Result<ExitCode> {
     }
     Ok(ExitCode::SUCCESS)
 }
+
+/// `airlock policy profile --target linux|macos`.
+pub fn profile(args: &PolicyArgs, target: &str) -> Result<ExitCode> {
+    let (policy, workspace) = build_policy(args)?;
+    let home = std::env::var_os("HOME")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("/"));
+    let net = crate::plan::net_mode(&policy, None).map_err(anyhow::Error::msg)?;
+    let argv = vec!["<command>".to_string()];
+    let plan = crate::plan::build(
+        &policy,
+        &crate::plan::Options {
+            argv: &argv,
+            workspace: &workspace,
+            home: &home,
+            extra_write: &[],
+            read_only: false,
+            net,
+            allow_degraded: false,
+            host_env: std::env::vars().collect(),
+        },
+    );
+    match target {
+        "linux" => {
+            say!(
+                "# airlock sandbox profile for Linux (workspace {})",
+                workspace.display()
+            );
+            say!(
+                "namespaces: user (uid/gid mapped), mount, pid, ipc{}",
+                if net == crate::plan::Net::Host {
+                    ""
+                } else {
+                    ", net"
+                }
+            );
+            say!(
+                "network: {:?}{}",
+                net,
+                if net == crate::plan::Net::Proxy {
+                    format!(
+                        " (proxy on 127.0.0.1:{} inside)",
+                        crate::plan::SANDBOX_PROXY_PORT
+                    )
+                } else {
+                    String::new()
+                }
+            );
+            say!("\n[mounts]");
+            say!("proc      /proc (fresh, this PID namespace)");
+            say!("tmpfs     /tmp (private)");
+            for p in &plan.tmp_binds {
+                say!(
+                    "bind      {} (writable root under /tmp, bound back)",
+                    p.display()
+                );
+            }
+            say!("tmpfs     /run, /var/run, /dev/shm");
+            say!("tmpfs     /dev with null zero full random urandom tty, devpts /dev/pts");
+            for p in &plan.deny_read {
+                say!(
+                    "hide      {} (tmpfs over a directory, /dev/null over a file)",
+                    p.display()
+                );
+            }
+            for p in &plan.deny_write {
+                say!("readonly  {} (bind, if it exists)", p.display());
+            }
+            say!("\n[landlock]");
+            #[cfg(target_os = "linux")]
+            let abi = crate::linux::landlock::kernel_abi();
+            #[cfg(not(target_os = "linux"))]
+            let abi = 6;
+            #[cfg(target_os = "linux")]
+            for l in crate::linux::landlock::describe(&plan.read, &plan.write, abi) {
+                say!("{l}");
+            }
+            #[cfg(not(target_os = "linux"))]
+            {
+                let _ = abi;
+                for p in &plan.read {
+                    say!("read    {}", p.display());
+                }
+                for p in &plan.write {
+                    say!("write   {}", p.display());
+                }
+            }
+            say!("write   /tmp (private), /dev (minimal)");
+            say!("\n[seccomp]");
+            #[cfg(target_os = "linux")]
+            for l in crate::linux::seccomp::describe() {
+                say!("{l}");
+            }
+            say!("\n[capabilities]\nall dropped (bounding, ambient, effective, permitted, inheritable); no_new_privs");
+            Ok(ExitCode::SUCCESS)
+        }
+        "macos" => anyhow::bail!("--target macos is not implemented yet in this build"),
+        other => anyhow::bail!("--target {other}: expected linux or macos"),
+    }
+}

@@ -1,0 +1,199 @@
+//! `airlock doctor`: what this machine supports and which tier `run` will
+//! use, found by probing, not by trusting sysctls alone.
+
+use std::process::ExitCode;
+
+use anyhow::Result;
+use serde::Serialize;
+
+#[derive(Serialize)]
+pub struct Findings {
+    pub kernel: String,
+    pub landlock_abi: i32,
+    pub seccomp: bool,
+    pub user_namespaces: Result<(), String>,
+    pub apparmor_restricts_userns: bool,
+    pub wsl: Option<u8>,
+    pub approvals: String,
+    pub tier: String,
+    pub fix: Option<String>,
+}
+
+fn read(path: &str) -> Option<String> {
+    std::fs::read_to_string(path)
+        .ok()
+        .map(|s| s.trim().to_string())
+}
+
+/// `Some(1)` or `Some(2)` under WSL.
+pub fn wsl_version() -> Option<u8> {
+    let release = read("/proc/sys/kernel/osrelease")?.to_lowercase();
+    if !release.contains("microsoft") {
+        return None;
+    }
+    // WSL2 kernels are "...-microsoft-standard-WSL2"; WSL1 reports the Windows build.
+    Some(
+        if release.contains("wsl2") || release.contains("standard") {
+            2
+        } else {
+            1
+        },
+    )
+}
+
+pub fn is_wsl1() -> bool {
+    wsl_version() == Some(1)
+}
+
+/// Try for real: a child that creates the namespaces `run` needs.
+#[cfg(target_os = "linux")]
+fn probe_userns() -> Result<(), String> {
+    use nix::sched::{unshare, CloneFlags};
+    use nix::sys::wait::{waitpid, WaitStatus};
+    use nix::unistd::{fork, ForkResult};
+    // SAFETY: doctor is single-threaded here; the child only unshares and exits.
+    match unsafe { fork() } {
+        Ok(ForkResult::Child) => {
+            let flags = CloneFlags::CLONE_NEWUSER
+                | CloneFlags::CLONE_NEWNS
+                | CloneFlags::CLONE_NEWPID
+                | CloneFlags::CLONE_NEWNET
+                | CloneFlags::CLONE_NEWIPC;
+            let code = match unshare(flags) {
+                Ok(()) => 0,
+                Err(e) => e as i32,
+            };
+            // SAFETY: leave the forked child at once.
+            unsafe { libc::_exit(code) }
+        }
+        Ok(ForkResult::Parent { child }) => match waitpid(child, None) {
+            Ok(WaitStatus::Exited(_, 0)) => Ok(()),
+            Ok(WaitStatus::Exited(_, errno)) => {
+                Err(crate::linux::explain_unshare(nix::errno::Errno::from_raw(errno)).to_string())
+            }
+            other => Err(format!("probe ended unexpectedly: {other:?}")),
+        },
+        Err(e) => Err(format!("cannot fork the probe: {e}")),
+    }
+}
+
+#[cfg(target_os = "linux")]
+pub fn findings() -> Findings {
+    let landlock_abi = crate::linux::landlock::kernel_abi();
+    let user_namespaces = probe_userns();
+    let wsl = wsl_version();
+    let seccomp = read("/proc/self/status").is_some_and(|s| s.contains("Seccomp:"));
+    let (tier, fix) = if wsl == Some(1) {
+        (
+            "none".to_string(),
+            Some("WSL1 is not supported: convert the distribution to WSL2".to_string()),
+        )
+    } else if let Err(e) = &user_namespaces {
+        (
+            "none".to_string(),
+            Some(format!("{e} (the degraded tier is not built yet)")),
+        )
+    } else if landlock_abi < 1 {
+        (
+            "none".to_string(),
+            Some("enable Landlock (lsm=landlock,... on the kernel command line), or run with --allow-degraded".to_string()),
+        )
+    } else if !seccomp {
+        (
+            "none".to_string(),
+            Some("this kernel lacks seccomp".to_string()),
+        )
+    } else {
+        ("linux-namespaces (full)".to_string(), None)
+    };
+    let (managed, _) = crate::sources::managed_policy_path();
+    let approvals = match crate::sources::load_file(&managed, airlock_policy::Layer::Managed, false)
+    {
+        Ok(Some(m))
+            if m.unknown
+                .as_ref()
+                .is_some_and(|u| u.value == airlock_policy::Unknown::Deny) =>
+        {
+            format!("off: {} sets network.unknown = \"deny\"", managed.display())
+        }
+        Ok(Some(m)) if m.user_allow.as_ref().is_some_and(|u| !u.value) => {
+            format!(
+                "on, but only the managed allow list counts ({} sets user_allow = false)",
+                managed.display()
+            )
+        }
+        Err(_) => format!("unknown: {} does not parse", managed.display()),
+        _ => "on (unknown hosts are escalated)".to_string(),
+    };
+    Findings {
+        kernel: read("/proc/sys/kernel/osrelease").unwrap_or_default(),
+        landlock_abi,
+        seccomp,
+        user_namespaces,
+        apparmor_restricts_userns: read("/proc/sys/kernel/apparmor_restrict_unprivileged_userns")
+            .as_deref()
+            == Some("1"),
+        wsl,
+        approvals,
+        tier,
+        fix,
+    }
+}
+
+#[cfg(not(target_os = "linux"))]
+pub fn findings() -> Findings {
+    Findings {
+        kernel: std::env::consts::OS.to_string(),
+        landlock_abi: 0,
+        seccomp: false,
+        user_namespaces: Err("not Linux".into()),
+        apparmor_restricts_userns: false,
+        wsl: None,
+        approvals: "on".into(),
+        tier: "none".into(),
+        fix: Some("airlock run is not built for this platform yet".into()),
+    }
+}
+
+pub fn run(json: bool) -> Result<ExitCode> {
+    let f = findings();
+    if json {
+        say!("{}", serde_json::to_string_pretty(&f)?);
+    } else {
+        say!("kernel:            {}", f.kernel);
+        say!(
+            "landlock ABI:      {}",
+            if f.landlock_abi > 0 {
+                f.landlock_abi.to_string()
+            } else {
+                "unavailable".into()
+            }
+        );
+        say!(
+            "seccomp:           {}",
+            if f.seccomp { "yes" } else { "no" }
+        );
+        match &f.user_namespaces {
+            Ok(()) => say!("user namespaces:   yes (probed)"),
+            Err(e) => say!("user namespaces:   no: {e}"),
+        }
+        say!(
+            "apparmor userns restriction: {}",
+            if f.apparmor_restricts_userns {
+                "on"
+            } else {
+                "off"
+            }
+        );
+        say!(
+            "wsl:               {}",
+            f.wsl.map_or("no".to_string(), |v| format!("WSL{v}"))
+        );
+        say!("approvals:         {}", f.approvals);
+        say!("tier for `run`:    {}", f.tier);
+        if let Some(fix) = &f.fix {
+            say!("fix:               {fix}");
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}

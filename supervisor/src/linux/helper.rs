@@ -1,0 +1,124 @@
+//! The sandbox helper: a fresh, single-threaded exec of the airlock binary
+//! (never a fork of the multi-threaded supervisor). It builds the sandbox
+//! in the order of SPEC §4.1, in one readable sequence, then waits for PID 1.
+
+use std::io::{Read, Write};
+use std::os::fd::{AsFd, FromRawFd, RawFd};
+use std::os::unix::net::UnixStream;
+
+use anyhow::{Context, Result};
+use nix::sched::{unshare, CloneFlags};
+use nix::sys::wait::{waitpid, WaitStatus};
+use nix::unistd::{fork, getgid, getuid, ForkResult};
+
+use super::{caps, init, landlock, mounts, netns, seccomp};
+use crate::plan::{Net, Plan, SANDBOX_PROXY_PORT};
+
+/// Entry point of `airlock __sandbox-helper <fd>`; never returns.
+pub fn main(fd: RawFd, supervisor: libc::pid_t) -> ! {
+    // SAFETY: the supervisor passed us this end of its socketpair.
+    let mut channel = unsafe { UnixStream::from_raw_fd(fd) };
+    let code = match build_and_run(&mut channel, supervisor) {
+        Ok(code) => code,
+        Err(e) => {
+            let _ = writeln!(channel, "error: {e:#}");
+            125
+        }
+    };
+    std::process::exit(code)
+}
+
+fn read_plan(channel: &mut UnixStream) -> Result<Plan> {
+    let mut len = [0u8; 4];
+    channel
+        .read_exact(&mut len)
+        .context("reading the sandbox plan")?;
+    let mut buf = vec![0u8; u32::from_be_bytes(len) as usize];
+    channel
+        .read_exact(&mut buf)
+        .context("reading the sandbox plan")?;
+    serde_json::from_slice(&buf).context("decoding the sandbox plan")
+}
+
+fn write_id_maps(uid: u32, gid: u32) -> Result<()> {
+    let write = |file: &str, text: String| {
+        std::fs::write(format!("/proc/self/{file}"), text)
+            .with_context(|| format!("writing /proc/self/{file}"))
+    };
+    write("setgroups", "deny".into())?;
+    write("uid_map", format!("{uid} {uid} 1\n"))?;
+    write("gid_map", format!("{gid} {gid} 1\n"))
+}
+
+fn build_and_run(channel: &mut UnixStream, supervisor: libc::pid_t) -> Result<i32> {
+    caps::die_with_parent(supervisor)?;
+    let plan = read_plan(channel)?;
+    let (uid, gid) = (getuid().as_raw(), getgid().as_raw());
+
+    // 1. Namespaces: user (our ids mapped), mount, PID, IPC, and network
+    //    unless the user asked for the host's.
+    let mut flags = CloneFlags::CLONE_NEWUSER
+        | CloneFlags::CLONE_NEWNS
+        | CloneFlags::CLONE_NEWPID
+        | CloneFlags::CLONE_NEWIPC;
+    if plan.net != Net::Host {
+        flags |= CloneFlags::CLONE_NEWNET;
+    }
+    unshare(flags).map_err(super::explain_unshare)?;
+    write_id_maps(uid, gid)?;
+
+    // 2. Network: loopback up; the proxy listener goes to the supervisor.
+    if plan.net != Net::Host {
+        netns::loopback_up()?;
+    }
+    if plan.net == Net::Proxy {
+        let listener = netns::bind_proxy_listener(SANDBOX_PROXY_PORT)?;
+        netns::send_fd(channel, listener.as_fd())?;
+    }
+
+    // SAFETY: the helper is single-threaded.
+    match unsafe { fork() }.context("starting the sandbox's init")? {
+        ForkResult::Child => {
+            let code = match pid1(&plan, channel) {
+                Ok(code) => code,
+                Err(e) => {
+                    let _ = writeln!(channel, "error: {e:#}");
+                    125
+                }
+            };
+            std::process::exit(code)
+        }
+        ForkResult::Parent { child } => loop {
+            match waitpid(child, None) {
+                Ok(WaitStatus::Exited(_, code)) => return Ok(code),
+                Ok(WaitStatus::Signaled(_, sig, _)) => return Ok(128 + sig as i32),
+                Ok(_) => continue,
+                Err(nix::errno::Errno::EINTR) => continue,
+                Err(e) => return Err(e).context("waiting for the sandbox's init"),
+            }
+        },
+    }
+}
+
+/// Steps 3 to 7, as PID 1 of the new PID namespace.
+fn pid1(plan: &Plan, channel: &mut UnixStream) -> Result<i32> {
+    // Our parent (the helper) lives outside this PID namespace: it is pid 0 here.
+    caps::die_with_parent(0)?;
+    // 3. Mounts.
+    mounts::setup(plan)?;
+    // 4. Lock down.
+    caps::drop_all()?;
+    caps::no_new_privs()?;
+    // 5. Landlock.
+    landlock::restrict(&plan.read, &plan.write, plan.allow_degraded)?;
+    // 6. seccomp.
+    seccomp::install()?;
+    // 7. Init: the command must not inherit the channel.
+    let flags = nix::fcntl::fcntl(channel.as_fd(), nix::fcntl::FcntlArg::F_GETFD)
+        .context("channel flags")?;
+    let mut fdflags = nix::fcntl::FdFlag::from_bits_truncate(flags);
+    fdflags.insert(nix::fcntl::FdFlag::FD_CLOEXEC);
+    nix::fcntl::fcntl(channel.as_fd(), nix::fcntl::FcntlArg::F_SETFD(fdflags))
+        .context("channel flags")?;
+    init::run(plan, channel)
+}

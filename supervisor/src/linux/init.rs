@@ -1,0 +1,123 @@
+//! PID 1 of the sandbox (SPEC §4.1 step 7): start the command, forward
+//! signals to it, reap every zombie, and when the command exits, kill what
+//! is left and exit with its status.
+
+use std::ffi::CString;
+use std::io::Write;
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result};
+use nix::sys::signal::{kill, sigprocmask, SigSet, SigmaskHow, Signal};
+use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
+use nix::unistd::{fork, ForkResult, Pid};
+
+use crate::plan::Plan;
+
+const FORWARDED: &[Signal] = &[
+    Signal::SIGINT,
+    Signal::SIGTERM,
+    Signal::SIGHUP,
+    Signal::SIGQUIT,
+    Signal::SIGWINCH,
+];
+
+/// The program to exec: a path, or a name looked up in the sandbox's PATH.
+fn find_program(name: &str, env_path: Option<&str>) -> Option<PathBuf> {
+    if name.contains('/') {
+        return Some(PathBuf::from(name));
+    }
+    env_path
+        .unwrap_or("/usr/local/bin:/usr/bin:/bin")
+        .split(':')
+        .filter(|d| !d.is_empty())
+        .map(|d| Path::new(d).join(name))
+        .find(|p| {
+            std::fs::metadata(p).is_ok_and(|m| {
+                m.is_file()
+                    && std::os::unix::fs::PermissionsExt::mode(&m.permissions()) & 0o111 != 0
+            })
+        })
+}
+
+fn cstrings(items: impl IntoIterator<Item = String>) -> Result<Vec<CString>> {
+    items
+        .into_iter()
+        .map(|s| CString::new(s).context("an argument or variable contains a NUL byte"))
+        .collect()
+}
+
+/// In the command's process: take the terminal, restore signals, exec.
+fn exec_command(plan: &Plan, channel: &mut UnixStream) -> ! {
+    let err = (|| -> Result<()> {
+        sigprocmask(SigmaskHow::SIG_SETMASK, Some(&SigSet::empty()), None)
+            .context("restoring the signal mask")?;
+        // SAFETY: isatty, setpgid, tcsetpgrp and signal on our own process.
+        unsafe {
+            if libc::isatty(0) == 1 {
+                // Become the terminal's foreground job, as a shell would.
+                libc::setpgid(0, 0);
+                libc::signal(libc::SIGTTOU, libc::SIG_IGN);
+                libc::tcsetpgrp(0, libc::getpid());
+                libc::signal(libc::SIGTTOU, libc::SIG_DFL);
+            }
+        }
+        std::env::set_current_dir(&plan.cwd)
+            .with_context(|| format!("cannot enter {}", plan.cwd.display()))?;
+        let name = plan.argv.first().context("no command given")?;
+        let prog = find_program(name, plan.env.get("PATH").map(String::as_str))
+            .with_context(|| format!("command not found: {name}"))?;
+        let path = CString::new(prog.as_os_str().as_encoded_bytes()).context("program path")?;
+        let argv = cstrings(plan.argv.iter().cloned())?;
+        let envp = cstrings(plan.env.iter().map(|(k, v)| format!("{k}={v}")))?;
+        let e = nix::unistd::execve(&path, &argv, &envp).unwrap_err();
+        Err(anyhow::Error::new(e).context(format!("cannot run {}", prog.display())))
+    })()
+    .unwrap_err();
+    let _ = writeln!(channel, "exec-error: {err:#}");
+    // SAFETY: leaving the forked child without running destructors.
+    unsafe { libc::_exit(127) }
+}
+
+fn exit_code(status: WaitStatus) -> Option<i32> {
+    match status {
+        WaitStatus::Exited(_, code) => Some(code),
+        WaitStatus::Signaled(_, sig, _) => Some(128 + sig as i32),
+        _ => None,
+    }
+}
+
+/// Runs as PID 1; never returns.
+pub fn run(plan: &Plan, channel: &mut UnixStream) -> Result<i32> {
+    let mut mask = SigSet::empty();
+    mask.add(Signal::SIGCHLD);
+    for s in FORWARDED {
+        mask.add(*s);
+    }
+    sigprocmask(SigmaskHow::SIG_BLOCK, Some(&mask), None).context("blocking signals in init")?;
+    // SAFETY: init is single-threaded; the child only execs or _exits.
+    let command = match unsafe { fork() }.context("starting the command")? {
+        ForkResult::Child => exec_command(plan, channel),
+        ForkResult::Parent { child } => child,
+    };
+    loop {
+        let sig = mask.wait().context("waiting for signals")?;
+        if sig != Signal::SIGCHLD {
+            let _ = kill(command, sig);
+            continue;
+        }
+        loop {
+            match waitpid(Pid::from_raw(-1), Some(WaitPidFlag::WNOHANG)) {
+                Ok(WaitStatus::StillAlive) | Err(_) => break,
+                Ok(status) if status.pid() == Some(command) => {
+                    let code = exit_code(status).unwrap_or(125);
+                    // Nothing started inside outlives the command.
+                    let _ = kill(Pid::from_raw(-1), Signal::SIGKILL);
+                    while waitpid(Pid::from_raw(-1), None).is_ok() {}
+                    return Ok(code);
+                }
+                Ok(_) => {}
+            }
+        }
+    }
+}

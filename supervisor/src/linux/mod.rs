@@ -1,0 +1,126 @@
+//! The Linux backend (SPEC §4.1): a re-executed helper builds the sandbox;
+//! the supervisor hands it a plan and gets back the proxy listener.
+
+pub mod attribution;
+pub mod caps;
+pub mod helper;
+pub mod init;
+pub mod landlock;
+pub mod mounts;
+pub mod netns;
+pub mod seccomp;
+
+use std::io::{BufRead, BufReader, Write};
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::unix::net::UnixStream;
+use std::process::{Child, Command, Stdio};
+
+use anyhow::{Context, Result};
+
+use crate::plan::{Net, Plan};
+
+pub const HELPER_ARG: &str = "__sandbox-helper";
+
+/// Turn unshare's errno into what to do about it.
+pub fn explain_unshare(e: nix::errno::Errno) -> anyhow::Error {
+    let why = match e {
+        nix::errno::Errno::EPERM | nix::errno::Errno::EACCES => {
+            if std::fs::read_to_string("/proc/sys/kernel/apparmor_restrict_unprivileged_userns").is_ok_and(|s| s.trim() == "1") {
+                "AppArmor forbids unprivileged user namespaces (kernel.apparmor_restrict_unprivileged_userns=1); \
+                 install supervisor/apparmor/airlock (see README) or run `sudo sysctl kernel.apparmor_restrict_unprivileged_userns=0`"
+            } else {
+                "user namespaces are not permitted here (a container without them, or kernel.unprivileged_userns_clone=0)"
+            }
+        }
+        nix::errno::Errno::ENOSPC => "user.max_user_namespaces is 0 or exhausted; raise it with `sudo sysctl user.max_user_namespaces=15000`",
+        nix::errno::Errno::EINVAL => "this kernel lacks a namespace type airlock needs (user, mount, pid, ipc or net)",
+        _ => "the kernel refused to create the sandbox's namespaces",
+    };
+    anyhow::anyhow!("cannot create namespaces ({e}): {why}")
+}
+
+/// A started sandbox: the helper process, the proxy listener (for
+/// `--network proxy`), and the helper's error channel.
+pub struct Sandbox {
+    pub child: Child,
+    pub listener: Option<OwnedFd>,
+    channel: UnixStream,
+}
+
+impl Sandbox {
+    /// Start the helper. Call from the main thread: the helper's
+    /// parent-death signal follows the thread that spawned it.
+    pub fn start(plan: &Plan) -> Result<Sandbox> {
+        let (ours, theirs) = UnixStream::pair().context("creating the sandbox channel")?;
+        // The helper must inherit its end; nothing else is spawned meanwhile.
+        let fd = theirs.as_raw_fd();
+        nix::fcntl::fcntl(
+            &theirs,
+            nix::fcntl::FcntlArg::F_SETFD(nix::fcntl::FdFlag::empty()),
+        )
+        .context("sandbox channel")?;
+        let exe = std::env::current_exe().context("finding the airlock binary")?;
+        let child = Command::new(exe)
+            .arg(HELPER_ARG)
+            .arg(fd.to_string())
+            .arg(std::process::id().to_string())
+            .env_clear()
+            .stdin(Stdio::inherit())
+            .stdout(Stdio::inherit())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .context("starting the sandbox helper")?;
+        drop(theirs);
+        let mut channel = ours;
+        let body = serde_json::to_vec(plan).context("encoding the sandbox plan")?;
+        channel
+            .write_all(&(body.len() as u32).to_be_bytes())
+            .and_then(|_| channel.write_all(&body))
+            .context("sending the sandbox plan")?;
+        let listener = if plan.net == Net::Proxy {
+            match netns::recv_fd(&channel)? {
+                (_, Some(fd)) => Some(fd),
+                (first, None) => {
+                    // The helper failed before it could bind: it wrote why.
+                    let mut text = vec![first];
+                    let _ = std::io::Read::read_to_end(&mut &channel, &mut text);
+                    let msg = String::from_utf8_lossy(&text);
+                    let msg = msg
+                        .lines()
+                        .next()
+                        .unwrap_or("")
+                        .trim_start_matches("error: ");
+                    anyhow::bail!("{msg}");
+                }
+            }
+        } else {
+            None
+        };
+        Ok(Sandbox {
+            child,
+            listener,
+            channel,
+        })
+    }
+
+    /// Split off the channel, for reading messages after the helper is waited on.
+    pub fn into_parts(self) -> (Child, Option<OwnedFd>, Channel) {
+        (self.child, self.listener, Channel(self.channel))
+    }
+}
+
+pub struct Channel(UnixStream);
+
+impl Channel {
+    pub fn messages(&self) -> Vec<String> {
+        read_messages(&self.0)
+    }
+}
+
+fn read_messages(channel: &UnixStream) -> Vec<String> {
+    let _ = channel.set_nonblocking(true);
+    BufReader::new(channel)
+        .lines()
+        .map_while(Result::ok)
+        .collect()
+}

@@ -1,0 +1,190 @@
+//! The sandbox's view of the filesystem (SPEC §4.1 step 3): the host's
+//! tree, with a fresh /proc, a private /tmp (writable roots under it bound
+//! back), tmpfs over /run, /var/run and /dev/shm, a minimal /dev, secrets
+//! hidden and protected paths read-only.
+
+use std::fs;
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::unix::fs::symlink;
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result};
+use nix::fcntl::{open, OFlag};
+use nix::mount::{mount, MsFlags};
+use nix::sys::stat::Mode;
+use nix::sys::statvfs::{statvfs, FsFlags};
+
+use crate::plan::Plan;
+
+/// Device nodes the sandbox gets from the host.
+const DEVICES: &[&str] = &["null", "zero", "full", "random", "urandom", "tty"];
+
+fn do_mount(
+    src: Option<&Path>,
+    target: &Path,
+    fstype: Option<&str>,
+    flags: MsFlags,
+    data: Option<&str>,
+) -> Result<()> {
+    mount(src, target, fstype, flags, data).with_context(|| {
+        format!(
+            "mount {} on {} ({})",
+            src.map_or_else(
+                || fstype.unwrap_or("-").to_string(),
+                |s| s.display().to_string()
+            ),
+            target.display(),
+            fstype.unwrap_or("bind")
+        )
+    })
+}
+
+fn tmpfs(target: &Path, mode: &str, extra: MsFlags) -> Result<()> {
+    do_mount(
+        Some(Path::new("tmpfs")),
+        target,
+        Some("tmpfs"),
+        MsFlags::MS_NOSUID | MsFlags::MS_NODEV | extra,
+        Some(mode),
+    )
+}
+
+/// An `O_PATH` handle, to reach a path after something is mounted over it.
+fn handle(p: &Path) -> Result<OwnedFd> {
+    open(p, OFlag::O_PATH | OFlag::O_CLOEXEC, Mode::empty())
+        .with_context(|| format!("opening {}", p.display()))
+}
+
+fn fd_path(fd: &OwnedFd) -> PathBuf {
+    PathBuf::from(format!("/proc/self/fd/{}", fd.as_raw_fd()))
+}
+
+/// Bind `src` (a handle) onto `target`, creating the mount point first.
+fn bind_handle(fd: &OwnedFd, target: &Path, is_dir: bool) -> Result<()> {
+    if is_dir {
+        fs::create_dir_all(target).with_context(|| format!("creating {}", target.display()))?;
+    } else {
+        if let Some(parent) = target.parent() {
+            fs::create_dir_all(parent).with_context(|| format!("creating {}", parent.display()))?;
+        }
+        fs::write(target, b"").with_context(|| format!("creating {}", target.display()))?;
+    }
+    do_mount(
+        Some(&fd_path(fd)),
+        target,
+        None,
+        MsFlags::MS_BIND | MsFlags::MS_REC,
+        None,
+    )
+}
+
+/// Remount a bind mount read-only, keeping the flags the kernel locked on
+/// it (a user namespace may not clear nosuid, nodev, noexec or atime bits).
+fn remount_readonly(target: &Path) -> Result<()> {
+    let st = statvfs(target).with_context(|| format!("statvfs {}", target.display()))?;
+    let mut flags = MsFlags::MS_BIND | MsFlags::MS_REMOUNT | MsFlags::MS_RDONLY;
+    for (f, m) in [
+        (FsFlags::ST_NOSUID, MsFlags::MS_NOSUID),
+        (FsFlags::ST_NODEV, MsFlags::MS_NODEV),
+        (FsFlags::ST_NOEXEC, MsFlags::MS_NOEXEC),
+        (FsFlags::ST_NOATIME, MsFlags::MS_NOATIME),
+        (FsFlags::ST_NODIRATIME, MsFlags::MS_NODIRATIME),
+        (FsFlags::ST_RELATIME, MsFlags::MS_RELATIME),
+    ] {
+        if st.flags().contains(f) {
+            flags |= m;
+        }
+    }
+    do_mount(None, target, None, flags, None)
+}
+
+pub fn setup(plan: &Plan) -> Result<()> {
+    // Nothing we mount may propagate back to the host.
+    do_mount(
+        None,
+        Path::new("/"),
+        None,
+        MsFlags::MS_REC | MsFlags::MS_PRIVATE,
+        None,
+    )?;
+
+    // Handles to what must still be reachable once /tmp and /dev are covered.
+    let tmp_roots: Vec<(PathBuf, OwnedFd, bool)> = plan
+        .tmp_binds
+        .iter()
+        .filter_map(|p| handle(p).ok().map(|fd| (p.clone(), fd, p.is_dir())))
+        .collect();
+    let devices: Vec<(&str, OwnedFd)> = DEVICES
+        .iter()
+        .filter_map(|d| handle(&Path::new("/dev").join(d)).ok().map(|fd| (*d, fd)))
+        .collect();
+
+    tmpfs(Path::new("/tmp"), "mode=1777", MsFlags::empty())?;
+    for (path, fd, is_dir) in &tmp_roots {
+        bind_handle(fd, path, *is_dir)?;
+    }
+
+    // Host sockets (docker.sock, D-Bus, ssh-agent) live here.
+    for dir in ["/run", "/var/run"] {
+        let p = Path::new(dir);
+        if p.is_dir() && !p.is_symlink() {
+            tmpfs(p, "mode=0755", MsFlags::empty())?;
+        }
+    }
+
+    tmpfs(Path::new("/dev"), "mode=0755", MsFlags::MS_NOEXEC)?;
+    for (name, fd) in &devices {
+        bind_handle(fd, &Path::new("/dev").join(name), false)?;
+    }
+    let pts = Path::new("/dev/pts");
+    fs::create_dir_all(pts).context("creating /dev/pts")?;
+    do_mount(
+        Some(Path::new("devpts")),
+        pts,
+        Some("devpts"),
+        MsFlags::MS_NOSUID | MsFlags::MS_NOEXEC,
+        Some("newinstance,ptmxmode=0666,mode=0620"),
+    )?;
+    let shm = Path::new("/dev/shm");
+    fs::create_dir_all(shm).context("creating /dev/shm")?;
+    tmpfs(shm, "mode=1777", MsFlags::MS_NOEXEC)?;
+    for (link, to) in [
+        ("/dev/ptmx", "pts/ptmx"),
+        ("/dev/fd", "/proc/self/fd"),
+        ("/dev/stdin", "/proc/self/fd/0"),
+        ("/dev/stdout", "/proc/self/fd/1"),
+        ("/dev/stderr", "/proc/self/fd/2"),
+    ] {
+        symlink(to, link).with_context(|| format!("linking {link}"))?;
+    }
+
+    // Our own PID namespace's processes only.
+    do_mount(
+        Some(Path::new("proc")),
+        Path::new("/proc"),
+        Some("proc"),
+        MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC,
+        None,
+    )?;
+
+    for p in &plan.deny_read {
+        match fs::symlink_metadata(p) {
+            Ok(m) if m.is_dir() => tmpfs(p, "mode=0000", MsFlags::MS_RDONLY | MsFlags::MS_NOEXEC)?,
+            Ok(_) => do_mount(
+                Some(Path::new("/dev/null")),
+                p,
+                None,
+                MsFlags::MS_BIND,
+                None,
+            )?,
+            Err(_) => {}
+        }
+    }
+    for p in &plan.deny_write {
+        if p.exists() {
+            do_mount(Some(p), p, None, MsFlags::MS_BIND | MsFlags::MS_REC, None)?;
+            remount_readonly(p)?;
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,211 @@
+//! The concrete boundary a policy compiles to: resolved paths, the
+//! environment and the network mode. Built by the supervisor, carried to
+//! the sandbox helper, and printed by `airlock policy profile`.
+
+use std::collections::BTreeMap;
+use std::path::{Component, Path, PathBuf};
+
+use airlock_policy::{NetworkMode, Policy};
+use serde::{Deserialize, Serialize};
+
+/// The fixed port of the proxy listener inside the sandbox's network namespace.
+pub const SANDBOX_PROXY_PORT: u16 = 3128;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Net {
+    /// A new network namespace whose only way out is the proxy.
+    Proxy,
+    /// A new network namespace with loopback only.
+    None,
+    /// The host's network: no boundary.
+    Host,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Plan {
+    pub argv: Vec<String>,
+    pub env: BTreeMap<String, String>,
+    pub cwd: PathBuf,
+    pub net: Net,
+    /// Landlock read (and execute) roots.
+    pub read: Vec<PathBuf>,
+    /// Landlock read-write roots (that exist).
+    pub write: Vec<PathBuf>,
+    /// Writable roots under /tmp, bound back into the private /tmp.
+    pub tmp_binds: Vec<PathBuf>,
+    /// Hidden: tmpfs over directories, /dev/null over files.
+    pub deny_read: Vec<PathBuf>,
+    /// Made read-only with bind mounts, when they exist.
+    pub deny_write: Vec<PathBuf>,
+    /// Deny entries the mount layer cannot express (mid-path globs).
+    pub unsupported: Vec<String>,
+    pub allow_degraded: bool,
+}
+
+/// `~` is the home directory; relative paths are relative to the workspace;
+/// `..` and `.` are folded lexically, and a trailing `/**` means the directory.
+pub fn resolve_path(raw: &str, home: &Path, workspace: &Path) -> Option<PathBuf> {
+    let raw = raw.strip_suffix("/**").unwrap_or(raw);
+    if raw.contains('*') {
+        return None;
+    }
+    let joined = if raw == "~" {
+        home.to_path_buf()
+    } else if let Some(rest) = raw.strip_prefix("~/") {
+        home.join(rest)
+    } else if Path::new(raw).is_absolute() {
+        PathBuf::from(raw)
+    } else {
+        workspace.join(raw)
+    };
+    let mut out = PathBuf::from("/");
+    for c in joined.components() {
+        match c {
+            Component::ParentDir => {
+                out.pop();
+            }
+            Component::Normal(n) => out.push(n),
+            _ => {}
+        }
+    }
+    Some(out)
+}
+
+/// Follow symlinks where the path exists, so a mount covers the real target.
+fn real(p: PathBuf) -> PathBuf {
+    std::fs::canonicalize(&p).unwrap_or(p)
+}
+
+pub struct Options<'a> {
+    pub argv: &'a [String],
+    pub workspace: &'a Path,
+    pub home: &'a Path,
+    pub extra_write: &'a [PathBuf],
+    pub read_only: bool,
+    pub net: Net,
+    pub allow_degraded: bool,
+    pub host_env: Vec<(String, String)>,
+}
+
+pub fn net_mode(policy: &Policy, flag: Option<&str>) -> Result<Net, String> {
+    let mode = match flag {
+        Some("proxy") => NetworkMode::Proxy,
+        Some("none") => NetworkMode::None,
+        Some("host") => NetworkMode::Host,
+        Some(other) => return Err(format!("--network {other}: expected proxy, none or host")),
+        None => policy.mode.value,
+    };
+    if mode == NetworkMode::Host && policy.sandbox_required() {
+        let at = policy
+            .require_sandbox
+            .as_ref()
+            .map(|r| r.origin.to_string())
+            .unwrap_or_default();
+        return Err(format!(
+            "--network host is refused: the managed policy requires the sandbox ({at})"
+        ));
+    }
+    Ok(match mode {
+        NetworkMode::Proxy => Net::Proxy,
+        NetworkMode::None => Net::None,
+        NetworkMode::Host => Net::Host,
+    })
+}
+
+pub fn build(policy: &Policy, o: &Options) -> Plan {
+    let res = |raw: &str| resolve_path(raw, o.home, o.workspace);
+    let mut unsupported = vec![];
+    let mut paths = |list: &[airlock_policy::Located<String>], what: &str| -> Vec<PathBuf> {
+        let mut out = vec![];
+        for e in list {
+            match res(&e.value) {
+                Some(p) => out.push(real(p)),
+                None => unsupported.push(format!("{what} {:?} ({})", e.value, e.origin)),
+            }
+        }
+        out.sort();
+        out.dedup();
+        out
+    };
+    let read = paths(&policy.read, "read");
+    let deny_read = paths(&policy.deny_read, "deny_read");
+    let deny_write = paths(&policy.deny_write, "deny_write");
+    let mut write: Vec<PathBuf> = paths(&policy.write, "write");
+    let workspace = real(o.workspace.to_path_buf());
+    if o.read_only {
+        write.retain(|p| !p.starts_with(&workspace));
+    }
+    write.extend(
+        o.extra_write
+            .iter()
+            .filter_map(|p| res(&p.to_string_lossy()))
+            .map(real),
+    );
+    write.retain(|p| p.exists());
+    write.sort();
+    write.dedup();
+    let tmp_binds = write
+        .iter()
+        .filter(|p| p.starts_with("/tmp") && p.as_path() != Path::new("/tmp"))
+        .cloned()
+        .collect();
+
+    let mut env = crate::env::scrub(
+        o.host_env.clone(),
+        &policy
+            .env_pass
+            .iter()
+            .map(|e| e.value.clone())
+            .collect::<Vec<_>>(),
+        &policy
+            .env_set
+            .iter()
+            .map(|(k, v)| (k.clone(), v.value.clone()))
+            .collect(),
+    );
+    if o.net == Net::Proxy {
+        crate::env::add_proxy(&mut env, SANDBOX_PROXY_PORT);
+    }
+    env.insert("PWD".into(), workspace.display().to_string());
+    Plan {
+        argv: o.argv.to_vec(),
+        env,
+        cwd: workspace,
+        net: o.net,
+        read,
+        write,
+        tmp_binds,
+        deny_read,
+        deny_write,
+        unsupported,
+        allow_degraded: o.allow_degraded,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn paths_resolve_against_home_and_workspace() {
+        let (h, w) = (Path::new("/home/u"), Path::new("/work/p"));
+        assert_eq!(
+            resolve_path("~/.ssh", h, w).unwrap(),
+            PathBuf::from("/home/u/.ssh")
+        );
+        assert_eq!(
+            resolve_path(".git/hooks", h, w).unwrap(),
+            PathBuf::from("/work/p/.git/hooks")
+        );
+        assert_eq!(
+            resolve_path("secrets/**", h, w).unwrap(),
+            PathBuf::from("/work/p/secrets")
+        );
+        assert_eq!(
+            resolve_path("../x", h, w).unwrap(),
+            PathBuf::from("/work/x")
+        );
+        assert_eq!(resolve_path(".", h, w).unwrap(), PathBuf::from("/work/p"));
+        assert!(resolve_path("a/*/b", h, w).is_none());
+    }
+}

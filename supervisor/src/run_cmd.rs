@@ -1,0 +1,217 @@
+//! `airlock run`: build the plan, start the sandbox, serve its proxy
+//! listener in-process, wait, and report (SPEC §2, §4, §7).
+
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use airlock_proxy::{AuditLog, Engine, EngineConfig};
+use anyhow::{bail, Context, Result};
+
+use crate::cli::RunArgs;
+use crate::plan::{self, Net, Options};
+use crate::proxy_cmd::{approver_for, run_id};
+use crate::report::{self, ProtectedPaths, Report};
+use crate::sources::build_policy;
+
+pub const EXIT_TIMEOUT: u8 = 124;
+
+pub fn run(args: &RunArgs) -> Result<ExitCode> {
+    let started = Instant::now();
+    let (policy, workspace) = build_policy(&args.policy)?;
+    let net = plan::net_mode(&policy, args.network.as_deref()).map_err(anyhow::Error::msg)?;
+    if net == Net::Host {
+        eprintln!("airlock: warning: --network host: the command reaches the network directly, with no proxy and no policy");
+    }
+    let timeout = match &args.timeout {
+        Some(t) => Some(
+            airlock_policy::units::parse_duration(t)
+                .map_err(|e| anyhow::anyhow!("--timeout: {e}"))?,
+        ),
+        None => policy.timeout.as_ref().map(|t| t.value),
+    };
+    for (what, set) in [
+        ("limits.memory", policy.memory.is_some()),
+        ("limits.pids", policy.pids.is_some()),
+    ] {
+        if set {
+            eprintln!("airlock: warning: {what} is not enforced yet in this build");
+        }
+    }
+    let home = std::env::var_os("HOME")
+        .map(std::path::PathBuf::from)
+        .context("HOME is not set")?;
+    let plan = plan::build(
+        &policy,
+        &Options {
+            argv: &args.command,
+            workspace: &workspace,
+            home: &home,
+            extra_write: &args.write,
+            read_only: args.read_only,
+            net,
+            allow_degraded: args.allow_degraded,
+            host_env: std::env::vars().collect(),
+        },
+    );
+    for u in &plan.unsupported {
+        eprintln!("airlock: warning: {u} cannot be enforced by mounts (only plain paths and a trailing /**)");
+    }
+    run_platform(args, policy, plan, timeout, started)
+}
+
+#[cfg(target_os = "linux")]
+fn run_platform(
+    args: &RunArgs,
+    policy: airlock_policy::Policy,
+    plan: plan::Plan,
+    timeout: Option<Duration>,
+    started: Instant,
+) -> Result<ExitCode> {
+    use crate::linux::{attribution::SandboxProcesses, Sandbox};
+
+    if crate::doctor::is_wsl1() {
+        bail!("WSL1 has no namespaces and no Landlock; airlock needs WSL2 (wsl --set-version <distro> 2)");
+    }
+    let approver = approver_for(args.policy.ask.as_deref())?;
+    let audit = match &policy.audit_log {
+        Some(path) => Some(AuditLog::open(
+            std::path::Path::new(&path.value),
+            &run_id(),
+        )?),
+        None => None,
+    };
+    // The helper is spawned from this (main) thread: its parent-death
+    // signal follows the spawning thread.
+    let (child, listener, channel) = Sandbox::start(&plan)?.into_parts();
+    let helper_pid = child.id();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")?;
+    let engine = Engine::new(EngineConfig {
+        policy: Arc::new(policy),
+        audit,
+        approver,
+        identity: Arc::new(SandboxProcesses { anchor: helper_pid }),
+        dns_server: args.policy.dns_server,
+    });
+    if let Some(fd) = listener {
+        let std_listener = std::net::TcpListener::from(fd);
+        std_listener
+            .set_nonblocking(true)
+            .context("proxy listener")?;
+        let engine = engine.clone();
+        runtime.spawn(async move {
+            match tokio::net::TcpListener::from_std(std_listener) {
+                Ok(l) => {
+                    if let Err(e) = airlock_proxy::serve(engine, l).await {
+                        tracing::error!("the proxy stopped: {e}");
+                    }
+                }
+                Err(e) => tracing::error!("cannot serve the proxy listener: {e}"),
+            }
+        });
+    }
+
+    let status = wait(child, timeout)?;
+    restore_terminal();
+    let messages = channel.messages();
+    let mut code = match status {
+        None => {
+            eprintln!(
+                "airlock: timed out after {:?}; the sandbox was killed",
+                timeout.unwrap_or_default()
+            );
+            i32::from(EXIT_TIMEOUT)
+        }
+        Some(code) => code,
+    };
+    for m in &messages {
+        if let Some(e) = m.strip_prefix("error: ") {
+            eprintln!("airlock: sandbox setup failed: {e}");
+            code = 125;
+        } else if let Some(e) = m.strip_prefix("exec-error: ") {
+            eprintln!("airlock: {e}");
+        }
+    }
+    runtime.shutdown_timeout(Duration::from_millis(100));
+    let blocked = engine.blocked();
+    if let Some(block) = report::stderr_block(&blocked) {
+        eprintln!("{block}");
+    }
+    if let Some(path) = &args.report {
+        report::write(
+            path,
+            &Report {
+                exit_code: code,
+                tier: "linux-namespaces",
+                duration_ms: started.elapsed().as_millis() as u64,
+                blocked: &blocked,
+                approvals: vec![],
+                protected_paths: ProtectedPaths {
+                    deny_read: &plan.deny_read,
+                    deny_write: &plan.deny_write,
+                },
+            },
+        )?;
+    }
+    Ok(ExitCode::from(code.clamp(0, 255) as u8))
+}
+
+#[cfg(not(target_os = "linux"))]
+fn run_platform(
+    _: &RunArgs,
+    _: airlock_policy::Policy,
+    _: plan::Plan,
+    _: Option<Duration>,
+    _: Instant,
+) -> Result<ExitCode> {
+    bail!("airlock run is not available on this platform yet; it never runs a command unsandboxed")
+}
+
+/// The helper's exit code, or `None` when the timeout killed it.
+#[cfg(target_os = "linux")]
+fn wait(child: std::process::Child, timeout: Option<Duration>) -> Result<Option<i32>> {
+    use std::os::unix::process::ExitStatusExt;
+    let pid = child.id() as libc::pid_t;
+    let (tx, rx) = std::sync::mpsc::channel();
+    let mut child = child;
+    std::thread::spawn(move || {
+        let _ = tx.send(child.wait());
+    });
+    let status = match timeout {
+        None => rx.recv().context("waiting for the sandbox")?,
+        Some(t) => match rx.recv_timeout(t) {
+            Ok(s) => s,
+            Err(_) => {
+                // The helper's death takes PID 1 (parent-death signal), and
+                // PID 1's takes every process in the sandbox.
+                // SAFETY: kill(2) on our own child, which has not been reaped.
+                unsafe { libc::kill(pid, libc::SIGKILL) };
+                let _ = rx.recv();
+                return Ok(None);
+            }
+        },
+    }
+    .context("waiting for the sandbox")?;
+    Ok(Some(
+        status
+            .code()
+            .unwrap_or_else(|| 128 + status.signal().unwrap_or(0)),
+    ))
+}
+
+/// Take the terminal's foreground back from the sandbox's job.
+#[cfg(target_os = "linux")]
+fn restore_terminal() {
+    // SAFETY: terminal calls on our own stdin, with SIGTTOU ignored meanwhile.
+    unsafe {
+        if libc::isatty(0) == 1 {
+            let old = libc::signal(libc::SIGTTOU, libc::SIG_IGN);
+            libc::tcsetpgrp(0, libc::getpgrp());
+            libc::signal(libc::SIGTTOU, old);
+        }
+    }
+}
