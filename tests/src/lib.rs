@@ -392,3 +392,87 @@ pub fn raise_fd_limit() -> u64 {
 pub fn open_fds(pid: u32) -> usize {
     std::fs::read_dir(format!("/proc/{pid}/fd")).map_or(0, |d| d.count())
 }
+
+/// A binary built next to the airlock binary (e.g. `airlock-probe`).
+pub fn sibling_bin(name: &str) -> PathBuf {
+    let bin = airlock_bin().with_file_name(name);
+    assert!(
+        bin.exists(),
+        "{} is missing: run `cargo build --workspace`",
+        bin.display()
+    );
+    bin
+}
+
+/// A sandbox test fixture: a fake HOME outside /tmp (so the private /tmp
+/// can't be what hides it) and a workspace, each its own directory.
+pub struct Fixture {
+    pub home: PathBuf,
+    pub ws: PathBuf,
+    _dirs: Vec<tempfile::TempDir>,
+}
+
+impl Fixture {
+    /// Both directories under `base` (the cargo target tmp dir, or /tmp).
+    pub fn new_in(base: &Path) -> Fixture {
+        std::fs::create_dir_all(base).expect("base dir");
+        let home = tempfile::Builder::new()
+            .prefix("home-")
+            .tempdir_in(base)
+            .expect("home");
+        let ws = tempfile::Builder::new()
+            .prefix("ws-")
+            .tempdir_in(base)
+            .expect("ws");
+        std::fs::write(home.path().join("no-managed-policy.toml"), "").expect("managed");
+        Fixture {
+            home: home.path().to_path_buf(),
+            ws: ws.path().to_path_buf(),
+            _dirs: vec![home, ws],
+        }
+    }
+
+    pub fn write(&self, rel: &str, text: &str) -> PathBuf {
+        let p = if let Some(r) = rel.strip_prefix("~/") {
+            self.home.join(r)
+        } else {
+            self.ws.join(rel)
+        };
+        std::fs::create_dir_all(p.parent().expect("parent")).expect("mkdir");
+        std::fs::write(&p, text).expect("write");
+        p
+    }
+
+    /// `airlock run [args] -- sh -c script`, in the workspace.
+    pub fn command(&self, args: &[&str], script: &str) -> Command {
+        let mut c = Command::new(airlock_bin());
+        c.env_clear()
+            .env(
+                "PATH",
+                std::env::var("PATH").unwrap_or_else(|_| "/usr/bin:/bin".into()),
+            )
+            .env("HOME", &self.home)
+            .env("XDG_CONFIG_HOME", self.home.join(".config"))
+            .env("XDG_DATA_HOME", self.home.join(".local/share"))
+            .env(
+                "AIRLOCK_MANAGED_POLICY",
+                self.home.join("no-managed-policy.toml"),
+            )
+            .current_dir(&self.ws)
+            .arg("run")
+            .args(args)
+            .args(["--", "sh", "-c", script])
+            .stdin(Stdio::null());
+        c
+    }
+
+    pub fn run(&self, args: &[&str], script: &str) -> Out {
+        run(&mut self.command(args, script))
+    }
+}
+
+/// Whether this machine can build the sandbox at all (namespaces).
+pub fn sandbox_available() -> bool {
+    let home = Fixture::new_in(&std::env::temp_dir().join("airlock-probe-check"));
+    home.run(&["--network", "none"], "true").code == 0
+}

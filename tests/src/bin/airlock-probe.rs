@@ -1,0 +1,230 @@
+//! A small program the escape suite runs *inside* the sandbox to try the
+//! attacks the sandbox must refuse. It prints one `name: ok` or
+//! `name: <errno name>` line per attempt and never decides pass or fail.
+
+use std::ffi::CString;
+use std::io::{Read, Write};
+use std::net::{TcpStream, UdpSocket};
+use std::os::unix::net::UnixStream;
+use std::time::Duration;
+
+fn errno_name(e: i32) -> String {
+    match e {
+        libc::EPERM => "EPERM".into(),
+        libc::EACCES => "EACCES".into(),
+        libc::ENOSYS => "ENOSYS".into(),
+        libc::EINVAL => "EINVAL".into(),
+        libc::ENOENT => "ENOENT".into(),
+        libc::ECONNREFUSED => "ECONNREFUSED".into(),
+        libc::ENETUNREACH => "ENETUNREACH".into(),
+        libc::EAFNOSUPPORT => "EAFNOSUPPORT".into(),
+        other => format!("errno {other}"),
+    }
+}
+
+fn report(name: &str, r: i64) {
+    if r < 0 {
+        let e = std::io::Error::last_os_error().raw_os_error().unwrap_or(0);
+        println!("{name}: {}", errno_name(e));
+    } else {
+        println!("{name}: ok");
+    }
+}
+
+fn io_result<T>(name: &str, r: std::io::Result<T>) {
+    match r {
+        Ok(_) => println!("{name}: ok"),
+        Err(e) => match e.raw_os_error() {
+            Some(n) => println!("{name}: {}", errno_name(n)),
+            None => println!("{name}: {e}"),
+        },
+    }
+}
+
+/// Each refused syscall, called with harmless arguments.
+fn syscalls() {
+    // SAFETY: every call below either fails or creates a resource this
+    // short-lived process never uses; arguments are valid or null.
+    unsafe {
+        let mut params = [0u8; 120];
+        report(
+            "io_uring_setup",
+            libc::syscall(libc::SYS_io_uring_setup, 1, params.as_mut_ptr()),
+        );
+        report(
+            "keyctl",
+            libc::syscall(
+                libc::SYS_keyctl,
+                0,  /* KEYCTL_GET_KEYRING_ID */
+                -3, /* session */
+                0,
+            ),
+        );
+        report(
+            "add_key",
+            libc::syscall(
+                libc::SYS_add_key,
+                c"user".as_ptr(),
+                c"x".as_ptr(),
+                c"v".as_ptr(),
+                1,
+                -3,
+            ),
+        );
+        report(
+            "bpf",
+            libc::syscall(libc::SYS_bpf, 0, std::ptr::null::<u8>(), 0),
+        );
+        report(
+            "perf_event_open",
+            libc::syscall(
+                libc::SYS_perf_event_open,
+                std::ptr::null::<u8>(),
+                0,
+                -1,
+                -1,
+                0,
+            ),
+        );
+        report("userfaultfd", libc::syscall(libc::SYS_userfaultfd, 0));
+        report(
+            "ptrace",
+            libc::syscall(libc::SYS_ptrace, libc::PTRACE_TRACEME, 0, 0, 0),
+        );
+        report(
+            "process_vm_readv",
+            libc::syscall(libc::SYS_process_vm_readv, 1, 0, 0, 0, 0, 0),
+        );
+        report(
+            "mount",
+            libc::mount(
+                c"none".as_ptr(),
+                c"/tmp".as_ptr(),
+                c"tmpfs".as_ptr(),
+                0,
+                std::ptr::null(),
+            ) as i64,
+        );
+        report(
+            "umount2",
+            libc::umount2(c"/proc".as_ptr(), libc::MNT_DETACH) as i64,
+        );
+        report(
+            "fsopen",
+            libc::syscall(libc::SYS_fsopen, c"tmpfs".as_ptr(), 0),
+        );
+        report(
+            "open_tree",
+            libc::syscall(libc::SYS_open_tree, libc::AT_FDCWD, c"/".as_ptr(), 0),
+        );
+        report("setns", libc::syscall(libc::SYS_setns, 0, 0));
+        report("unshare_user", libc::unshare(libc::CLONE_NEWUSER) as i64);
+        report("unshare_net", libc::unshare(libc::CLONE_NEWNET) as i64);
+        report(
+            "clone3",
+            libc::syscall(libc::SYS_clone3, std::ptr::null::<u8>(), 0),
+        );
+        report(
+            "personality_set",
+            libc::personality(0x0040000 /* ADDR_NO_RANDOMIZE */) as i64,
+        );
+        report("personality_query", libc::personality(0xffff_ffff) as i64);
+        for (name, fam, ty) in [
+            ("socket_packet", libc::AF_PACKET, libc::SOCK_RAW),
+            ("socket_raw", libc::AF_INET, libc::SOCK_RAW),
+            ("socket_vsock", libc::AF_VSOCK, libc::SOCK_STREAM),
+            ("socket_inet_stream", libc::AF_INET, libc::SOCK_STREAM),
+            ("socket_unix", libc::AF_UNIX, libc::SOCK_STREAM),
+        ] {
+            let fd = libc::socket(fam, ty, 0);
+            report(name, fd as i64);
+            if fd >= 0 {
+                libc::close(fd);
+            }
+        }
+        let fd = libc::socket(libc::AF_NETLINK, libc::SOCK_RAW, libc::NETLINK_AUDIT);
+        report("socket_netlink_audit", fd as i64);
+        let fd = libc::socket(libc::AF_NETLINK, libc::SOCK_DGRAM, libc::NETLINK_ROUTE);
+        report("socket_netlink_route", fd as i64);
+    }
+}
+
+/// TIOCSTI on a real pty the sandbox opened, and an ordinary terminal ioctl.
+fn tiocsti() {
+    // SAFETY: plain pty calls; descriptors are checked before use.
+    unsafe {
+        let master = libc::posix_openpt(libc::O_RDWR | libc::O_NOCTTY);
+        if master < 0 || libc::grantpt(master) != 0 || libc::unlockpt(master) != 0 {
+            report("openpt", -1);
+            return;
+        }
+        let name = libc::ptsname(master);
+        let slave = libc::open(name, libc::O_RDWR | libc::O_NOCTTY);
+        report("open_slave", slave as i64);
+        let c = b'x';
+        report("tiocsti", libc::ioctl(slave, libc::TIOCSTI, &c) as i64);
+        let mut ws: libc::winsize = std::mem::zeroed();
+        report(
+            "tiocgwinsz",
+            libc::ioctl(slave, libc::TIOCGWINSZ, &mut ws) as i64,
+        );
+    }
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let arg = |i: usize| args.get(i).cloned().unwrap_or_default();
+    match arg(0).as_str() {
+        "syscalls" => syscalls(),
+        "tiocsti" => tiocsti(),
+        "connect-tcp" => io_result(
+            "connect_tcp",
+            TcpStream::connect_timeout(&arg(1).parse().expect("addr"), Duration::from_secs(2)),
+        ),
+        "connect-unix" => io_result("connect_unix", UnixStream::connect(arg(1))),
+        "connect-abstract" => {
+            use std::os::linux::net::SocketAddrExt;
+            let addr = std::os::unix::net::SocketAddr::from_abstract_name(arg(1).as_bytes())
+                .expect("name");
+            io_result("connect_abstract", UnixStream::connect_addr(&addr))
+        }
+        "send-udp" => {
+            let r = UdpSocket::bind("0.0.0.0:0").and_then(|s| s.send_to(b"escape", arg(1)));
+            io_result("send_udp", r)
+        }
+        "read" => io_result("read", std::fs::read(arg(1))),
+        "http" => {
+            // A raw GET through HTTP_PROXY, so no client library is needed.
+            let proxy = std::env::var("HTTP_PROXY").unwrap_or_default();
+            let addr = proxy
+                .trim_start_matches("http://")
+                .trim_end_matches('/')
+                .to_string();
+            let r = TcpStream::connect(&addr).and_then(|mut s| {
+                write!(
+                    s,
+                    "GET {} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+                    arg(1)
+                )?;
+                let mut out = String::new();
+                s.read_to_string(&mut out)?;
+                Ok(out)
+            });
+            match r {
+                Ok(out) => println!("http: {}", out.lines().next().unwrap_or("")),
+                Err(e) => println!("http: {e}"),
+            }
+        }
+        "exec" => {
+            let prog = CString::new(arg(1)).expect("path");
+            // SAFETY: execv with a NUL-terminated argv.
+            let r =
+                unsafe { libc::execv(prog.as_ptr(), [prog.as_ptr(), std::ptr::null()].as_ptr()) };
+            report("exec", r as i64);
+        }
+        other => {
+            eprintln!("unknown probe {other:?}");
+            std::process::exit(2);
+        }
+    }
+}
