@@ -515,7 +515,7 @@ fn an_ordinary_user_gets_the_same_boundary() {
         .args(["o+rx"])
         .arg(base())
         .status();
-    let mut cmd = f.command(
+    let cmd = f.command(
         &["--network", "none"],
         "id -u; cat ~/.ssh/id_ed25519; cat ~/notes.txt; echo; grep -E '^(CapEff|NoNewPrivs):' /proc/self/status; echo ok > w.txt && echo wrote",
     );
