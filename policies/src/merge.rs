@@ -98,6 +98,7 @@ impl Policy {
                     let resolved = p.resolve(probe);
                     let mut pf = Fragment::empty(f.layer, format!("preset {}", name.value));
                     pf.allow = resolved.rules(f.layer);
+                    pf.write = resolved.write_entries(f.layer);
                     preset_frags.push(pf);
                     presets.push(resolved);
                 }

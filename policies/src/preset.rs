@@ -63,6 +63,9 @@ pub struct Preset {
 pub struct Resolved {
     pub name: String,
     pub hosts: Vec<(String, String)>,
+    /// Directories the tool writes outside the workspace (its caches),
+    /// with where each was found.
+    pub writes: Vec<(String, String)>,
     pub notes: Vec<String>,
 }
 
@@ -98,6 +101,29 @@ impl Resolved {
         }
     }
 
+    fn add_write(&mut self, path: String, from: String) {
+        if !path.is_empty() && !self.writes.iter().any(|(p, _)| *p == path) {
+            self.writes.push((path, from));
+        }
+    }
+
+    /// The cache directories as writable-path entries.
+    pub fn write_entries(&self, layer: Layer) -> Vec<Located<String>> {
+        self.writes
+            .iter()
+            .map(|(p, from)| {
+                Located::new(
+                    p.clone(),
+                    layer,
+                    Origin::Preset {
+                        name: self.name.clone(),
+                        from: from.clone(),
+                    },
+                )
+            })
+            .collect()
+    }
+
     pub fn rules(&self, layer: Layer) -> Vec<Rule> {
         self.hosts
             .iter()
@@ -122,6 +148,7 @@ impl Preset {
         let mut r = Resolved {
             name: self.name.to_string(),
             hosts: vec![],
+            writes: vec![],
             notes: vec![],
         };
         (self.resolve)(probe, &mut r);
@@ -212,6 +239,20 @@ fn npm(p: &dyn Probe, r: &mut Resolved) {
             }
         }
     }
+    match p
+        .env("NPM_CONFIG_CACHE")
+        .or_else(|| p.env("npm_config_cache"))
+    {
+        Some(c) => r.add_write(c, "$NPM_CONFIG_CACHE".into()),
+        None => {
+            if let Some(h) = p.home() {
+                r.add_write(
+                    h.join(".npm").display().to_string(),
+                    "npm's default cache".into(),
+                );
+            }
+        }
+    }
     if !found_default {
         match p.output(&["npm", "config", "get", "registry"]) {
             Some(out) => r.add_url(out.trim(), "`npm config get registry`".into()),
@@ -258,6 +299,25 @@ fn pypi(p: &dyn Probe, r: &mut Resolved) {
         files.push(PathBuf::from(f));
     }
     files.push(p.workspace().join("uv.toml"));
+    match p.env("PIP_CACHE_DIR") {
+        Some(c) => r.add_write(c, "$PIP_CACHE_DIR".into()),
+        None => {
+            let cache = p
+                .env("XDG_CACHE_HOME")
+                .map(PathBuf::from)
+                .or_else(|| p.home().map(|h| h.join(".cache")));
+            if let Some(c) = cache {
+                r.add_write(
+                    c.join("pip").display().to_string(),
+                    "pip's default cache".into(),
+                );
+                r.add_write(
+                    c.join("uv").display().to_string(),
+                    "uv's default cache".into(),
+                );
+            }
+        }
+    }
     for file in files {
         let Some(text) = p.read(&file) else { continue };
         for key in ["index-url", "index_url", "default-index"] {

@@ -11,7 +11,9 @@ pub struct Findings {
     pub kernel: String,
     pub landlock_abi: i32,
     pub seccomp: bool,
-    pub user_namespaces: Result<(), String>,
+    pub user_namespaces: bool,
+    /// Why user namespaces are unavailable, when they are.
+    pub user_namespaces_error: Option<String>,
     pub apparmor_restricts_userns: bool,
     pub wsl: Option<u8>,
     pub approvals: String,
@@ -129,7 +131,8 @@ pub fn findings() -> Findings {
         kernel: read("/proc/sys/kernel/osrelease").unwrap_or_default(),
         landlock_abi,
         seccomp,
-        user_namespaces,
+        user_namespaces: user_namespaces.is_ok(),
+        user_namespaces_error: user_namespaces.err(),
         apparmor_restricts_userns: read("/proc/sys/kernel/apparmor_restrict_unprivileged_userns")
             .as_deref()
             == Some("1"),
@@ -146,7 +149,8 @@ pub fn findings() -> Findings {
         kernel: std::env::consts::OS.to_string(),
         landlock_abi: 0,
         seccomp: false,
-        user_namespaces: Err("not Linux".into()),
+        user_namespaces: false,
+        user_namespaces_error: Some("not Linux".into()),
         apparmor_restricts_userns: false,
         wsl: None,
         approvals: "on".into(),
@@ -173,9 +177,9 @@ pub fn run(json: bool) -> Result<ExitCode> {
             "seccomp:           {}",
             if f.seccomp { "yes" } else { "no" }
         );
-        match &f.user_namespaces {
-            Ok(()) => say!("user namespaces:   yes (probed)"),
-            Err(e) => say!("user namespaces:   no: {e}"),
+        match &f.user_namespaces_error {
+            None => say!("user namespaces:   yes (probed)"),
+            Some(e) => say!("user namespaces:   no: {e}"),
         }
         say!(
             "apparmor userns restriction: {}",

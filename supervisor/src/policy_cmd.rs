@@ -135,6 +135,9 @@ pub fn presets() -> Result<ExitCode> {
         for (host, from) in &r.hosts {
             say!("  allow {host:<40} from {from}");
         }
+        for (path, from) in &r.writes {
+            say!("  write {path:<40} from {from}");
+        }
         for n in &r.notes {
             say!("  note: {n}");
         }

@@ -445,6 +445,11 @@ impl Fixture {
 
     /// `airlock run [args] -- sh -c script`, in the workspace.
     pub fn command(&self, args: &[&str], script: &str) -> Command {
+        self.command_argv(args, &["sh", "-c", script])
+    }
+
+    /// `airlock run [args] -- argv...`, in the workspace.
+    pub fn command_argv(&self, args: &[&str], argv: &[&str]) -> Command {
         let mut c = Command::new(airlock_bin());
         c.env_clear()
             .env(
@@ -461,7 +466,8 @@ impl Fixture {
             .current_dir(&self.ws)
             .arg("run")
             .args(args)
-            .args(["--", "sh", "-c", script])
+            .arg("--")
+            .args(argv)
             .stdin(Stdio::null());
         c
     }

@@ -248,12 +248,49 @@ fn presets_report_where_hosts_came_from() {
 fn unbuilt_commands_say_so() {
     let env = Env::new();
     for args in [
-        &["doctor"][..],
-        &["ca", "init"],
+        &["ca", "init"][..],
         &["approve", "--socket", "x"],
+        &["policy", "profile", "--target", "macos"],
+        &["run", "--ask", "tty", "--", "true"],
     ] {
         let out = env.airlock(args);
         assert_eq!(out.code, 125, "{args:?}");
         assert!(out.stderr.contains("not implemented yet"), "{}", out.stderr);
+    }
+}
+
+#[test]
+fn doctor_reports_the_tier() {
+    let env = Env::new();
+    let out = env.airlock(&["doctor", "--json"]);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    let v: serde_json::Value = serde_json::from_str(&out.stdout).unwrap();
+    assert!(
+        v["tier"].is_string() && v["landlock_abi"].is_number(),
+        "{v}"
+    );
+    let text = env.airlock(&["doctor"]);
+    assert!(text.stdout.contains("tier for `run`:"), "{}", text.stdout);
+}
+
+#[test]
+fn profile_linux_lists_mounts_landlock_and_seccomp() {
+    let env = Env::new();
+    env.write(
+        "airlock.toml",
+        "[filesystem]\ndeny_read = [\"secrets/**\"]\n",
+    );
+    let out = env.airlock(&["policy", "profile", "--target", "linux"]);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    for want in [
+        "[mounts]",
+        "hide      ",
+        "/secrets",
+        "[landlock]",
+        "[seccomp]",
+        "EPERM  ptrace",
+        "ENOSYS clone3",
+    ] {
+        assert!(out.stdout.contains(want), "{want} missing:\n{}", out.stdout);
     }
 }
