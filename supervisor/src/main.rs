@@ -14,12 +14,15 @@ mod doctor;
 mod env;
 #[cfg(target_os = "linux")]
 mod linux;
+#[cfg(target_os = "macos")]
+mod macos;
 mod plan;
 mod policy_cmd;
 mod probe;
 mod proxy_cmd;
 mod report;
 mod run_cmd;
+mod seatbelt;
 mod sources;
 
 use std::process::ExitCode;

@@ -37,7 +37,10 @@ pub struct Plan {
     pub deny_read: Vec<PathBuf>,
     /// Made read-only with bind mounts, when they exist.
     pub deny_write: Vec<PathBuf>,
-    /// Deny entries the mount layer cannot express (mid-path globs).
+    /// `deny_read` globs in the middle of a path, as absolute globs: the
+    /// Seatbelt profile compiles them to regexes; Linux mounts cannot.
+    pub deny_read_globs: Vec<String>,
+    /// Deny entries the mount layer cannot express, for warnings.
     pub unsupported: Vec<String>,
     pub allow_degraded: bool,
 }
@@ -69,6 +72,17 @@ pub fn resolve_path(raw: &str, home: &Path, workspace: &Path) -> Option<PathBuf>
         }
     }
     Some(out)
+}
+
+/// A glob made absolute the way `resolve_path` makes paths absolute.
+fn absolute_glob(raw: &str, home: &Path, workspace: &Path) -> String {
+    if let Some(rest) = raw.strip_prefix("~/") {
+        format!("{}/{rest}", home.display())
+    } else if raw.starts_with('/') {
+        raw.to_string()
+    } else {
+        format!("{}/{raw}", workspace.display())
+    }
 }
 
 /// Follow symlinks where the path exists, so a mount covers the real target.
@@ -115,12 +129,18 @@ pub fn net_mode(policy: &Policy, flag: Option<&str>) -> Result<Net, String> {
 pub fn build(policy: &Policy, o: &Options) -> Plan {
     let res = |raw: &str| resolve_path(raw, o.home, o.workspace);
     let mut unsupported = vec![];
+    let mut globs = vec![];
     let mut paths = |list: &[airlock_policy::Located<String>], what: &str| -> Vec<PathBuf> {
         let mut out = vec![];
         for e in list {
             match res(&e.value) {
                 Some(p) => out.push(real(p)),
-                None => unsupported.push(format!("{what} {:?} ({})", e.value, e.origin)),
+                None => {
+                    unsupported.push(format!("{what} {:?} ({})", e.value, e.origin));
+                    if what == "deny_read" {
+                        globs.push(absolute_glob(&e.value, o.home, o.workspace));
+                    }
+                }
             }
         }
         out.sort();
@@ -177,6 +197,7 @@ pub fn build(policy: &Policy, o: &Options) -> Plan {
         tmp_binds,
         deny_read,
         deny_write,
+        deny_read_globs: globs,
         unsupported,
         allow_degraded: o.allow_degraded,
     }

@@ -240,7 +240,25 @@ pub fn profile(args: &PolicyArgs, target: &str) -> Result<ExitCode> {
             say!("\n[capabilities]\nall dropped (bounding, ambient, effective, permitted, inheritable); no_new_privs");
             Ok(ExitCode::SUCCESS)
         }
-        "macos" => anyhow::bail!("--target macos is not implemented yet in this build"),
+        "macos" => {
+            // The real port is chosen when airlock runs; 3128 stands in for it.
+            let prof = crate::seatbelt::profile(&plan, Some(crate::plan::SANDBOX_PROXY_PORT));
+            say!(
+                ";; airlock Seatbelt profile (workspace {})",
+                workspace.display()
+            );
+            say!(";; run as: /usr/bin/sandbox-exec -p <profile> -D NAME=VALUE... -- <command>");
+            say!(
+                ";; the proxy port is chosen at run time; shown here as {}",
+                crate::plan::SANDBOX_PROXY_PORT
+            );
+            say!("{}", prof.text);
+            say!(";; -D parameters:");
+            for (k, v) in &prof.params {
+                say!(";;   {k}={}", v.escape_debug());
+            }
+            Ok(ExitCode::SUCCESS)
+        }
         other => anyhow::bail!("--target {other}: expected linux or macos"),
     }
 }

@@ -60,7 +60,68 @@ pub fn run(args: &RunArgs) -> Result<ExitCode> {
     run_platform(args, policy, plan, timeout, started)
 }
 
+/// A sandbox that has been started, whatever the platform.
+struct Started {
+    child: std::process::Child,
+    listener: Option<std::net::TcpListener>,
+    identity: Arc<dyn airlock_proxy::ClientIdentity>,
+    tier: &'static str,
+    /// Setup errors and exec failures the sandbox reported.
+    messages: Box<dyn Fn() -> Vec<String>>,
+}
+
+/// Start the sandbox. Runs on the main thread: on Linux the helper's
+/// parent-death signal follows the spawning thread.
 #[cfg(target_os = "linux")]
+fn start(plan: &plan::Plan) -> Result<Started> {
+    use crate::linux::{attribution::SandboxProcesses, Sandbox};
+    if crate::doctor::is_wsl1() {
+        bail!("WSL1 has no namespaces and no Landlock; airlock needs WSL2 (wsl --set-version <distro> 2)");
+    }
+    let (child, listener, channel) = Sandbox::start(plan)?.into_parts();
+    let anchor = child.id();
+    Ok(Started {
+        child,
+        listener: listener.map(std::net::TcpListener::from),
+        identity: Arc::new(SandboxProcesses { anchor }),
+        tier: "linux-namespaces",
+        messages: Box::new(move || channel.messages()),
+    })
+}
+
+#[cfg(target_os = "macos")]
+fn start(plan: &plan::Plan) -> Result<Started> {
+    let mut plan = plan.clone();
+    // The proxy listens on a random loopback port in the supervisor.
+    let listener = match plan.net {
+        Net::Proxy => {
+            let l =
+                std::net::TcpListener::bind("127.0.0.1:0").context("binding the proxy listener")?;
+            crate::env::add_proxy(&mut plan.env, l.local_addr()?.port());
+            Some(l)
+        }
+        _ => None,
+    };
+    let port = listener
+        .as_ref()
+        .and_then(|l| l.local_addr().ok())
+        .map(|a| a.port());
+    let profile = crate::seatbelt::profile(&plan, port);
+    let child = crate::macos::spawn(&plan, &profile)?;
+    Ok(Started {
+        child,
+        listener,
+        identity: Arc::new(airlock_proxy::SourceAddressOnly),
+        tier: "macos-seatbelt",
+        messages: Box::new(Vec::new),
+    })
+}
+
+#[cfg(not(any(target_os = "linux", target_os = "macos")))]
+fn start(_: &plan::Plan) -> Result<Started> {
+    bail!("airlock run is not available on this platform; it never runs a command unsandboxed")
+}
+
 fn run_platform(
     args: &RunArgs,
     policy: airlock_policy::Policy,
@@ -68,11 +129,6 @@ fn run_platform(
     timeout: Option<Duration>,
     started: Instant,
 ) -> Result<ExitCode> {
-    use crate::linux::{attribution::SandboxProcesses, Sandbox};
-
-    if crate::doctor::is_wsl1() {
-        bail!("WSL1 has no namespaces and no Landlock; airlock needs WSL2 (wsl --set-version <distro> 2)");
-    }
     let approver = approver_for(args.policy.ask.as_deref())?;
     let audit = match &policy.audit_log {
         Some(path) => Some(AuditLog::open(
@@ -81,10 +137,7 @@ fn run_platform(
         )?),
         None => None,
     };
-    // The helper is spawned from this (main) thread: its parent-death
-    // signal follows the spawning thread.
-    let (child, listener, channel) = Sandbox::start(&plan)?.into_parts();
-    let helper_pid = child.id();
+    let sandbox = start(&plan)?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -94,11 +147,10 @@ fn run_platform(
         policy: Arc::new(policy),
         audit,
         approver,
-        identity: Arc::new(SandboxProcesses { anchor: helper_pid }),
+        identity: sandbox.identity.clone(),
         dns_server: args.policy.dns_server,
     });
-    if let Some(fd) = listener {
-        let std_listener = std::net::TcpListener::from(fd);
+    if let Some(std_listener) = sandbox.listener {
         std_listener
             .set_nonblocking(true)
             .context("proxy listener")?;
@@ -115,9 +167,8 @@ fn run_platform(
         });
     }
 
-    let status = wait(child, timeout)?;
+    let status = wait(sandbox.child, timeout)?;
     restore_terminal();
-    let messages = channel.messages();
     let mut code = match status {
         None => {
             eprintln!(
@@ -128,7 +179,7 @@ fn run_platform(
         }
         Some(code) => code,
     };
-    for m in &messages {
+    for m in (sandbox.messages)() {
         if let Some(e) = m.strip_prefix("error: ") {
             eprintln!("airlock: sandbox setup failed: {e}");
             code = 125;
@@ -146,7 +197,7 @@ fn run_platform(
             path,
             &Report {
                 exit_code: code,
-                tier: "linux-namespaces",
+                tier: sandbox.tier,
                 duration_ms: started.elapsed().as_millis() as u64,
                 blocked: &blocked,
                 approvals: vec![],
@@ -160,19 +211,7 @@ fn run_platform(
     Ok(ExitCode::from(code.clamp(0, 255) as u8))
 }
 
-#[cfg(not(target_os = "linux"))]
-fn run_platform(
-    _: &RunArgs,
-    _: airlock_policy::Policy,
-    _: plan::Plan,
-    _: Option<Duration>,
-    _: Instant,
-) -> Result<ExitCode> {
-    bail!("airlock run is not available on this platform yet; it never runs a command unsandboxed")
-}
-
-/// The helper's exit code, or `None` when the timeout killed it.
-#[cfg(target_os = "linux")]
+/// The sandbox's exit code, or `None` when the timeout killed it.
 fn wait(child: std::process::Child, timeout: Option<Duration>) -> Result<Option<i32>> {
     use std::os::unix::process::ExitStatusExt;
     let pid = child.id() as libc::pid_t;
@@ -186,8 +225,8 @@ fn wait(child: std::process::Child, timeout: Option<Duration>) -> Result<Option<
         Some(t) => match rx.recv_timeout(t) {
             Ok(s) => s,
             Err(_) => {
-                // The helper's death takes PID 1 (parent-death signal), and
-                // PID 1's takes every process in the sandbox.
+                // On Linux the helper's death takes PID 1 (parent-death
+                // signal), and PID 1's takes every process in the sandbox.
                 // SAFETY: kill(2) on our own child, which has not been reaped.
                 unsafe { libc::kill(pid, libc::SIGKILL) };
                 let _ = rx.recv();
@@ -204,7 +243,6 @@ fn wait(child: std::process::Child, timeout: Option<Duration>) -> Result<Option<
 }
 
 /// Take the terminal's foreground back from the sandbox's job.
-#[cfg(target_os = "linux")]
 fn restore_terminal() {
     // SAFETY: terminal calls on our own stdin, with SIGTTOU ignored meanwhile.
     unsafe {

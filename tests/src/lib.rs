@@ -476,9 +476,3 @@ impl Fixture {
         run(&mut self.command(args, script))
     }
 }
-
-/// Whether this machine can build the sandbox at all (namespaces).
-pub fn sandbox_available() -> bool {
-    let home = Fixture::new_in(&std::env::temp_dir().join("airlock-probe-check"));
-    home.run(&["--network", "none"], "true").code == 0
-}

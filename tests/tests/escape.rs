@@ -9,16 +9,35 @@ use std::time::{Duration, Instant};
 
 use airlock_tests::*;
 
+/// Where fixtures live: outside /tmp, because the sandbox's /tmp is
+/// private (and the checkout itself may be under /tmp).
 fn base() -> PathBuf {
-    PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("escape")
+    std::env::var_os("AIRLOCK_TEST_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("/var/tmp/airlock-escape"))
 }
 
 fn fixture() -> Fixture {
     Fixture::new_in(&base())
 }
 
+/// The probe, copied next to the fixtures so the sandbox can see it even
+/// when the build directory is under /tmp.
 fn probe() -> String {
-    sibling_bin("airlock-probe").display().to_string()
+    static COPY: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    COPY.get_or_init(|| {
+        let dir = base().join(format!("bin-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let dest = dir.join("airlock-probe");
+        std::fs::copy(sibling_bin("airlock-probe"), &dest).unwrap();
+        let _ = std::process::Command::new("chmod")
+            .args(["-R", "a+rx"])
+            .arg(base())
+            .status();
+        dest
+    })
+    .display()
+    .to_string()
 }
 
 fn lines(out: &Out) -> String {
