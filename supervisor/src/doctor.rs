@@ -21,6 +21,7 @@ pub struct Findings {
     pub fix: Option<String>,
 }
 
+#[cfg_attr(not(target_os = "linux"), allow(dead_code))]
 fn read(path: &str) -> Option<String> {
     std::fs::read_to_string(path)
         .ok()
@@ -28,6 +29,7 @@ fn read(path: &str) -> Option<String> {
 }
 
 /// `Some(1)` or `Some(2)` under WSL.
+#[cfg_attr(not(target_os = "linux"), allow(dead_code))]
 pub fn wsl_version() -> Option<u8> {
     let release = read("/proc/sys/kernel/osrelease")?.to_lowercase();
     if !release.contains("microsoft") {
@@ -43,6 +45,7 @@ pub fn wsl_version() -> Option<u8> {
     )
 }
 
+#[cfg_attr(not(target_os = "linux"), allow(dead_code))]
 pub fn is_wsl1() -> bool {
     wsl_version() == Some(1)
 }

@@ -6,7 +6,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use airlock_proxy::{AuditLog, Engine, EngineConfig};
-use anyhow::{bail, Context, Result};
+#[cfg(not(target_os = "macos"))]
+use anyhow::bail;
+use anyhow::{Context, Result};
 
 use crate::cli::RunArgs;
 use crate::plan::{self, Net, Options};
