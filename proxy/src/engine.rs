@@ -2,7 +2,7 @@
 //! decide → (ask) → resolve → classify → pin → dial, with one canonical
 //! log line per decision and one per close (after Smokescreen).
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -13,7 +13,7 @@ use airlock_policy::{
 };
 use serde_json::json;
 use tokio::net::TcpStream;
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
 
 use crate::approve::{Answer, Approver, Question};
 use crate::audit::AuditLog;
@@ -84,6 +84,9 @@ pub struct Engine {
     tunnels: Arc<Semaphore>,
     own: Mutex<Vec<SocketAddr>>,
     session: SessionApprovals,
+    /// Questions being asked now: later askers for the same target wait on
+    /// the first one's answer instead of asking again.
+    inflight: Mutex<HashMap<Target, watch::Receiver<Option<(Answer, String)>>>>,
     blocked: Mutex<BTreeMap<(String, u16, Reason), u64>>,
 }
 
@@ -119,6 +122,7 @@ impl Engine {
             next_conn: AtomicU64::new(1),
             own: Mutex::new(vec![]),
             session: SessionApprovals::default(),
+            inflight: Mutex::new(HashMap::new()),
             blocked: Mutex::new(BTreeMap::new()),
         })
     }
@@ -234,11 +238,7 @@ impl Engine {
         if decision.verdict != Verdict::Ask {
             return decision;
         }
-        let question = Question {
-            target: target.clone(),
-            command: conn.client.as_ref().map(|c| c.argv.join(" ")),
-        };
-        let (answer, by) = self.approver.ask(question).await;
+        let (answer, by) = self.ask_once(conn, target).await;
         if let Some(audit) = &self.audit {
             audit.event(
                 "approval",
@@ -261,6 +261,52 @@ impl Engine {
             reason,
             rule: None,
         }
+    }
+
+    /// Ask the approver, unless the same target is being asked about
+    /// already, in which case wait for that answer. No answer within
+    /// `ask_timeout` is a timeout.
+    async fn ask_once(&self, conn: &Conn, target: &Target) -> (Answer, String) {
+        let waiting = {
+            let mut inflight = lock(&self.inflight);
+            match inflight.get(target) {
+                Some(rx) => Err(rx.clone()),
+                None => {
+                    let (tx, rx) = watch::channel(None);
+                    inflight.insert(target.clone(), rx);
+                    Ok(tx)
+                }
+            }
+        };
+        let tx = match waiting {
+            Ok(tx) => tx,
+            Err(mut rx) => {
+                let shared = rx.wait_for(Option::is_some).await.ok().and_then(|v| v.clone());
+                return match shared {
+                    Some((answer, by)) => (answer, format!("{by} (shared question)")),
+                    None => (Answer::Deny, "the question was abandoned".into()),
+                };
+            }
+        };
+        // If this future is dropped (the client went away), the entry goes
+        // too, and the waiters see the question abandoned.
+        struct Forget<'a>(&'a Mutex<HashMap<Target, watch::Receiver<Option<(Answer, String)>>>>, &'a Target);
+        impl Drop for Forget<'_> {
+            fn drop(&mut self) {
+                lock(self.0).remove(self.1);
+            }
+        }
+        let _forget = Forget(&self.inflight, target);
+        let question = Question {
+            target: target.clone(),
+            command: conn.client.as_ref().map(|c| c.argv.join(" ")),
+        };
+        let answer = match tokio::time::timeout(self.policy.ask_timeout, self.approver.ask(question)).await {
+            Ok(a) => a,
+            Err(_) => (Answer::Timeout, format!("nobody answered within {:?}", self.policy.ask_timeout)),
+        };
+        let _ = tx.send(Some(answer.clone()));
+        answer
     }
 
     /// Record a refusal (log, audit, exit-report tally) and hand it back.
