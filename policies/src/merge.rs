@@ -219,8 +219,15 @@ impl Policy {
             }
         }
         let mode = last(&frags, |f| &f.mode).unwrap_or(Located::built_in(NetworkMode::Proxy));
+        // Only the managed allow list counting means nobody may approve
+        // anything else either: asking is off.
         let unknown = unknown_deny
             .clone()
+            .or_else(|| {
+                user_allow_off
+                    .as_ref()
+                    .map(|u| Located::new(Unknown::Deny, u.layer, u.origin.clone()))
+            })
             .or_else(|| last(&frags, |f| &f.unknown))
             .unwrap_or(Located::built_in(Unknown::Ask));
 

@@ -86,8 +86,22 @@ pub struct Engine {
     session: SessionApprovals,
     /// Questions being asked now: later askers for the same target wait on
     /// the first one's answer instead of asking again.
-    inflight: Mutex<HashMap<Target, watch::Receiver<Option<(Answer, String)>>>>,
+    inflight: Mutex<Inflight>,
     blocked: Mutex<BTreeMap<(String, u16, Reason), u64>>,
+    approvals: Mutex<Vec<Approval>>,
+}
+
+/// An answer and who gave it, shared with everyone waiting on the question.
+type Shared = Option<(Answer, String)>;
+type Inflight = HashMap<Target, watch::Receiver<Shared>>;
+
+/// An answered question, for the exit report.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Approval {
+    pub host: String,
+    pub port: u16,
+    pub answer: String,
+    pub by: String,
 }
 
 /// `allow-session` and `allow-always` answers, for the rest of the run.
@@ -124,6 +138,7 @@ impl Engine {
             session: SessionApprovals::default(),
             inflight: Mutex::new(HashMap::new()),
             blocked: Mutex::new(BTreeMap::new()),
+            approvals: Mutex::new(vec![]),
         })
     }
 
@@ -248,6 +263,12 @@ impl Engine {
             );
         }
         tracing::info!(conn = conn.id, %target, answer = answer.as_str(), by, "approval");
+        lock(&self.approvals).push(Approval {
+            host: target.host.to_string(),
+            port: target.port,
+            answer: answer.as_str().to_string(),
+            by: by.clone(),
+        });
         if matches!(answer, Answer::AllowSession | Answer::AllowAlways) {
             lock(&self.session.0).insert(target.clone());
         }
@@ -281,7 +302,11 @@ impl Engine {
         let tx = match waiting {
             Ok(tx) => tx,
             Err(mut rx) => {
-                let shared = rx.wait_for(Option::is_some).await.ok().and_then(|v| v.clone());
+                let shared = rx
+                    .wait_for(Option::is_some)
+                    .await
+                    .ok()
+                    .and_then(|v| v.clone());
                 return match shared {
                     Some((answer, by)) => (answer, format!("{by} (shared question)")),
                     None => (Answer::Deny, "the question was abandoned".into()),
@@ -290,7 +315,7 @@ impl Engine {
         };
         // If this future is dropped (the client went away), the entry goes
         // too, and the waiters see the question abandoned.
-        struct Forget<'a>(&'a Mutex<HashMap<Target, watch::Receiver<Option<(Answer, String)>>>>, &'a Target);
+        struct Forget<'a>(&'a Mutex<Inflight>, &'a Target);
         impl Drop for Forget<'_> {
             fn drop(&mut self) {
                 lock(self.0).remove(self.1);
@@ -301,9 +326,17 @@ impl Engine {
             target: target.clone(),
             command: conn.client.as_ref().map(|c| c.argv.join(" ")),
         };
-        let answer = match tokio::time::timeout(self.policy.ask_timeout, self.approver.ask(question)).await {
+        let answer = match tokio::time::timeout(
+            self.policy.ask_timeout,
+            self.approver.ask(question),
+        )
+        .await
+        {
             Ok(a) => a,
-            Err(_) => (Answer::Timeout, format!("nobody answered within {:?}", self.policy.ask_timeout)),
+            Err(_) => (
+                Answer::Timeout,
+                format!("nobody answered within {:?}", self.policy.ask_timeout),
+            ),
         };
         let _ = tx.send(Some(answer.clone()));
         answer
@@ -425,6 +458,11 @@ impl Engine {
                 json!({"bytes_up": totals.up, "bytes_down": totals.down, "duration_ms": duration_ms, "error": error}),
             );
         }
+    }
+
+    /// The questions answered so far, for the exit report.
+    pub fn approvals(&self) -> Vec<Approval> {
+        lock(&self.approvals).clone()
     }
 
     /// What was blocked so far, for the exit report.

@@ -18,8 +18,8 @@ pub mod socks;
 mod splice;
 pub mod tunnel;
 
-pub use approve::{Answer, Approver, DenyApprover, Question};
+pub use approve::{Answer, AnswerFuture, Approver, DenyApprover, Question};
 pub use audit::AuditLog;
-pub use engine::{Blocked, Engine, EngineConfig, Protocol};
+pub use engine::{Approval, Blocked, Engine, EngineConfig, Protocol};
 pub use identity::{Client, ClientIdentity, SourceAddressOnly};
 pub use serve::serve;

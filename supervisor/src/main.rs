@@ -9,6 +9,7 @@ macro_rules! say {
     }};
 }
 
+mod approve;
 mod cli;
 mod doctor;
 mod env;
@@ -87,7 +88,7 @@ fn main() -> ExitCode {
         }
         Command::Run(args) => run_cmd::run(args),
         Command::Proxy(args) => proxy_cmd::run(args),
-        Command::Approve { .. } => return not_yet("airlock approve"),
+        Command::Approve { socket } => approve::client::run(socket),
         Command::Ca { .. } => return not_yet("airlock ca"),
         Command::Doctor { json } => doctor::run(*json),
     };

@@ -5,7 +5,7 @@ use std::net::SocketAddr;
 use std::process::ExitCode;
 use std::sync::Arc;
 
-use airlock_proxy::{AuditLog, DenyApprover, Engine, EngineConfig, SourceAddressOnly};
+use airlock_proxy::{AuditLog, Engine, EngineConfig, SourceAddressOnly};
 use anyhow::{bail, Context, Result};
 
 use crate::cli::ProxyArgs;
@@ -17,17 +17,6 @@ pub fn run_id() -> String {
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_nanos() as u64);
     format!("{:016x}", nanos ^ (u64::from(std::process::id()) << 40))
-}
-
-pub fn approver_for(ask: Option<&str>) -> Result<Arc<dyn airlock_proxy::Approver>> {
-    match ask.unwrap_or("deny") {
-        "deny" => Ok(Arc::new(DenyApprover)),
-        "tty" => bail!("--ask tty is not implemented yet in this build; use --ask deny"),
-        s if s.starts_with("socket:") => {
-            bail!("--ask socket:PATH is not implemented yet in this build; use --ask deny")
-        }
-        other => bail!("--ask {other}: expected tty, deny or socket:PATH"),
-    }
 }
 
 pub fn run(args: &ProxyArgs) -> Result<ExitCode> {
@@ -45,7 +34,6 @@ pub fn run(args: &ProxyArgs) -> Result<ExitCode> {
         }
         tracing::warn!("listening on {addr}: any host that can reach it may use this proxy");
     }
-    let approver = approver_for(args.policy.ask.as_deref())?;
     let audit = match &policy.audit_log {
         Some(path) => Some(AuditLog::open(
             std::path::Path::new(&path.value),
@@ -57,6 +45,14 @@ pub fn run(args: &ProxyArgs) -> Result<ExitCode> {
         .enable_all()
         .build()
         .context("cannot start the async runtime")?;
+    let approver = {
+        let _in_runtime = runtime.enter();
+        crate::approve::approver_for(
+            args.policy.ask.as_deref(),
+            policy.asks(),
+            policy.ask_timeout,
+        )?
+    };
     runtime.block_on(async move {
         let listener = tokio::net::TcpListener::bind(addr)
             .await

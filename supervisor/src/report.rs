@@ -4,7 +4,7 @@
 
 use std::path::Path;
 
-use airlock_proxy::Blocked;
+use airlock_proxy::{Approval, Blocked};
 use anyhow::{Context, Result};
 use serde::Serialize;
 
@@ -14,7 +14,7 @@ pub struct Report<'a> {
     pub tier: &'a str,
     pub duration_ms: u64,
     pub blocked: &'a [Blocked],
-    pub approvals: Vec<serde_json::Value>,
+    pub approvals: &'a [Approval],
     pub protected_paths: ProtectedPaths<'a>,
 }
 

@@ -12,7 +12,7 @@ use anyhow::{Context, Result};
 
 use crate::cli::RunArgs;
 use crate::plan::{self, Net, Options};
-use crate::proxy_cmd::{approver_for, run_id};
+use crate::proxy_cmd::run_id;
 use crate::report::{self, ProtectedPaths, Report};
 use crate::sources::build_policy;
 
@@ -131,7 +131,6 @@ fn run_platform(
     timeout: Option<Duration>,
     started: Instant,
 ) -> Result<ExitCode> {
-    let approver = approver_for(args.policy.ask.as_deref())?;
     let audit = match &policy.audit_log {
         Some(path) => Some(AuditLog::open(
             std::path::Path::new(&path.value),
@@ -139,12 +138,21 @@ fn run_platform(
         )?),
         None => None,
     };
-    let sandbox = start(&plan)?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()
         .context("cannot start the async runtime")?;
+    let approver = {
+        let _in_runtime = runtime.enter();
+        crate::approve::approver_for(
+            args.policy.ask.as_deref(),
+            policy.asks(),
+            policy.ask_timeout,
+        )?
+    };
+    // Spawned from this (main) thread: see `start`.
+    let sandbox = start(&plan)?;
     let engine = Engine::new(EngineConfig {
         policy: Arc::new(policy),
         audit,
@@ -191,6 +199,7 @@ fn run_platform(
     }
     runtime.shutdown_timeout(Duration::from_millis(100));
     let blocked = engine.blocked();
+    let approvals = engine.approvals();
     if let Some(block) = report::stderr_block(&blocked) {
         eprintln!("{block}");
     }
@@ -202,7 +211,7 @@ fn run_platform(
                 tier: sandbox.tier,
                 duration_ms: started.elapsed().as_millis() as u64,
                 blocked: &blocked,
-                approvals: vec![],
+                approvals: &approvals,
                 protected_paths: ProtectedPaths {
                     deny_read: &plan.deny_read,
                     deny_write: &plan.deny_write,

@@ -297,9 +297,22 @@ fn profile_linux_lists_mounts_landlock_and_seccomp() {
 #[test]
 fn profile_macos_prints_a_complete_seatbelt_profile() {
     let env = Env::new();
-    let out = env.airlock(&["policy", "profile", "--target", "macos", "--allow", "example.com"]);
+    let out = env.airlock(&[
+        "policy",
+        "profile",
+        "--target",
+        "macos",
+        "--allow",
+        "example.com",
+    ]);
     assert_eq!(out.code, 0, "{}", out.stderr);
-    for want in ["(version 1)", "(deny default)", "(deny file-read*", "(allow network-outbound (remote tcp \"localhost:3128\"))", ";; -D parameters:"] {
+    for want in [
+        "(version 1)",
+        "(deny default)",
+        "(deny file-read*",
+        "(allow network-outbound (remote tcp \"localhost:3128\"))",
+        ";; -D parameters:",
+    ] {
         assert!(out.stdout.contains(want), "{want} missing:\n{}", out.stdout);
     }
 }
