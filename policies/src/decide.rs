@@ -49,6 +49,9 @@ pub enum Reason {
     RequestRule,
     UpstreamUnreachable,
     UpstreamTimeout,
+    /// The client refused the airlock certificate (it pins, or ignores the
+    /// trust variables); recorded so the user can stop inspecting the host.
+    InspectionRejected,
 }
 
 impl Reason {
@@ -71,6 +74,7 @@ impl Reason {
             Reason::RequestRule => "request-rule",
             Reason::UpstreamUnreachable => "upstream-unreachable",
             Reason::UpstreamTimeout => "upstream-timeout",
+            Reason::InspectionRejected => "inspection-rejected",
         }
     }
 }
@@ -221,6 +225,10 @@ pub fn how_to_allow(target: &Target, reason: Reason) -> String {
                 .to_string()
         }
         Reason::InvalidHost => "fix the host name".into(),
+        Reason::InspectionRejected => format!("the client does not accept the airlock CA for {pat}: remove it from --inspect / [network].inspect"),
+        Reason::RequestRule => format!("add a matching \"METHOD /path\" to the [[network.request]] rule for {pat}"),
+        Reason::HostMismatch => format!("send requests in this tunnel to {pat} only; open another tunnel for other hosts"),
+        Reason::SniMismatch => format!("connect to the host the TLS ClientHello names; a tunnel to {pat} may only carry TLS for {pat}"),
         Reason::ApprovalDenied | Reason::ApprovalTimeout => {
             format!("approve it when asked, or --allow {pat} / add \"{pat}\" to [network].allow in airlock.toml")
         }

@@ -72,6 +72,9 @@ pub struct EngineConfig {
     pub identity: Arc<dyn ClientIdentity>,
     /// Use this nameserver instead of the system's (split horizon, tests).
     pub dns_server: Option<SocketAddr>,
+    /// The CA and upstream trust for TLS inspection; `None` refuses every
+    /// target the policy says to inspect.
+    pub inspect: Option<crate::inspect::InspectConfig>,
 }
 
 pub struct Engine {
@@ -80,6 +83,7 @@ pub struct Engine {
     audit: Option<AuditLog>,
     approver: Arc<dyn Approver>,
     identity: Arc<dyn ClientIdentity>,
+    inspect: Option<crate::inspect::InspectConfig>,
     next_conn: AtomicU64,
     tunnels: Arc<Semaphore>,
     own: Mutex<Vec<SocketAddr>>,
@@ -133,6 +137,7 @@ impl Engine {
             audit: cfg.audit,
             approver: cfg.approver,
             identity: cfg.identity,
+            inspect: cfg.inspect,
             next_conn: AtomicU64::new(1),
             own: Mutex::new(vec![]),
             session: SessionApprovals::default(),
@@ -144,6 +149,33 @@ impl Engine {
 
     pub fn policy(&self) -> &Policy {
         &self.policy
+    }
+
+    pub fn inspect_config(&self) -> Option<&crate::inspect::InspectConfig> {
+        self.inspect.as_ref()
+    }
+
+    /// Whether this target's TLS is decrypted; an error when it must be
+    /// but no CA was configured (fail closed).
+    pub fn inspection(&self, target: &Target) -> Result<bool, Box<Refusal>> {
+        if !airlock_policy::inspects(&self.policy, target) {
+            return Ok(false);
+        }
+        if self.inspect.is_none() {
+            return Err(Box::new(Refusal::new(
+                Reason::InspectionRejected,
+                target,
+                "the policy inspects this host but no CA is configured",
+            )));
+        }
+        Ok(true)
+    }
+
+    /// Write an audit event, if there is an audit log.
+    pub fn audit_event(&self, event: &str, conn: u64, fields: serde_json::Value) {
+        if let Some(a) = &self.audit {
+            a.event(event, conn, fields);
+        }
     }
 
     pub fn idle_timeout(&self) -> Duration {

@@ -117,6 +117,16 @@ async fn connect<S: Stream>(
     let Some(permit) = engine.tunnel_permit() else {
         return too_many_tunnels();
     };
+    let inspect = match engine.inspection(&target) {
+        Ok(b) => b,
+        Err(r) => {
+            return full(
+                engine
+                    .refused(&conn, Protocol::Connect, *r, None)
+                    .response(),
+            )
+        }
+    };
     let dialed = match engine.connect(&conn, &target, Protocol::Connect).await {
         Ok(d) => d,
         Err(refusal) => return full(refusal.response()),
@@ -136,6 +146,11 @@ async fn connect<S: Stream>(
                 return;
             }
         };
+        if inspect {
+            crate::inspect::serve(engine, conn, target, TokioIo::new(upgraded), dialed.stream)
+                .await;
+            return;
+        }
         let gate = Gate {
             host: target.host.clone(),
             require_tls: target.port == 443,
@@ -188,7 +203,7 @@ fn is_upgrade(h: &HeaderMap) -> bool {
 /// Remove hop-by-hop headers: those named in `Connection`, the fixed list,
 /// and every `Proxy-*` header. An upgrade keeps `Connection: upgrade` and
 /// `Upgrade` so the next hop sees it.
-fn strip_hop_by_hop(h: &mut HeaderMap, keep_upgrade: bool) {
+pub(crate) fn strip_hop_by_hop(h: &mut HeaderMap, keep_upgrade: bool) {
     let listed: Vec<HeaderName> = h
         .get_all(header::CONNECTION)
         .iter()

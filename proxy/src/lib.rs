@@ -9,6 +9,7 @@ mod count;
 pub mod engine;
 pub mod http;
 pub mod identity;
+pub mod inspect;
 pub mod refusal;
 mod resolve;
 pub mod serve;

@@ -140,6 +140,14 @@ pub async fn serve<S: Stream>(engine: Arc<Engine>, mut stream: S, conn: Conn) {
         reply(&mut stream, REP_GENERAL, None).await;
         return;
     };
+    let inspect = match engine.inspection(&target) {
+        Ok(b) => b,
+        Err(r) => {
+            let r = engine.refused(&conn, Protocol::Socks5, *r, None);
+            reply(&mut stream, r.socks_code(), None).await;
+            return;
+        }
+    };
     let dialed = match engine.connect(&conn, &target, Protocol::Socks5).await {
         Ok(d) => d,
         Err(refusal) => {
@@ -148,6 +156,10 @@ pub async fn serve<S: Stream>(engine: Arc<Engine>, mut stream: S, conn: Conn) {
         }
     };
     reply(&mut stream, 0, dialed.stream.local_addr().ok()).await;
+    if inspect {
+        crate::inspect::serve(engine, conn, target, stream, dialed.stream).await;
+        return;
+    }
     let since = Instant::now();
     let gate = Gate {
         host: target.host.clone(),

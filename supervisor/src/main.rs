@@ -10,9 +10,11 @@ macro_rules! say {
 }
 
 mod approve;
+mod ca_cmd;
 mod cli;
 mod doctor;
 mod env;
+mod inspect_setup;
 #[cfg(target_os = "linux")]
 mod linux;
 #[cfg(target_os = "macos")]
@@ -52,11 +54,6 @@ fn init_tracing(verbose: u8) {
         .init();
 }
 
-fn not_yet(what: &str) -> ExitCode {
-    eprintln!("airlock: `{what}` is not implemented yet in this build; nothing was run.");
-    ExitCode::from(EXIT_AIRLOCK)
-}
-
 fn main() -> ExitCode {
     // The sandbox helper is this binary re-executed: it must stay
     // single-threaded, so it branches off before anything else starts.
@@ -89,7 +86,7 @@ fn main() -> ExitCode {
         Command::Run(args) => run_cmd::run(args),
         Command::Proxy(args) => proxy_cmd::run(args),
         Command::Approve { socket } => approve::client::run(socket),
-        Command::Ca { .. } => return not_yet("airlock ca"),
+        Command::Ca { action, out } => ca_cmd::run(*action, out.as_deref()),
         Command::Doctor { json } => doctor::run(*json),
     };
     match result {

@@ -148,7 +148,11 @@ pub fn build(policy: &Policy, o: &Options) -> Plan {
         out
     };
     let read = paths(&policy.read, "read");
-    let deny_read = paths(&policy.deny_read, "deny_read");
+    let mut deny_read = paths(&policy.deny_read, "deny_read");
+    // The CA key never enters the sandbox, inspection or not.
+    if let Some(ca) = airlock_ca::default_dir() {
+        deny_read.push(real(ca));
+    }
     let deny_write = paths(&policy.deny_write, "deny_write");
     let mut write: Vec<PathBuf> = paths(&policy.write, "write");
     let workspace = real(o.workspace.to_path_buf());

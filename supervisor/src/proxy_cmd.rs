@@ -45,6 +45,11 @@ pub fn run(args: &ProxyArgs) -> Result<ExitCode> {
         .enable_all()
         .build()
         .context("cannot start the async runtime")?;
+    let inspect = if crate::inspect_setup::wanted(&policy) {
+        Some(crate::inspect_setup::config(&policy)?)
+    } else {
+        None
+    };
     let approver = {
         let _in_runtime = runtime.enter();
         crate::approve::approver_for(
@@ -65,6 +70,7 @@ pub fn run(args: &ProxyArgs) -> Result<ExitCode> {
             approver,
             identity: Arc::new(SourceAddressOnly),
             dns_server: args.policy.dns_server,
+            inspect,
         });
         tokio::select! {
             r = airlock_proxy::serve(engine, listener) => r.context("the proxy stopped")?,

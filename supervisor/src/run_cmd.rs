@@ -127,17 +127,28 @@ fn start(_: &plan::Plan) -> Result<Started> {
 fn run_platform(
     args: &RunArgs,
     policy: airlock_policy::Policy,
-    plan: plan::Plan,
+    mut plan: plan::Plan,
     timeout: Option<Duration>,
     started: Instant,
 ) -> Result<ExitCode> {
+    let run = run_id();
     let audit = match &policy.audit_log {
-        Some(path) => Some(AuditLog::open(
-            std::path::Path::new(&path.value),
-            &run_id(),
-        )?),
+        Some(path) => Some(AuditLog::open(std::path::Path::new(&path.value), &run)?),
         None => None,
     };
+    let inspect = if crate::inspect_setup::wanted(&policy) {
+        Some(crate::inspect_setup::config(&policy)?)
+    } else {
+        None
+    };
+    // The trust variables are set only when something is inspected.
+    let bundle = match &inspect {
+        Some(cfg) => Some(crate::inspect_setup::bundle(cfg, &run)?),
+        None => None,
+    };
+    if let Some(b) = &bundle {
+        plan.env.extend(b.env());
+    }
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -159,6 +170,7 @@ fn run_platform(
         approver,
         identity: sandbox.identity.clone(),
         dns_server: args.policy.dns_server,
+        inspect,
     });
     if let Some(std_listener) = sandbox.listener {
         std_listener
@@ -198,6 +210,9 @@ fn run_platform(
         }
     }
     runtime.shutdown_timeout(Duration::from_millis(100));
+    if let Some(b) = &bundle {
+        b.remove();
+    }
     let blocked = engine.blocked();
     let approvals = engine.approvals();
     if let Some(block) = report::stderr_block(&blocked) {

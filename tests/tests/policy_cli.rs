@@ -245,17 +245,47 @@ fn presets_report_where_hosts_came_from() {
 }
 
 #[test]
-fn unbuilt_commands_say_so() {
+fn ca_init_show_export_and_path() {
     let env = Env::new();
-    for args in [
-        &["ca", "init"][..],
-        &["approve", "--socket", "x"],
-        &["run", "--ask", "tty", "--", "true"],
-    ] {
-        let out = env.airlock(args);
-        assert_eq!(out.code, 125, "{args:?}");
-        assert!(out.stderr.contains("not implemented yet"), "{}", out.stderr);
-    }
+    let path = env.airlock(&["ca", "path"]);
+    assert_eq!(path.code, 0);
+    let dir = std::path::PathBuf::from(path.stdout.trim());
+    assert!(dir.ends_with("airlock/ca"), "{}", path.stdout);
+    let show = env.airlock(&["ca", "show"]);
+    assert_eq!(show.code, 125, "no CA yet: {}", show.stdout);
+    let init = env.airlock(&["ca", "init"]);
+    assert_eq!(init.code, 0, "{}", init.stderr);
+    assert!(init.stdout.contains("sha256:"), "{}", init.stdout);
+    use std::os::unix::fs::PermissionsExt;
+    let mode = fs::metadata(dir.join("ca-key.pem"))
+        .unwrap()
+        .permissions()
+        .mode()
+        & 0o777;
+    assert_eq!(mode, 0o600);
+    let again = env.airlock(&["ca", "init"]);
+    assert_eq!(again.code, 125, "a second init must not overwrite the CA");
+    let show = env.airlock(&["ca", "show"]);
+    assert!(
+        show.stdout.contains("not after:") && show.stdout.contains("airlock local CA"),
+        "{}",
+        show.stdout
+    );
+    let out = env.dir.path().join("exported.pem");
+    let export = env.airlock(&["ca", "export", "--out", out.to_str().unwrap()]);
+    assert_eq!(export.code, 0);
+    assert_eq!(
+        fs::read_to_string(&out).unwrap(),
+        fs::read_to_string(dir.join("ca.pem")).unwrap()
+    );
+    fs::set_permissions(dir.join("ca-key.pem"), fs::Permissions::from_mode(0o644)).unwrap();
+    let loose = env.airlock(&["ca", "show"]);
+    assert_eq!(loose.code, 125);
+    assert!(
+        loose.stderr.contains("readable by others"),
+        "{}",
+        loose.stderr
+    );
 }
 
 #[test]

@@ -20,6 +20,7 @@ pub fn feed(data: &[u8], socks: bool) {
             approver: Arc::new(DenyApprover),
             identity: Arc::new(SourceAddressOnly),
             dns_server: None,
+            inspect: None,
         });
         let (mut client, server) = tokio::io::duplex(64 * 1024);
         let conn = engine.open("127.0.0.1:1".parse().expect("addr"));

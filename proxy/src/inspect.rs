@@ -1,0 +1,510 @@
+//! TLS inspection (SPEC §5.3), for CONNECT targets matching `inspect`
+//! patterns (or carrying a credential): terminate the client's TLS with a
+//! minted leaf, verify the upstream against the system roots plus
+//! `upstream_ca` (never disabled), and check every request before it goes
+//! on: its Host or :authority, the request rules, then credentials set on
+//! the way out, and one audit `request` event each.
+
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Instant;
+
+use airlock_ca::{ForHost, Minter};
+use airlock_policy::{Host, Pattern, PatternMatch, Reason, Target};
+use bytes::Bytes;
+use http::header::{self, HeaderName, HeaderValue};
+use http::{Request, Response, Uri};
+use http_body::{Body as HttpBody, Frame, SizeHint};
+use http_body_util::combinators::BoxBody;
+use http_body_util::{BodyExt, Full};
+use hyper::body::Incoming;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use rustls::pki_types::ServerName;
+use rustls::{ClientConfig, RootCertStore, ServerConfig};
+use serde_json::json;
+use tokio::net::TcpStream;
+use tokio::sync::Mutex;
+
+use crate::engine::{Conn, Engine, Protocol};
+use crate::refusal::Refusal;
+use crate::tunnel::Stream;
+
+type Body = BoxBody<Bytes, hyper::Error>;
+
+/// A header the proxy sets on inspected requests to matching hosts.
+#[derive(Clone)]
+pub struct Credential {
+    pub host: Pattern,
+    pub header: HeaderName,
+    pub value: HeaderValue,
+}
+
+/// What inspection needs beyond the policy.
+pub struct InspectConfig {
+    pub minter: Arc<Minter>,
+    pub upstream: Arc<ClientConfig>,
+    pub credentials: Vec<Credential>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum InspectError {
+    #[error("cannot read {path}: {source}")]
+    Read {
+        path: String,
+        source: std::io::Error,
+    },
+    #[error("{path} holds no PEM certificate")]
+    NoCert { path: String },
+    #[error("TLS setup failed: {0}")]
+    Tls(String),
+}
+
+/// The upstream TLS client: system roots plus the extra PEM roots.
+pub fn upstream_client(
+    extra_roots: &[std::path::PathBuf],
+) -> Result<Arc<ClientConfig>, InspectError> {
+    use rustls::pki_types::pem::PemObject;
+    let mut roots = RootCertStore::empty();
+    let native = rustls_native_certs::load_native_certs();
+    for cert in native.certs {
+        let _ = roots.add(cert);
+    }
+    for path in extra_roots {
+        let certs: Vec<_> = rustls::pki_types::CertificateDer::pem_file_iter(path)
+            .map_err(|e| InspectError::Read {
+                path: path.display().to_string(),
+                source: std::io::Error::other(e.to_string()),
+            })?
+            .filter_map(Result::ok)
+            .collect();
+        if certs.is_empty() {
+            return Err(InspectError::NoCert {
+                path: path.display().to_string(),
+            });
+        }
+        for c in certs {
+            roots.add(c).map_err(|e| InspectError::Tls(e.to_string()))?;
+        }
+    }
+    let mut config =
+        ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+            .with_safe_default_protocol_versions()
+            .map_err(|e| InspectError::Tls(e.to_string()))?
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+    config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    Ok(Arc::new(config))
+}
+
+fn server_config(minter: &Arc<Minter>, host: &str) -> Result<Arc<ServerConfig>, rustls::Error> {
+    let mut config =
+        ServerConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+            .with_safe_default_protocol_versions()?
+            .with_no_client_auth()
+            .with_cert_resolver(Arc::new(ForHost {
+                minter: minter.clone(),
+                host: host.to_string(),
+            }));
+    config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    Ok(Arc::new(config))
+}
+
+/// A TLS alert that means the client did not accept our certificate:
+/// it pins, or it does not use the trust variables.
+fn rejected_our_certificate(e: &std::io::Error) -> bool {
+    let text = e.to_string();
+    [
+        "UnknownCA",
+        "BadCertificate",
+        "CertificateUnknown",
+        "DecryptError",
+        "AccessDenied",
+    ]
+    .iter()
+    .any(|a| text.contains(a))
+}
+
+enum Sender {
+    H1(Mutex<hyper::client::conn::http1::SendRequest<Body>>),
+    H2(hyper::client::conn::http2::SendRequest<Body>),
+}
+
+/// The upstream side: a TLS connection to the checked address, or why not.
+type Upstream = Result<Sender, String>;
+
+async fn connect_upstream(cfg: &InspectConfig, tcp: TcpStream, target: &Target) -> Upstream {
+    let name = match &target.host {
+        Host::Name(n) => ServerName::try_from(n.clone()).map_err(|e| e.to_string())?,
+        Host::Ip(ip) => ServerName::IpAddress((*ip).into()),
+    };
+    let tls = tokio_rustls::TlsConnector::from(cfg.upstream.clone())
+        .connect(name, tcp)
+        .await
+        .map_err(|e| format!("TLS to the upstream failed: {e}"))?;
+    let h2 = tls.get_ref().1.alpn_protocol() == Some(b"h2");
+    let io = TokioIo::new(tls);
+    if h2 {
+        let (send, conn) = hyper::client::conn::http2::handshake(TokioExecutor::new(), io)
+            .await
+            .map_err(|e| format!("HTTP/2 to the upstream failed: {e}"))?;
+        tokio::spawn(conn);
+        Ok(Sender::H2(send))
+    } else {
+        let (send, conn) = hyper::client::conn::http1::handshake(io)
+            .await
+            .map_err(|e| format!("HTTP/1.1 to the upstream failed: {e}"))?;
+        tokio::spawn(conn);
+        Ok(Sender::H1(Mutex::new(send)))
+    }
+}
+
+/// Serve one inspected tunnel: `client` has had its CONNECT answered;
+/// `upstream` is the TCP connection to the checked address.
+pub async fn serve<C: Stream>(
+    engine: Arc<Engine>,
+    conn: Conn,
+    target: Target,
+    client: C,
+    upstream: TcpStream,
+) {
+    let Some(cfg) = engine.inspect_config() else {
+        return;
+    };
+    let since = Instant::now();
+    let acceptor =
+        tokio_rustls::LazyConfigAcceptor::new(rustls::server::Acceptor::default(), client);
+    let start = match acceptor.await {
+        Ok(s) => s,
+        Err(e) => {
+            engine.closed(
+                &conn,
+                since,
+                Default::default(),
+                Some(format!("no TLS ClientHello: {e}")),
+            );
+            return;
+        }
+    };
+    if let Some(sni) = start.client_hello().server_name() {
+        if Host::parse(sni).ok().as_ref() != Some(&target.host) {
+            let why = format!("the TLS ClientHello names {sni:?}, not {}", target.host);
+            engine.refused(
+                &conn,
+                Protocol::Connect,
+                Refusal::new(Reason::SniMismatch, &target, why),
+                None,
+            );
+            return;
+        }
+    }
+    let host = target.host.to_string();
+    let config = match server_config(&cfg.minter, &host) {
+        Ok(c) => c,
+        Err(e) => {
+            engine.closed(
+                &conn,
+                since,
+                Default::default(),
+                Some(format!("TLS setup failed: {e}")),
+            );
+            return;
+        }
+    };
+    let tls = match start.into_stream(config).await {
+        Ok(t) => t,
+        Err(e) => {
+            if rejected_our_certificate(&e) {
+                let why = format!("the client rejected the airlock certificate ({e}); it pins certificates or ignores the trust variables");
+                engine.refused(
+                    &conn,
+                    Protocol::Connect,
+                    Refusal::new(Reason::InspectionRejected, &target, why),
+                    None,
+                );
+            }
+            engine.closed(
+                &conn,
+                since,
+                Default::default(),
+                Some(format!("client TLS handshake failed: {e}")),
+            );
+            return;
+        }
+    };
+    let upstream = Arc::new(connect_upstream(cfg, upstream, &target).await);
+    if let Err(e) = upstream.as_ref() {
+        tracing::warn!(conn = conn.id, %target, "{e}");
+    }
+    let service = {
+        let (engine, conn, target) = (engine.clone(), conn.clone(), target.clone());
+        hyper::service::service_fn(move |req| {
+            let (engine, conn, target, upstream) = (
+                engine.clone(),
+                conn.clone(),
+                target.clone(),
+                upstream.clone(),
+            );
+            async move {
+                Ok::<_, std::convert::Infallible>(handle(engine, conn, target, upstream, req).await)
+            }
+        })
+    };
+    let result = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new())
+        .serve_connection(TokioIo::new(tls), service)
+        .await;
+    engine.closed(
+        &conn,
+        since,
+        Default::default(),
+        result.err().map(|e| e.to_string()),
+    );
+}
+
+fn full(resp: Response<Full<Bytes>>) -> Response<Body> {
+    resp.map(|b| b.map_err(|never| match never {}).boxed())
+}
+
+/// The host a request names: `:authority` (HTTP/2, absolute URIs) or `Host`.
+fn named_target(req: &Request<Incoming>, default_port: u16) -> Option<Result<Target, String>> {
+    let authority = req
+        .uri()
+        .authority()
+        .map(|a| a.as_str().to_string())
+        .or_else(|| {
+            req.headers()
+                .get(header::HOST)
+                .and_then(|h| h.to_str().ok())
+                .map(str::to_string)
+        })?;
+    Some(Target::parse(&authority, Some(default_port)).map_err(|e| e.to_string()))
+}
+
+async fn handle(
+    engine: Arc<Engine>,
+    conn: Conn,
+    target: Target,
+    upstream: Arc<Upstream>,
+    mut req: Request<Incoming>,
+) -> Response<Body> {
+    let method = req.method().clone();
+    let path = req
+        .uri()
+        .path_and_query()
+        .map_or("/".to_string(), |p| p.to_string());
+    let url = format!("https://{}{}", authority_of(&target), path);
+    match named_target(&req, target.port) {
+        Some(Ok(t)) if t == target => {}
+        other => {
+            let named = match other {
+                Some(Ok(t)) => t.to_string(),
+                Some(Err(e)) => e,
+                None => "nothing".into(),
+            };
+            let r = Refusal::new(
+                Reason::HostMismatch,
+                &target,
+                format!("the request names {named}, but the tunnel is to {target}"),
+            );
+            return full(engine.refused(&conn, Protocol::Connect, r, None).response());
+        }
+    }
+    if let Some(refusal) = check_request_rules(&engine, &target, method.as_str(), &path) {
+        return full(
+            engine
+                .refused(&conn, Protocol::Connect, refusal, None)
+                .response(),
+        );
+    }
+    let upstream = match upstream.as_ref() {
+        Ok(u) => u,
+        Err(e) => {
+            let r = Refusal::new(Reason::UpstreamUnreachable, &target, e.clone());
+            return full(engine.refused(&conn, Protocol::Connect, r, None).response());
+        }
+    };
+    crate::http::strip_hop_by_hop(req.headers_mut(), false);
+    if let Some(cfg) = engine.inspect_config() {
+        for c in &cfg.credentials {
+            if c.host.matches(&target) == PatternMatch::Yes {
+                req.headers_mut().insert(c.header.clone(), c.value.clone());
+            }
+        }
+    }
+    let header_names: Vec<String> = req
+        .headers()
+        .keys()
+        .map(|k| k.as_str().to_string())
+        .collect();
+    let up_bytes = Arc::new(AtomicU64::new(0));
+    let (mut parts, body) = req.into_parts();
+    let body = Counting::new(body, up_bytes.clone(), None).boxed();
+    let sent = match upstream {
+        Sender::H1(send) => {
+            parts.uri = path.parse().unwrap_or_else(|_| Uri::from_static("/"));
+            parts.version = http::Version::HTTP_11;
+            if let Ok(v) = HeaderValue::from_str(&authority_of(&target)) {
+                parts.headers.insert(header::HOST, v);
+            }
+            let mut send = send.lock().await;
+            match send.ready().await {
+                Ok(()) => send.send_request(Request::from_parts(parts, body)).await,
+                Err(e) => Err(e),
+            }
+        }
+        Sender::H2(send) => {
+            parts.uri = url.parse().unwrap_or_else(|_| Uri::from_static("/"));
+            parts.version = http::Version::HTTP_2;
+            parts.headers.remove(header::HOST);
+            let mut send = send.clone();
+            match send.ready().await {
+                Ok(()) => send.send_request(Request::from_parts(parts, body)).await,
+                Err(e) => Err(e),
+            }
+        }
+    };
+    let resp = match sent {
+        Ok(r) => r,
+        Err(e) => {
+            let r = Refusal::new(
+                Reason::UpstreamUnreachable,
+                &target,
+                format!("the upstream failed: {e}"),
+            );
+            return full(engine.refused(&conn, Protocol::Connect, r, None).response());
+        }
+    };
+    let status = resp.status();
+    let (mut parts, body) = resp.into_parts();
+    crate::http::strip_hop_by_hop(&mut parts.headers, false);
+    let event = RequestEvent {
+        engine: engine.clone(),
+        conn: conn.id,
+        method: method.to_string(),
+        url,
+        status: status.as_u16(),
+        headers: header_names,
+        up: up_bytes,
+    };
+    let body = Counting::new(body, Arc::new(AtomicU64::new(0)), Some(event)).boxed();
+    Response::from_parts(parts, body)
+}
+
+fn authority_of(t: &Target) -> String {
+    if t.port == 443 {
+        t.host.to_string()
+    } else {
+        t.to_string()
+    }
+}
+
+fn check_request_rules(
+    engine: &Engine,
+    target: &Target,
+    method: &str,
+    path: &str,
+) -> Option<Refusal> {
+    let rules: Vec<_> = engine
+        .policy()
+        .request_rules
+        .iter()
+        .filter(|r| r.host.matches(target) == PatternMatch::Yes)
+        .collect();
+    if rules.is_empty()
+        || rules
+            .iter()
+            .any(|r| r.allow.iter().any(|a| a.matches(method, path)))
+    {
+        return None;
+    }
+    let rule = rules[0];
+    Some(Refusal::new(
+        Reason::RequestRule,
+        target,
+        format!(
+            "{method} {path} matches none of the request rules for {} ({})",
+            rule.host.text, rule.origin.origin
+        ),
+    ))
+}
+
+/// The `request` audit event, written when the response body ends.
+struct RequestEvent {
+    engine: Arc<Engine>,
+    conn: u64,
+    method: String,
+    url: String,
+    status: u16,
+    headers: Vec<String>,
+    up: Arc<AtomicU64>,
+}
+
+/// A body that counts what passes through it and, for responses, writes
+/// the request event when it is done (or dropped).
+struct Counting<B> {
+    inner: B,
+    count: Arc<AtomicU64>,
+    event: Option<RequestEvent>,
+}
+
+impl<B> Counting<B> {
+    fn new(inner: B, count: Arc<AtomicU64>, event: Option<RequestEvent>) -> Self {
+        Counting {
+            inner,
+            count,
+            event,
+        }
+    }
+}
+
+impl<B> Drop for Counting<B> {
+    fn drop(&mut self) {
+        if let Some(e) = self.event.take() {
+            let down = self.count.load(Ordering::Relaxed);
+            let up = e.up.load(Ordering::Relaxed);
+            tracing::info!(
+                conn = e.conn,
+                method = e.method,
+                url = e.url,
+                status = e.status,
+                bytes_up = up,
+                bytes_down = down,
+                "request"
+            );
+            e.engine.audit_event(
+                "request",
+                e.conn,
+                json!({"method": e.method, "url": e.url, "status": e.status, "bytes_up": up, "bytes_down": down,
+                       "request_headers": e.headers}),
+            );
+        }
+    }
+}
+
+impl<B: HttpBody<Data = Bytes, Error = hyper::Error> + Unpin> HttpBody for Counting<B> {
+    type Data = Bytes;
+    type Error = hyper::Error;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
+        let this = self.get_mut();
+        let r = Pin::new(&mut this.inner).poll_frame(cx);
+        if let Poll::Ready(Some(Ok(f))) = &r {
+            if let Some(d) = f.data_ref() {
+                this.count.fetch_add(d.len() as u64, Ordering::Relaxed);
+            }
+        }
+        r
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}
