@@ -205,8 +205,14 @@ impl Origin {
 
 fn answer(mut stream: TcpStream, name: &str) {
     let _ = stream.set_read_timeout(Some(Duration::from_secs(10)));
+    serve_http(&mut stream, name);
+}
+
+/// Answer HTTP/1.1 requests on any stream until it closes: the body names
+/// the origin, method, path, Host, Authorization and any request body.
+pub fn serve_http<S: Read + Write>(stream: &mut S, name: &str) {
     loop {
-        let Some(head) = read_head(&mut stream) else {
+        let Some(head) = read_head(stream) else {
             return;
         };
         let request = head.lines().next().unwrap_or("");
@@ -219,6 +225,9 @@ fn answer(mut stream: TcpStream, name: &str) {
             })
         };
         let host = field("host").unwrap_or_default();
+        let auth = field("authorization")
+            .map(|a| format!(" auth={a}"))
+            .unwrap_or_default();
         let len: usize = field("content-length")
             .and_then(|v| v.parse().ok())
             .unwrap_or(0);
@@ -226,7 +235,7 @@ fn answer(mut stream: TcpStream, name: &str) {
         if stream.read_exact(&mut received).is_err() {
             return;
         }
-        let mut body = format!("{name} {method} {path} host={host}");
+        let mut body = format!("{name} {method} {path} host={host}{auth}");
         if !received.is_empty() {
             body.push_str(&format!(" body={}", String::from_utf8_lossy(&received)));
         }
@@ -241,7 +250,7 @@ fn answer(mut stream: TcpStream, name: &str) {
 }
 
 /// Read an HTTP head (through the blank line); `None` at EOF.
-pub fn read_head(stream: &mut TcpStream) -> Option<String> {
+pub fn read_head<S: Read>(stream: &mut S) -> Option<String> {
     let mut head = Vec::new();
     let mut byte = [0u8; 1];
     while !head.ends_with(b"\r\n\r\n") {
@@ -476,3 +485,5 @@ impl Fixture {
         run(&mut self.command(args, script))
     }
 }
+
+pub mod tls;
