@@ -85,6 +85,7 @@ impl TlsOrigin {
                 let config = config.clone();
                 std::thread::spawn(move || {
                     let _ = tcp.set_read_timeout(Some(std::time::Duration::from_secs(10)));
+                    let _ = tcp.set_nodelay(true);
                     let Ok(conn) = rustls::ServerConnection::new(config) else {
                         return;
                     };
