@@ -787,3 +787,112 @@ fn non_loopback_listen_needs_a_flag() {
         out.stderr
     );
 }
+
+#[test]
+fn upgrade_requests_pass_through() {
+    // An origin that answers an Upgrade with 101 and then echoes bytes.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for s in listener.incoming().map_while(Result::ok) {
+            std::thread::spawn(move || {
+                let mut s = s;
+                let head = read_head(&mut s).unwrap_or_default().to_lowercase();
+                if !head.contains("upgrade: websocket") || !head.contains("connection: upgrade") {
+                    let _ = s.write_all(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n");
+                    return;
+                }
+                let _ = s.write_all(b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n");
+                let mut buf = [0u8; 64];
+                while let Ok(n) = s.read(&mut buf) {
+                    if n == 0 || s.write_all(&buf[..n]).is_err() {
+                        break;
+                    }
+                }
+            });
+        }
+    });
+    let home = Home::new();
+    let allow = format!("ws.test:{port}");
+    let proxy = Proxy::start(
+        &home,
+        &[
+            "--allow",
+            &allow,
+            "--resolve",
+            "ws.test=127.0.0.1",
+            "--allow-private",
+            "127.0.0.0/8",
+        ],
+    );
+    let mut s = TcpStream::connect(proxy.addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    write!(
+        s,
+        "GET http://ws.test:{port}/chat HTTP/1.1\r\nHost: ws.test:{port}\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n"
+    )
+    .unwrap();
+    let head = read_head(&mut s).unwrap();
+    assert_eq!(raw_status(head.as_bytes()), 101, "{head}");
+    s.write_all(b"ping-over-upgrade").unwrap();
+    let mut buf = [0u8; 17];
+    s.read_exact(&mut buf).unwrap();
+    assert_eq!(&buf, b"ping-over-upgrade");
+}
+
+#[test]
+fn tunnel_limit_and_idle_timeout() {
+    let home = Home::new();
+    let raw = RawOrigin::start();
+    let p = raw.addr.port();
+    let policy = home.write(
+        "p.toml",
+        "[network]\nmax_tunnels = 2\nidle_timeout = \"1s\"\n",
+    );
+    let allow = format!("origin.test:{p}");
+    let proxy = Proxy::start(
+        &home,
+        &[
+            "-p",
+            policy.to_str().unwrap(),
+            "--allow",
+            &allow,
+            "--resolve",
+            "origin.test=127.0.0.1",
+            "--allow-private",
+            "127.0.0.0/8",
+        ],
+    );
+    let open = || {
+        let mut s = TcpStream::connect(proxy.addr).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        write!(
+            s,
+            "CONNECT origin.test:{p} HTTP/1.1\r\nHost: origin.test:{p}\r\n\r\n"
+        )
+        .unwrap();
+        let head = read_head(&mut s).unwrap_or_default();
+        (s, raw_status(head.as_bytes()))
+    };
+    let (mut a, sa) = open();
+    let (_b, sb) = open();
+    let (_c, sc) = open();
+    assert_eq!(
+        (sa, sb, sc),
+        (200, 200, 503),
+        "the third tunnel is over max_tunnels"
+    );
+    // An idle tunnel is closed after idle_timeout.
+    let t = Instant::now();
+    let mut buf = [0u8; 1];
+    let n = a.read(&mut buf).unwrap_or(0);
+    assert_eq!(n, 0, "the idle tunnel should be closed");
+    assert!(
+        t.elapsed() < Duration::from_secs(4),
+        "closed after {:?}",
+        t.elapsed()
+    );
+    // Slots free up again.
+    std::thread::sleep(Duration::from_millis(1500));
+    assert_eq!(open().1, 200);
+}

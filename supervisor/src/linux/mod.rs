@@ -27,7 +27,7 @@ pub fn explain_unshare(e: nix::errno::Errno) -> anyhow::Error {
         nix::errno::Errno::EPERM | nix::errno::Errno::EACCES => {
             if std::fs::read_to_string("/proc/sys/kernel/apparmor_restrict_unprivileged_userns").is_ok_and(|s| s.trim() == "1") {
                 "AppArmor forbids unprivileged user namespaces (kernel.apparmor_restrict_unprivileged_userns=1); \
-                 install supervisor/apparmor/airlock (see README) or run `sudo sysctl kernel.apparmor_restrict_unprivileged_userns=0`"
+                 install supervisor/apparmor/airlock (see the comment at its top) or run `sudo sysctl kernel.apparmor_restrict_unprivileged_userns=0`"
             } else {
                 "user namespaces are not permitted here (a container without them, or kernel.unprivileged_userns_clone=0)"
             }

@@ -18,7 +18,10 @@ use rustls::pki_types::{pem::PemObject, CertificateDer, ServerName};
 
 fn client_config(ca: &Path) -> Arc<rustls::ClientConfig> {
     let mut roots = rustls::RootCertStore::empty();
-    for c in CertificateDer::pem_file_iter(ca).expect("ca file").flatten() {
+    for c in CertificateDer::pem_file_iter(ca)
+        .expect("ca file")
+        .flatten()
+    {
         roots.add(c).expect("root");
     }
     let provider = Arc::new(rustls::crypto::ring::default_provider());
@@ -39,7 +42,12 @@ fn open(proxy: Option<SocketAddr>, origin: SocketAddr, cfg: &Arc<rustls::ClientC
     open_as(proxy, origin, cfg, "api.test")
 }
 
-fn open_as(proxy: Option<SocketAddr>, origin: SocketAddr, cfg: &Arc<rustls::ClientConfig>, connect_host: &str) -> Tls {
+fn open_as(
+    proxy: Option<SocketAddr>,
+    origin: SocketAddr,
+    cfg: &Arc<rustls::ClientConfig>,
+    connect_host: &str,
+) -> Tls {
     let tcp = match proxy {
         Some(p) => {
             let mut s = TcpStream::connect(p).expect("proxy");
@@ -56,7 +64,9 @@ fn open_as(proxy: Option<SocketAddr>, origin: SocketAddr, cfg: &Arc<rustls::Clie
             s
         }
     };
-    let conn = rustls::ClientConnection::new(cfg.clone(), ServerName::try_from("api.test").expect("name")).expect("tls");
+    let conn =
+        rustls::ClientConnection::new(cfg.clone(), ServerName::try_from("api.test").expect("name"))
+            .expect("tls");
     rustls::StreamOwned::new(conn, tcp)
 }
 
@@ -65,14 +75,24 @@ fn request(tls: &mut Tls, port: u16) {
     let head = read_head(tls).expect("response");
     let len: usize = head
         .lines()
-        .find_map(|l| l.to_ascii_lowercase().strip_prefix("content-length:").map(|v| v.trim().parse().unwrap_or(0)))
+        .find_map(|l| {
+            l.to_ascii_lowercase()
+                .strip_prefix("content-length:")
+                .map(|v| v.trim().parse().unwrap_or(0))
+        })
         .unwrap_or(0);
     let mut body = vec![0u8; len];
     tls.read_exact(&mut body).expect("body");
 }
 
 /// Requests per second over `conns` keep-alive connections for `secs`.
-fn rps(proxy: Option<SocketAddr>, origin: SocketAddr, cfg: &Arc<rustls::ClientConfig>, conns: usize, secs: u64) -> f64 {
+fn rps(
+    proxy: Option<SocketAddr>,
+    origin: SocketAddr,
+    cfg: &Arc<rustls::ClientConfig>,
+    conns: usize,
+    secs: u64,
+) -> f64 {
     rps_as(proxy, origin, cfg, conns, secs, "api.test")
 }
 
@@ -103,7 +123,11 @@ fn rps_as(
     total as f64 / secs as f64
 }
 
-fn fresh_latency(proxy: Option<SocketAddr>, origin: SocketAddr, cfg: &Arc<rustls::ClientConfig>) -> f64 {
+fn fresh_latency(
+    proxy: Option<SocketAddr>,
+    origin: SocketAddr,
+    cfg: &Arc<rustls::ClientConfig>,
+) -> f64 {
     let t = Instant::now();
     let mut tls = open(proxy, origin, cfg);
     request(&mut tls, origin.port());
@@ -116,12 +140,25 @@ fn median(mut v: Vec<f64>) -> f64 {
 }
 
 fn mitmdump(dir: &Path, origin_ca: &Path) -> Option<(Child, SocketAddr, PathBuf)> {
-    let port = std::net::TcpListener::bind("127.0.0.1:0").ok()?.local_addr().ok()?.port();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .ok()?
+        .local_addr()
+        .ok()?
+        .port();
     let confdir = dir.join("mitm");
     let mut child = Command::new("mitmdump")
-        .args(["--listen-host", "127.0.0.1", "--listen-port", &port.to_string(), "-q"])
+        .args([
+            "--listen-host",
+            "127.0.0.1",
+            "--listen-port",
+            &port.to_string(),
+            "-q",
+        ])
         .args(["--set", &format!("confdir={}", confdir.display())])
-        .args(["--set", &format!("ssl_verify_upstream_trusted_ca={}", origin_ca.display())])
+        .args([
+            "--set",
+            &format!("ssl_verify_upstream_trusted_ca={}", origin_ca.display()),
+        ])
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
@@ -152,8 +189,18 @@ fn main() {
     cmd.env("XDG_DATA_HOME", home.path().join("data"));
     let proxy = Proxy::start_with(
         cmd,
-        &["--allow", &allow, "--inspect", "api.test", "--resolve", "api.test=127.0.0.1", "--allow-private", "127.0.0.0/8",
-          "--upstream-ca", pki.ca_pem.to_str().unwrap()],
+        &[
+            "--allow",
+            &allow,
+            "--inspect",
+            "api.test",
+            "--resolve",
+            "api.test=127.0.0.1",
+            "--allow-private",
+            "127.0.0.0/8",
+            "--upstream-ca",
+            pki.ca_pem.to_str().unwrap(),
+        ],
     );
     let _ = proxy.log();
     let airlock_ca = home.path().join("data/airlock/ca/ca.pem");
