@@ -562,3 +562,73 @@ fn an_ordinary_user_gets_the_same_boundary() {
     expect(&out, "NoNewPrivs:\t1");
     expect(&out, "wrote");
 }
+
+#[test]
+fn extra_write_paths_and_an_explicit_workspace() {
+    let f = fixture();
+    let extra = tempfile::tempdir_in(base()).unwrap();
+    let other_ws = tempfile::tempdir_in(base()).unwrap();
+    let script = format!(
+        "echo a > {e}/a.txt && echo wrote-extra; echo b > {o}/b.txt && echo wrote-workspace; pwd",
+        e = extra.path().display(),
+        o = other_ws.path().display()
+    );
+    let out = f.run(
+        &[
+            "--network",
+            "none",
+            "--write",
+            extra.path().to_str().unwrap(),
+            "--workspace",
+            other_ws.path().to_str().unwrap(),
+        ],
+        &script,
+    );
+    expect(&out, "wrote-extra");
+    expect(&out, "wrote-workspace");
+    expect(&out, &other_ws.path().display().to_string());
+    // The directory airlock was started in is not writable when another workspace is named.
+    let out = f.run(
+        &[
+            "--network",
+            "none",
+            "--workspace",
+            other_ws.path().to_str().unwrap(),
+        ],
+        &format!("echo c > {}/c.txt", f.ws.display()),
+    );
+    assert!(!f.ws.join("c.txt").exists(), "{}", lines(&out));
+}
+
+#[test]
+fn network_host_warns_and_is_refused_by_a_managed_policy() {
+    let f = fixture();
+    let out = f.run(&["--network", "host"], "echo in-host-mode");
+    expect(&out, "in-host-mode");
+    assert!(out.stderr.contains("--network host"), "{}", lines(&out));
+    let managed = f.write("~/managed.toml", "require_sandbox = true\n");
+    let mut cmd = f.command(&["--network", "host"], "echo should-not-run");
+    cmd.env("AIRLOCK_MANAGED_POLICY", &managed);
+    let out = run(&mut cmd);
+    assert_eq!(out.code, 125, "{}", lines(&out));
+    assert!(!out.stdout.contains("should-not-run"));
+    assert!(
+        out.stderr.contains("requires the sandbox"),
+        "{}",
+        lines(&out)
+    );
+}
+
+#[test]
+fn the_ca_key_never_enters_the_sandbox() {
+    let f = fixture();
+    let ca = f.home.join(".local/share/airlock/ca");
+    std::fs::create_dir_all(&ca).unwrap();
+    std::fs::write(ca.join("ca-key.pem"), SECRET).unwrap();
+    let out = f.run(
+        &["--network", "none"],
+        "cat ~/.local/share/airlock/ca/ca-key.pem; echo done",
+    );
+    assert!(!out.stdout.contains(SECRET), "{}", lines(&out));
+    expect(&out, "done");
+}
