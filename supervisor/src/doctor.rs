@@ -52,7 +52,7 @@ pub fn is_wsl1() -> bool {
 
 /// Try for real: a child that creates the namespaces `run` needs.
 #[cfg(target_os = "linux")]
-fn probe_userns() -> Result<(), String> {
+pub fn probe_userns() -> Result<(), String> {
     use nix::sched::{unshare, CloneFlags};
     use nix::sys::wait::{waitpid, WaitStatus};
     use nix::unistd::{fork, ForkResult};

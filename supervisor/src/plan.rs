@@ -43,6 +43,10 @@ pub struct Plan {
     /// Deny entries the mount layer cannot express, for warnings.
     pub unsupported: Vec<String>,
     pub allow_degraded: bool,
+    /// Set when the degraded tier runs (SPEC §4.4): no namespaces, the
+    /// proxy on this host loopback port (`None` with `--network none`).
+    #[serde(default)]
+    pub degraded: Option<Option<u16>>,
 }
 
 /// `~` is the home directory; relative paths are relative to the workspace;
@@ -204,6 +208,7 @@ pub fn build(policy: &Policy, o: &Options) -> Plan {
         deny_read_globs: globs,
         unsupported,
         allow_degraded: o.allow_degraded,
+        degraded: None,
     }
 }
 

@@ -68,6 +68,8 @@ struct Started {
     listener: Option<std::net::TcpListener>,
     identity: Arc<dyn airlock_proxy::ClientIdentity>,
     tier: &'static str,
+    /// What ends the sandbox on `--timeout`.
+    teardown: libc::c_int,
     /// Setup errors and exec failures the sandbox reported.
     messages: Box<dyn Fn() -> Vec<String>>,
 }
@@ -80,13 +82,50 @@ fn start(plan: &plan::Plan) -> Result<Started> {
     if crate::doctor::is_wsl1() {
         bail!("WSL1 has no namespaces and no Landlock; airlock needs WSL2 (wsl --set-version <distro> 2)");
     }
-    let (child, listener, channel) = Sandbox::start(plan)?.into_parts();
+    // The degraded tier only with --allow-degraded, and only when user
+    // namespaces are really unavailable (or AIRLOCK_FORCE_TIER=degraded
+    // asks for it, which also needs --allow-degraded).
+    let forced = std::env::var("AIRLOCK_FORCE_TIER").is_ok_and(|t| t == "degraded");
+    if forced && !plan.allow_degraded {
+        bail!("AIRLOCK_FORCE_TIER=degraded needs --allow-degraded");
+    }
+    let degraded = plan.allow_degraded && (forced || crate::doctor::probe_userns().is_err());
+    let mut plan = plan.clone();
+    let mut listener = None;
+    if degraded {
+        let port = match plan.net {
+            Net::Proxy => {
+                let l = std::net::TcpListener::bind("127.0.0.1:0")
+                    .context("binding the proxy listener")?;
+                let port = l.local_addr()?.port();
+                crate::env::add_proxy(&mut plan.env, port);
+                listener = Some(l);
+                Some(port)
+            }
+            Net::None => None,
+            Net::Host => {
+                bail!("--network host has no degraded tier: it is already unconfined networking")
+            }
+        };
+        eprintln!("airlock: warning: user namespaces are unavailable; running the degraded tier (--allow-degraded)");
+        plan.degraded = Some(port);
+    }
+    let (child, fd, channel) = Sandbox::start(&plan)?.into_parts();
     let anchor = child.id();
     Ok(Started {
         child,
-        listener: listener.map(std::net::TcpListener::from),
+        listener: listener.or(fd.map(std::net::TcpListener::from)),
         identity: Arc::new(SandboxProcesses { anchor }),
-        tier: "linux-namespaces",
+        tier: if degraded {
+            "linux-degraded"
+        } else {
+            "linux-namespaces"
+        },
+        teardown: if degraded {
+            libc::SIGUSR1
+        } else {
+            libc::SIGKILL
+        },
         messages: Box::new(move || channel.messages()),
     })
 }
@@ -115,6 +154,7 @@ fn start(plan: &plan::Plan) -> Result<Started> {
         listener,
         identity: Arc::new(airlock_proxy::SourceAddressOnly),
         tier: "macos-seatbelt",
+        teardown: libc::SIGKILL,
         messages: Box::new(Vec::new),
     })
 }
@@ -189,7 +229,7 @@ fn run_platform(
         });
     }
 
-    let status = wait(sandbox.child, timeout)?;
+    let status = wait(sandbox.child, timeout, sandbox.teardown)?;
     restore_terminal();
     let mut code = match status {
         None => {
@@ -238,7 +278,11 @@ fn run_platform(
 }
 
 /// The sandbox's exit code, or `None` when the timeout killed it.
-fn wait(child: std::process::Child, timeout: Option<Duration>) -> Result<Option<i32>> {
+fn wait(
+    child: std::process::Child,
+    timeout: Option<Duration>,
+    teardown: libc::c_int,
+) -> Result<Option<i32>> {
     use std::os::unix::process::ExitStatusExt;
     let pid = child.id() as libc::pid_t;
     let (tx, rx) = std::sync::mpsc::channel();
@@ -254,6 +298,11 @@ fn wait(child: std::process::Child, timeout: Option<Duration>) -> Result<Option<
                 // On Linux the helper's death takes PID 1 (parent-death
                 // signal), and PID 1's takes every process in the sandbox.
                 // SAFETY: kill(2) on our own child, which has not been reaped.
+                unsafe { libc::kill(pid, teardown) };
+                if teardown != libc::SIGKILL && rx.recv_timeout(Duration::from_secs(5)).is_ok() {
+                    return Ok(None);
+                }
+                // SAFETY: as above.
                 unsafe { libc::kill(pid, libc::SIGKILL) };
                 let _ = rx.recv();
                 return Ok(None);

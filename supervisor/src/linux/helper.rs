@@ -51,8 +51,11 @@ fn write_id_maps(uid: u32, gid: u32) -> Result<()> {
 }
 
 fn build_and_run(channel: &mut UnixStream, supervisor: libc::pid_t) -> Result<i32> {
-    caps::die_with_parent(supervisor)?;
     let plan = read_plan(channel)?;
+    if let Some(proxy_port) = plan.degraded {
+        return super::degraded::run(&plan, channel, proxy_port);
+    }
+    caps::die_with_parent(supervisor)?;
     let (uid, gid) = (getuid().as_raw(), getgid().as_raw());
 
     // 1. Namespaces: user (our ids mapped), mount, PID, IPC, and network
@@ -112,13 +115,18 @@ fn pid1(plan: &Plan, channel: &mut UnixStream) -> Result<i32> {
     // 5. Landlock.
     landlock::restrict(&plan.read, &plan.write, plan.allow_degraded)?;
     // 6. seccomp.
-    seccomp::install()?;
+    seccomp::install(false)?;
     // 7. Init: the command must not inherit the channel.
+    close_on_exec(channel)?;
+    init::run(plan, channel, init::Reap::Namespace)
+}
+
+pub fn close_on_exec(channel: &UnixStream) -> Result<()> {
     let flags = nix::fcntl::fcntl(channel.as_fd(), nix::fcntl::FcntlArg::F_GETFD)
         .context("channel flags")?;
     let mut fdflags = nix::fcntl::FdFlag::from_bits_truncate(flags);
     fdflags.insert(nix::fcntl::FdFlag::FD_CLOEXEC);
     nix::fcntl::fcntl(channel.as_fd(), nix::fcntl::FcntlArg::F_SETFD(fdflags))
         .context("channel flags")?;
-    init::run(plan, channel)
+    Ok(())
 }

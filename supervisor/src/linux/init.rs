@@ -22,6 +22,74 @@ const FORWARDED: &[Signal] = &[
     Signal::SIGWINCH,
 ];
 
+/// How leftovers are killed when the command exits.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Reap {
+    /// PID 1 of a PID namespace: `kill(-1)` reaches exactly the sandbox.
+    Namespace,
+    /// The degraded tier's subreaper: kill our children until none are
+    /// left (orphans are reparented to us). SIGUSR1 means tear down now.
+    Subreaper,
+}
+
+/// The signal that asks a subreaper to tear the sandbox down.
+pub const TEARDOWN: Signal = Signal::SIGUSR1;
+
+/// Block the signals init handles, before anything can send them.
+pub fn block_signals() -> Result<SigSet> {
+    let mut mask = SigSet::empty();
+    mask.add(Signal::SIGCHLD);
+    mask.add(TEARDOWN);
+    for s in FORWARDED {
+        mask.add(*s);
+    }
+    sigprocmask(SigmaskHow::SIG_BLOCK, Some(&mask), None).context("blocking signals in init")?;
+    Ok(mask)
+}
+
+fn children_of(me: u32) -> Vec<Pid> {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return vec![];
+    };
+    dir.flatten()
+        .filter_map(|e| {
+            let pid: i32 = e.file_name().to_str()?.parse().ok()?;
+            let stat = std::fs::read_to_string(e.path().join("stat")).ok()?;
+            // The command name may hold spaces and parentheses: read after the last ')'.
+            let ppid: u32 = stat
+                .rsplit_once(')')?
+                .1
+                .split_whitespace()
+                .nth(1)?
+                .parse()
+                .ok()?;
+            (ppid == me).then(|| Pid::from_raw(pid))
+        })
+        .collect()
+}
+
+/// Kill every descendant: children first; their children then become
+/// ours (we are the subreaper) and go in the next round.
+fn kill_descendants() {
+    let me = std::process::id();
+    for _ in 0..1000 {
+        let kids = children_of(me);
+        if kids.is_empty() {
+            break;
+        }
+        for k in &kids {
+            let _ = kill(*k, Signal::SIGKILL);
+        }
+        while let Ok(status) = waitpid(Pid::from_raw(-1), Some(WaitPidFlag::WNOHANG)) {
+            if status == WaitStatus::StillAlive {
+                break;
+            }
+        }
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+    while waitpid(Pid::from_raw(-1), None).is_ok() {}
+}
+
 /// The program to exec: a path, or a name looked up in the sandbox's PATH.
 fn find_program(name: &str, env_path: Option<&str>) -> Option<PathBuf> {
     if name.contains('/') {
@@ -87,14 +155,9 @@ fn exit_code(status: WaitStatus) -> Option<i32> {
     }
 }
 
-/// Runs as PID 1; never returns.
-pub fn run(plan: &Plan, channel: &mut UnixStream) -> Result<i32> {
-    let mut mask = SigSet::empty();
-    mask.add(Signal::SIGCHLD);
-    for s in FORWARDED {
-        mask.add(*s);
-    }
-    sigprocmask(SigmaskHow::SIG_BLOCK, Some(&mask), None).context("blocking signals in init")?;
+/// Start the command and wait for it; returns its exit code.
+pub fn run(plan: &Plan, channel: &mut UnixStream, reap: Reap) -> Result<i32> {
+    let mask = block_signals()?;
     // SAFETY: init is single-threaded; the child only execs or _exits.
     let command = match unsafe { fork() }.context("starting the command")? {
         ForkResult::Child => exec_command(plan, channel),
@@ -102,6 +165,10 @@ pub fn run(plan: &Plan, channel: &mut UnixStream) -> Result<i32> {
     };
     loop {
         let sig = mask.wait().context("waiting for signals")?;
+        if sig == TEARDOWN && reap == Reap::Subreaper {
+            kill_descendants();
+            return Ok(124);
+        }
         if sig != Signal::SIGCHLD {
             let _ = kill(command, sig);
             continue;
@@ -112,8 +179,13 @@ pub fn run(plan: &Plan, channel: &mut UnixStream) -> Result<i32> {
                 Ok(status) if status.pid() == Some(command) => {
                     let code = exit_code(status).unwrap_or(125);
                     // Nothing started inside outlives the command.
-                    let _ = kill(Pid::from_raw(-1), Signal::SIGKILL);
-                    while waitpid(Pid::from_raw(-1), None).is_ok() {}
+                    match reap {
+                        Reap::Namespace => {
+                            let _ = kill(Pid::from_raw(-1), Signal::SIGKILL);
+                            while waitpid(Pid::from_raw(-1), None).is_ok() {}
+                        }
+                        Reap::Subreaper => kill_descendants(),
+                    }
                     return Ok(code);
                 }
                 Ok(_) => {}

@@ -8,8 +8,8 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
 use landlock::{
-    Access, AccessFs, PathBeneath, PathFd, Ruleset, RulesetAttr, RulesetCreatedAttr, RulesetStatus,
-    Scope, ABI,
+    Access, AccessFs, AccessNet, BitFlags, NetPort, PathBeneath, PathFd, Ruleset, RulesetAttr,
+    RulesetCreatedAttr, RulesetStatus, Scope, ABI,
 };
 
 /// The Landlock ABI the kernel offers: 0 when it has none (not built in, or
@@ -116,5 +116,156 @@ pub fn restrict(read: &[PathBuf], write: &[PathBuf], allow_degraded: bool) -> Re
             Ok(())
         }
         other => bail!("Landlock ruleset {other:?} on kernel ABI {kernel}; refusing (pass --allow-degraded to accept)"),
+    }
+}
+
+/// The paths that cover `roots` except `denied` and everything under it:
+/// Landlock only adds access, so a denied path inside a granted root is
+/// expressed by granting its siblings instead, down to the denied path.
+/// Symlinks are resolved, and one that leads into a denied path is dropped.
+/// Also returns the directories that were split, on the way down.
+pub fn carve(roots: &[PathBuf], denied: &[PathBuf]) -> (Vec<PathBuf>, Vec<PathBuf>) {
+    let (mut out, mut split) = (vec![], vec![]);
+    for root in roots {
+        carve_one(root, denied, &mut out, &mut split, 0);
+    }
+    for v in [&mut out, &mut split] {
+        v.sort();
+        v.dedup();
+    }
+    (out, split)
+}
+
+fn carve_one(
+    path: &Path,
+    denied: &[PathBuf],
+    out: &mut Vec<PathBuf>,
+    split: &mut Vec<PathBuf>,
+    depth: usize,
+) {
+    let Ok(real) = std::fs::canonicalize(path) else {
+        return;
+    };
+    if denied.iter().any(|d| real.starts_with(d)) {
+        return;
+    }
+    let inside = denied.iter().any(|d| d.starts_with(&real) && d != &real);
+    if !inside || depth > 32 || !real.is_dir() {
+        out.push(real);
+        return;
+    }
+    if let Ok(entries) = std::fs::read_dir(&real) {
+        for e in entries.flatten() {
+            carve_one(&e.path(), denied, out, split, depth + 1);
+        }
+    }
+    split.push(real);
+}
+
+fn access_for(path: &Path, dir_access: BitFlags<AccessFs>, abi: ABI) -> BitFlags<AccessFs> {
+    if path.is_dir() {
+        dir_access
+    } else {
+        // Directory rights on a file are invalid; keep the file ones.
+        dir_access & AccessFs::from_file(abi)
+    }
+}
+
+/// The degraded tier's Landlock (SPEC §4.4): the filesystem as in the
+/// full tier but with denied paths carved out (no mounts to hide them),
+/// and TCP connect allowed to the proxy port only. Needs ABI 4.
+/// `listable` are directories split by carving: they may be listed (so
+/// `ls ~` works), which also lets names, never contents, of the hidden
+/// entries below them be listed.
+pub fn restrict_degraded(
+    read: &[PathBuf],
+    listable: &[PathBuf],
+    write: &[PathBuf],
+    proxy_port: Option<u16>,
+) -> Result<()> {
+    let kernel = kernel_abi();
+    let abi = abi_for(kernel);
+    if abi < ABI::V4 {
+        bail!(
+            "the degraded tier needs Landlock ABI 4 (Linux 6.7) to confine TCP, and this kernel has {kernel}; \
+             enable user namespaces instead (see `airlock doctor`)"
+        );
+    }
+    let all = AccessFs::from_all(abi);
+    let mut created = Ruleset::default()
+        .handle_access(all)
+        .context("Landlock: handling filesystem access")?
+        .handle_access(AccessNet::from_all(abi))
+        .context("Landlock: handling network access")?;
+    if abi >= ABI::V6 {
+        created = created
+            .scope(Scope::from_all(abi))
+            .context("Landlock: scoping")?;
+    }
+    let mut created = created.create().context("Landlock: creating the ruleset")?;
+    for p in read {
+        if let Some(r) = rule(p, access_for(p, AccessFs::from_read(abi), abi)) {
+            created = created
+                .add_rule(r)
+                .with_context(|| format!("Landlock: read rule for {}", p.display()))?;
+        }
+    }
+    for p in write {
+        if let Some(r) = rule(p, access_for(p, all, abi)) {
+            created = created
+                .add_rule(r)
+                .with_context(|| format!("Landlock: write rule for {}", p.display()))?;
+        }
+    }
+    for p in listable {
+        if let Some(r) = rule(p, AccessFs::ReadDir.into()) {
+            created = created
+                .add_rule(r)
+                .with_context(|| format!("Landlock: listing rule for {}", p.display()))?;
+        }
+    }
+    if let Some(port) = proxy_port {
+        created = created
+            .add_rule(NetPort::new(port, AccessNet::ConnectTcp))
+            .context("Landlock: the proxy port rule")?;
+    }
+    let status = created
+        .restrict_self()
+        .context("Landlock: restricting the sandbox")?;
+    if status.ruleset != RulesetStatus::FullyEnforced {
+        bail!("Landlock ruleset {:?} on kernel ABI {kernel}; the degraded tier needs it fully enforced", status.ruleset);
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn carving_grants_siblings_not_the_denied_path() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = std::fs::canonicalize(dir.path()).unwrap();
+        for d in ["a/secret", "a/ok", "b"] {
+            std::fs::create_dir_all(root.join(d)).unwrap();
+        }
+        std::fs::write(root.join("a/file"), "x").unwrap();
+        std::os::unix::fs::symlink(root.join("a/secret"), root.join("link-to-secret")).unwrap();
+        let (got, split) = carve(std::slice::from_ref(&root), &[root.join("a/secret")]);
+        assert_eq!(split, vec![root.clone(), root.join("a")]);
+        assert!(
+            got.contains(&root.join("a/ok"))
+                && got.contains(&root.join("a/file"))
+                && got.contains(&root.join("b"))
+        );
+        assert!(
+            !got.iter().any(|p| p.starts_with(root.join("a/secret"))),
+            "{got:?}"
+        );
+        assert!(!got.contains(&root), "{got:?}");
+        assert_eq!(
+            carve(std::slice::from_ref(&root), &[]).0,
+            vec![root.clone()]
+        );
     }
 }

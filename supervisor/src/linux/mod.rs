@@ -3,6 +3,7 @@
 
 pub mod attribution;
 pub mod caps;
+pub mod degraded;
 pub mod helper;
 pub mod init;
 pub mod landlock;
@@ -77,7 +78,8 @@ impl Sandbox {
             .write_all(&(body.len() as u32).to_be_bytes())
             .and_then(|_| channel.write_all(&body))
             .context("sending the sandbox plan")?;
-        let listener = if plan.net == Net::Proxy {
+        // The degraded tier's proxy listener is the supervisor's own.
+        let listener = if plan.net == Net::Proxy && plan.degraded.is_none() {
             match netns::recv_fd(&channel)? {
                 (_, Some(fd)) => Some(fd),
                 (first, None) => {

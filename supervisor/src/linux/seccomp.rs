@@ -69,8 +69,9 @@ fn rule(conds: Vec<Cond>) -> Result<SeccompRule> {
 }
 
 /// The EPERM filter's rules: syscall number to the conditions that refuse it
-/// (an empty list refuses every call).
-fn eperm_rules() -> Result<BTreeMap<i64, Vec<SeccompRule>>> {
+/// (an empty list refuses every call). The degraded tier, which has no
+/// network namespace, also refuses UDP and new unix sockets (SPEC §4.4).
+fn eperm_rules(degraded: bool) -> Result<BTreeMap<i64, Vec<SeccompRule>>> {
     let mut rules: BTreeMap<i64, Vec<SeccompRule>> = BTreeMap::new();
     for (_, nr) in denied() {
         rules.insert(nr, vec![]);
@@ -95,6 +96,20 @@ fn eperm_rules() -> Result<BTreeMap<i64, Vec<SeccompRule>>> {
     // SOCK_PACKET (10) is the obsolete spelling of packet sockets.
     for ty in [libc::SOCK_RAW as u64, 10] {
         socket.push(rule(vec![cond(1, Len::Dword, Op::MaskedEq(0xf), ty)?])?);
+    }
+    if degraded {
+        socket.push(rule(vec![cond(
+            0,
+            Len::Dword,
+            Op::Eq,
+            libc::AF_UNIX as u64,
+        )?])?);
+        for family in [libc::AF_INET, libc::AF_INET6] {
+            socket.push(rule(vec![
+                cond(0, Len::Dword, Op::Eq, family as u64)?,
+                cond(1, Len::Dword, Op::MaskedEq(0xf), libc::SOCK_DGRAM as u64)?,
+            ])?);
+        }
     }
     rules.insert(libc::SYS_socket, socket);
     // unshare() and clone() with any namespace flag.
@@ -137,8 +152,8 @@ fn program(rules: BTreeMap<i64, Vec<SeccompRule>>, errno: i32) -> Result<BpfProg
 }
 
 /// Install both filters on this thread (inherited by everything it execs).
-pub fn install() -> Result<()> {
-    let eperm = program(eperm_rules()?, libc::EPERM)?;
+pub fn install(degraded: bool) -> Result<()> {
+    let eperm = program(eperm_rules(degraded)?, libc::EPERM)?;
     let mut clone3 = BTreeMap::new();
     clone3.insert(libc::SYS_clone3, vec![]);
     let enosys = program(clone3, libc::ENOSYS)?;
@@ -161,5 +176,6 @@ pub fn describe() -> Vec<String> {
     out.push("EPERM  ioctl(TIOCSTI), ioctl(TIOCLINUX) (low 32 bits)".into());
     out.push("ENOSYS clone3".into());
     out.push("KILL   any other architecture".into());
+    out.push("degraded tier only: EPERM socket(AF_UNIX) (socketpair stays), socket(AF_INET/AF_INET6, SOCK_DGRAM)".into());
     out
 }

@@ -30,6 +30,7 @@ fn plan(
         deny_read_globs: globs.iter().map(|s| s.to_string()).collect(),
         unsupported: vec![],
         allow_degraded: false,
+        degraded: None,
     }
 }
 
