@@ -21,6 +21,7 @@ pub const EXIT_TIMEOUT: u8 = 124;
 pub fn run(args: &RunArgs) -> Result<ExitCode> {
     let started = Instant::now();
     let (policy, workspace) = build_policy(&args.policy)?;
+    tracing::debug!(elapsed = ?started.elapsed(), "policy built");
     let net = plan::net_mode(&policy, args.network.as_deref()).map_err(anyhow::Error::msg)?;
     if net == Net::Host {
         eprintln!("airlock: warning: --network host: the command reaches the network directly, with no proxy and no policy");
@@ -56,6 +57,7 @@ pub fn run(args: &RunArgs) -> Result<ExitCode> {
             host_env: std::env::vars().collect(),
         },
     );
+    tracing::debug!(elapsed = ?started.elapsed(), "plan built");
     for u in &plan.unsupported {
         eprintln!("airlock: warning: {u} cannot be enforced by mounts (only plain paths and a trailing /**)");
     }
@@ -202,8 +204,10 @@ fn run_platform(
             policy.ask_timeout,
         )?
     };
+    tracing::debug!(elapsed = ?started.elapsed(), "runtime and approver ready");
     // Spawned from this (main) thread: see `start`.
     let sandbox = start(&plan)?;
+    tracing::debug!(elapsed = ?started.elapsed(), "sandbox started");
     let engine = Engine::new(EngineConfig {
         policy: Arc::new(policy),
         audit,
@@ -230,6 +234,7 @@ fn run_platform(
     }
 
     let status = wait(sandbox.child, timeout, sandbox.teardown)?;
+    tracing::debug!(elapsed = ?started.elapsed(), "sandbox exited");
     restore_terminal();
     let mut code = match status {
         None => {
