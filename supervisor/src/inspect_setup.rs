@@ -15,6 +15,15 @@ pub fn wanted(policy: &Policy) -> bool {
     !policy.inspect.is_empty() || !policy.credentials.is_empty()
 }
 
+/// The inspection config when the policy wants one.
+pub fn for_policy(policy: &Policy) -> Result<Option<InspectConfig>> {
+    if wanted(policy) {
+        config(policy).map(Some)
+    } else {
+        Ok(None)
+    }
+}
+
 pub fn config(policy: &Policy) -> Result<InspectConfig> {
     let dir = crate::ca_cmd::ca_dir()?;
     let ca = Ca::load_or_create(&dir)

@@ -45,19 +45,8 @@ pub fn run(args: &ProxyArgs) -> Result<ExitCode> {
         .enable_all()
         .build()
         .context("cannot start the async runtime")?;
-    let inspect = if crate::inspect_setup::wanted(&policy) {
-        Some(crate::inspect_setup::config(&policy)?)
-    } else {
-        None
-    };
-    let approver = {
-        let _in_runtime = runtime.enter();
-        crate::approve::approver_for(
-            args.policy.ask.as_deref(),
-            policy.asks(),
-            policy.ask_timeout,
-        )?
-    };
+    let inspect = crate::inspect_setup::for_policy(&policy)?;
+    let approver = crate::approve::approver_in(&runtime, args.policy.ask.as_deref(), &policy)?;
     runtime.block_on(async move {
         let listener = tokio::net::TcpListener::bind(addr)
             .await

@@ -178,11 +178,7 @@ fn run_platform(
         Some(path) => Some(AuditLog::open(std::path::Path::new(&path.value), &run)?),
         None => None,
     };
-    let inspect = if crate::inspect_setup::wanted(&policy) {
-        Some(crate::inspect_setup::config(&policy)?)
-    } else {
-        None
-    };
+    let inspect = crate::inspect_setup::for_policy(&policy)?;
     // The trust variables are set only when something is inspected.
     let bundle = match &inspect {
         Some(cfg) => Some(crate::inspect_setup::bundle(cfg, &run)?),
@@ -196,14 +192,7 @@ fn run_platform(
         .enable_all()
         .build()
         .context("cannot start the async runtime")?;
-    let approver = {
-        let _in_runtime = runtime.enter();
-        crate::approve::approver_for(
-            args.policy.ask.as_deref(),
-            policy.asks(),
-            policy.ask_timeout,
-        )?
-    };
+    let approver = crate::approve::approver_in(&runtime, args.policy.ask.as_deref(), &policy)?;
     tracing::debug!(elapsed = ?started.elapsed(), "runtime and approver ready");
     // Spawned from this (main) thread: see `start`.
     let sandbox = start(&plan)?;

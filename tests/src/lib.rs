@@ -487,3 +487,23 @@ impl Fixture {
 }
 
 pub mod tls;
+
+/// `airlock-probe`, copied into `base` (outside /tmp) once per test
+/// process, so the sandbox can run it even when the build directory is
+/// under the sandbox's private /tmp.
+pub fn probe_in(base: &Path) -> String {
+    static COPY: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    COPY.get_or_init(|| {
+        let dir = base.join(format!("bin-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("probe dir");
+        let dest = dir.join("airlock-probe");
+        std::fs::copy(sibling_bin("airlock-probe"), &dest).expect("copy probe");
+        let _ = Command::new("chmod")
+            .args(["-R", "a+rx"])
+            .arg(base)
+            .status();
+        dest
+    })
+    .display()
+    .to_string()
+}

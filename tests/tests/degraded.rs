@@ -17,16 +17,7 @@ fn base() -> PathBuf {
 }
 
 fn probe() -> String {
-    static COPY: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
-    COPY.get_or_init(|| {
-        let dir = base().join(format!("bin-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let dest = dir.join("airlock-probe");
-        std::fs::copy(sibling_bin("airlock-probe"), &dest).unwrap();
-        dest
-    })
-    .display()
-    .to_string()
+    probe_in(&base())
 }
 
 const SECRET: &str = "DEGRADED-TIER-SECRET";

@@ -24,20 +24,7 @@ fn fixture() -> Fixture {
 /// The probe, copied next to the fixtures so the sandbox can see it even
 /// when the build directory is under /tmp.
 fn probe() -> String {
-    static COPY: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
-    COPY.get_or_init(|| {
-        let dir = base().join(format!("bin-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let dest = dir.join("airlock-probe");
-        std::fs::copy(sibling_bin("airlock-probe"), &dest).unwrap();
-        let _ = std::process::Command::new("chmod")
-            .args(["-R", "a+rx"])
-            .arg(base())
-            .status();
-        dest
-    })
-    .display()
-    .to_string()
+    probe_in(&base())
 }
 
 fn lines(out: &Out) -> String {

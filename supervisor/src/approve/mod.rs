@@ -36,6 +36,16 @@ impl Persist {
     }
 }
 
+/// `approver_for` inside `runtime` (the socket approver binds a listener there).
+pub fn approver_in(
+    runtime: &tokio::runtime::Runtime,
+    ask: Option<&str>,
+    policy: &airlock_policy::Policy,
+) -> Result<Arc<dyn Approver>> {
+    let _in_runtime = runtime.enter();
+    approver_for(ask, policy.asks(), policy.ask_timeout)
+}
+
 /// The approver for `--ask MODE`; the default is the terminal when stdin is
 /// one, otherwise deny. Must be called inside the tokio runtime.
 pub fn approver_for(
