@@ -157,7 +157,13 @@ pub fn build(policy: &Policy, o: &Options) -> Plan {
     if let Some(ca) = airlock_ca::default_dir() {
         deny_read.push(real(ca));
     }
-    let deny_write = paths(&policy.deny_write, "deny_write");
+    let mut deny_write = paths(&policy.deny_write, "deny_write");
+    // airlock's own user policy: a sandbox that could write it could allow itself anything.
+    if let Some(dir) =
+        crate::sources::user_policy_path().and_then(|p| p.parent().map(Path::to_path_buf))
+    {
+        deny_write.push(real(dir));
+    }
     let mut write: Vec<PathBuf> = paths(&policy.write, "write");
     let workspace = real(o.workspace.to_path_buf());
     if o.read_only {

@@ -619,3 +619,36 @@ fn the_ca_key_never_enters_the_sandbox() {
     assert!(!out.stdout.contains(SECRET), "{}", lines(&out));
     expect(&out, "done");
 }
+
+#[test]
+fn a_home_workspace_cannot_edit_airlocks_own_policy() {
+    let f = fixture();
+    let policy = f.write("~/.config/airlock/policy.toml", "[network]\nallow = []\n");
+    // The workspace is HOME itself.
+    let out = f.run(
+        &["--network", "none", "--workspace", f.home.to_str().unwrap()],
+        "echo 'allow = [\"evil.test\"]' >> .config/airlock/policy.toml; echo ok > scratch.txt && echo wrote",
+    );
+    expect(&out, "wrote");
+    assert_eq!(
+        std::fs::read_to_string(&policy).unwrap(),
+        "[network]\nallow = []\n",
+        "{}",
+        lines(&out)
+    );
+}
+
+#[test]
+fn airlocks_config_dir_is_protected_even_before_it_exists() {
+    let f = fixture();
+    let out = f.run(
+        &["--network", "none", "--workspace", f.home.to_str().unwrap()],
+        "mkdir -p .config/airlock; echo 'x' > .config/airlock/policy.toml; echo done",
+    );
+    expect(&out, "done");
+    assert!(
+        !f.home.join(".config/airlock/policy.toml").exists(),
+        "{}",
+        lines(&out)
+    );
+}
