@@ -44,6 +44,13 @@ pub fn run(args: &RunArgs) -> Result<ExitCode> {
     let home = std::env::var_os("HOME")
         .map(std::path::PathBuf::from)
         .context("HOME is not set")?;
+    // airlock's config directory must exist to be protected: a read-only
+    // bind needs something to cover.
+    if let Some(dir) = crate::sources::user_policy_path()
+        .and_then(|p| p.parent().map(std::path::Path::to_path_buf))
+    {
+        let _ = std::fs::create_dir_all(dir);
+    }
     let plan = plan::build(
         &policy,
         &Options {
