@@ -128,7 +128,7 @@ pub fn findings() -> Findings {
             )
         }
         Err(_) => format!("unknown: {} does not parse", managed.display()),
-        _ => "policy asks, but the tty and socket approvers are not built yet: unknown hosts are refused (approval-denied)".to_string(),
+        _ => "on: unknown hosts are escalated (--ask tty when stdin is a terminal, else deny; --ask socket:PATH for IDEs)".to_string(),
     };
     Findings {
         kernel: read("/proc/sys/kernel/osrelease").unwrap_or_default(),
