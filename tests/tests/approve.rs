@@ -304,6 +304,12 @@ fn socket_is_private_and_removed_after_the_run() {
 /// Run `airlock` on a fresh pty as its controlling terminal.
 fn on_pty(f: &Fixture, args: &[&str], script: &str) -> (std::process::Child, std::fs::File) {
     let (mut master, mut slave) = (0, 0);
+    let size = libc::winsize {
+        ws_row: 24,
+        ws_col: 80,
+        ws_xpixel: 0,
+        ws_ypixel: 0,
+    };
     // SAFETY: openpty fills two descriptors.
     assert_eq!(
         unsafe {
@@ -312,12 +318,13 @@ fn on_pty(f: &Fixture, args: &[&str], script: &str) -> (std::process::Child, std
                 &mut slave,
                 std::ptr::null_mut(),
                 std::ptr::null(),
-                std::ptr::null(),
+                &size,
             )
         },
         0
     );
     let mut cmd = f.command(args, script);
+    cmd.env("TERM", "xterm");
     // SAFETY: the slave descriptor is valid; the dups hand it to the child.
     unsafe {
         use std::os::fd::FromRawFd;
@@ -405,4 +412,69 @@ fn tty_prompt_takes_the_terminal_and_gives_it_back() {
     );
     let status = child.wait().unwrap();
     assert_eq!(status.code(), Some(0), "{}", screen.lock().unwrap());
+}
+
+#[test]
+fn tty_prompt_works_over_a_full_screen_program() {
+    let s = setup();
+    let page = s.f.write("page.txt", &"a line of the pager\n".repeat(200));
+    // less owns the terminal (raw mode, alternate screen) when the question
+    // comes; the answer must go to airlock, the next key back to less.
+    let script = format!(
+        "(sleep 0.5; curl -s -o /dev/null -w '%{{http_code}}' {url} > status.txt) & less {page}; wait; echo; echo after-less; cat status.txt",
+        url = s.url(),
+        page = page.display()
+    );
+    let (mut child, master) = on_pty(
+        &s.f,
+        &[
+            "--resolve",
+            "unlisted.test=127.0.0.1",
+            "--allow-private",
+            "127.0.0.0/8",
+            "--ask",
+            "tty",
+        ],
+        &script,
+    );
+    let screen = Arc::new(Mutex::new(String::new()));
+    let sink = screen.clone();
+    let mut reader = master.try_clone().unwrap();
+    std::thread::spawn(move || {
+        let mut buf = [0u8; 4096];
+        while let Ok(n) = reader.read(&mut buf) {
+            if n == 0 {
+                break;
+            }
+            sink.lock()
+                .unwrap()
+                .push_str(&String::from_utf8_lossy(&buf[..n]));
+        }
+    });
+    let mut keys = master;
+    assert!(
+        wait_for(&screen, "a line of the pager"),
+        "less did not start:\n{}",
+        screen.lock().unwrap()
+    );
+    assert!(
+        wait_for(&screen, "Allow? [o]nce"),
+        "no prompt over less:\n{}",
+        screen.lock().unwrap()
+    );
+    keys.write_all(b"o").unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    // Back to less: `q` quits it.
+    keys.write_all(b"q").unwrap();
+    assert!(
+        wait_for(&screen, "after-less"),
+        "less did not get its key back:\n{}",
+        screen.lock().unwrap()
+    );
+    assert!(
+        wait_for(&screen, "200"),
+        "the request was not allowed:\n{}",
+        screen.lock().unwrap()
+    );
+    assert_eq!(child.wait().unwrap().code(), Some(0));
 }

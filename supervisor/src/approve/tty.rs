@@ -43,16 +43,27 @@ impl Borrowed {
     fn take() -> std::io::Result<Borrowed> {
         let tty = OpenOptions::new().read(true).write(true).open("/dev/tty")?;
         let fd = tty.as_raw_fd();
-        // SAFETY: terminal ioctls on a descriptor we own; SIGTTOU ignored so
-        // a background group may change the foreground.
+        // SAFETY: terminal ioctls and signals on a descriptor and a process
+        // group we own; SIGTTOU ignored so a background group may change the
+        // foreground.
         unsafe {
             let old_ttou = libc::signal(libc::SIGTTOU, libc::SIG_IGN);
             let saved_pgrp = libc::tcgetpgrp(fd);
+            if saved_pgrp > 0 && saved_pgrp != libc::getpgrp() {
+                // Suspend the job as a shell does on ^Z: full-screen programs
+                // restore the terminal on SIGTSTP; SIGSTOP catches the ones
+                // that ignore it. A stopped reader can't take our key.
+                libc::kill(-saved_pgrp, libc::SIGTSTP);
+                std::thread::sleep(std::time::Duration::from_millis(30));
+                libc::kill(-saved_pgrp, libc::SIGSTOP);
+            }
             libc::tcsetpgrp(fd, libc::getpgrp());
             let mut saved_termios: libc::termios = std::mem::zeroed();
             libc::tcgetattr(fd, &mut saved_termios);
             let mut raw = saved_termios;
-            raw.c_lflag &= !(libc::ICANON | libc::ECHO);
+            // No ISIG: ^C at the prompt is read as a key (deny), not a
+            // signal that would take airlock down.
+            raw.c_lflag &= !(libc::ICANON | libc::ECHO | libc::ISIG);
             raw.c_cc[libc::VMIN] = 1;
             raw.c_cc[libc::VTIME] = 0;
             libc::tcsetattr(fd, libc::TCSANOW, &raw);
@@ -75,8 +86,8 @@ impl Drop for Borrowed {
             if self.saved_pgrp > 0 {
                 libc::tcsetpgrp(fd, self.saved_pgrp);
                 if self.saved_pgrp != libc::getpgrp() {
-                    // Full-screen programs redraw on a size change.
-                    libc::kill(-self.saved_pgrp, libc::SIGWINCH);
+                    // Resume the job; full-screen programs redraw on SIGCONT.
+                    libc::kill(-self.saved_pgrp, libc::SIGCONT);
                 }
             }
             libc::signal(libc::SIGTTOU, self.old_ttou);
