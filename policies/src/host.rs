@@ -65,16 +65,23 @@ impl Host {
         if trimmed.is_empty() || trimmed.ends_with('.') {
             return Err(invalid(input, "empty label"));
         }
-        // WHATWG URL rule: a host whose last label is numeric is an IPv4
-        // address in one of inet_aton's spellings, or it is invalid.
-        if ends_in_number(trimmed) {
-            return parse_ipv4_loose(trimmed)
+        // IDNA first (it maps fullwidth digits and drops ignorable code
+        // points), then the WHATWG rule on what is left: a host whose last
+        // label is numeric is an IPv4 address in one of inet_aton's
+        // spellings, or it is invalid. The other order let "127.0.0.1"
+        // plus an ignorable character pass as a name.
+        let ascii =
+            idna::domain_to_ascii(trimmed).map_err(|_| invalid(input, "not a valid IDN"))?;
+        let ascii = ascii.strip_suffix('.').map(str::to_string).unwrap_or(ascii);
+        if ascii.is_empty() || ascii.ends_with('.') {
+            return Err(invalid(input, "empty label"));
+        }
+        if ends_in_number(&ascii) {
+            return parse_ipv4_loose(&ascii)
                 .map(|v4| Host::Ip(IpAddr::V4(v4)))
                 .ok_or_else(|| invalid(input, "numeric host that is not a valid IPv4 address"));
         }
-        let ascii =
-            idna::domain_to_ascii(trimmed).map_err(|_| invalid(input, "not a valid IDN"))?;
-        if ascii.is_empty() || ascii.len() > MAX_HOST_LEN {
+        if ascii.len() > MAX_HOST_LEN {
             return Err(invalid(input, "longer than 253 bytes"));
         }
         for label in ascii.split('.') {
@@ -280,6 +287,19 @@ mod tests {
         ] {
             assert_eq!(Host::parse(s).unwrap(), ip("127.0.0.1"), "{s}");
         }
+    }
+
+    #[test]
+    fn numbers_hidden_behind_idna_are_still_addresses() {
+        // Found by the host_pattern fuzz target: U+034F is dropped by IDNA.
+        assert_eq!(Host::parse("2.21\u{34f}\u{34f}").unwrap(), ip("2.0.0.21"));
+        assert_eq!(Host::parse("127.0.0.1\u{34f}").unwrap(), ip("127.0.0.1"));
+        // Fullwidth digits and dots map to ASCII.
+        assert_eq!(
+            Host::parse("\u{ff11}\u{ff12}\u{ff17}\u{ff0e}\u{ff10}\u{ff0e}\u{ff10}\u{ff0e}\u{ff11}")
+                .unwrap(),
+            ip("127.0.0.1")
+        );
     }
 
     #[test]

@@ -76,3 +76,14 @@ proptest! {
         prop_assert_eq!(wild.matches(&t), PatternMatch::No);
     }
 }
+
+proptest! {
+    /// The fuzz target's invariant, kept in the ordinary test run: a
+    /// canonical host reparses to itself.
+    #[test]
+    fn canonical_hosts_are_fixed_points(s in "\\PC{0,40}") {
+        if let Ok(h) = Host::parse(&s) {
+            prop_assert_eq!(Host::parse(&h.to_string()).unwrap(), h);
+        }
+    }
+}
