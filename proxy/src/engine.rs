@@ -191,7 +191,12 @@ impl Engine {
         Conn {
             id: self.next_conn.fetch_add(1, Ordering::Relaxed),
             peer,
-            client: self.identity.identify(peer),
+            // Attribution walks /proc: only when an audit log will record it
+            // (a question looks it up itself, see `ask_once`).
+            client: self
+                .audit
+                .as_ref()
+                .and_then(|_| self.identity.identify(peer)),
             started: Instant::now(),
         }
     }
@@ -356,7 +361,11 @@ impl Engine {
         let _forget = Forget(&self.inflight, target);
         let question = Question {
             target: target.clone(),
-            command: conn.client.as_ref().map(|c| c.argv.join(" ")),
+            command: conn
+                .client
+                .clone()
+                .or_else(|| self.identity.identify(conn.peer))
+                .map(|c| c.argv.join(" ")),
         };
         let answer = match tokio::time::timeout(
             self.policy.ask_timeout,
