@@ -478,3 +478,91 @@ fn tty_prompt_works_over_a_full_screen_program() {
     );
     assert_eq!(child.wait().unwrap().code(), Some(0));
 }
+
+#[test]
+fn interactive_bash_works_on_a_terminal() {
+    // `airlock run -- bash` on a real terminal: job control inside, ^C
+    // reaches the sandboxed job and not airlock, and the exit code comes back.
+    let s = setup();
+    let (mut child, master) = {
+        let f = &s.f;
+        let (mut master, mut slave) = (0, 0);
+        let size = libc::winsize {
+            ws_row: 24,
+            ws_col: 80,
+            ws_xpixel: 0,
+            ws_ypixel: 0,
+        };
+        // SAFETY: openpty fills two descriptors.
+        assert_eq!(
+            unsafe {
+                libc::openpty(
+                    &mut master,
+                    &mut slave,
+                    std::ptr::null_mut(),
+                    std::ptr::null(),
+                    &size,
+                )
+            },
+            0
+        );
+        let mut cmd = f.command_argv(
+            &["--network", "none"],
+            &["bash", "--norc", "--noprofile", "-i"],
+        );
+        cmd.env("TERM", "xterm");
+        // SAFETY: as in `on_pty`.
+        unsafe {
+            use std::os::fd::FromRawFd;
+            use std::os::unix::process::CommandExt;
+            cmd.stdin(std::process::Stdio::from_raw_fd(libc::dup(slave)))
+                .stdout(std::process::Stdio::from_raw_fd(libc::dup(slave)))
+                .stderr(std::process::Stdio::from_raw_fd(libc::dup(slave)))
+                .pre_exec(|| {
+                    libc::setsid();
+                    libc::ioctl(0, libc::TIOCSCTTY, 0);
+                    Ok(())
+                });
+        }
+        let child = cmd.spawn().unwrap();
+        // SAFETY: closing our copy of the slave; owning the master.
+        unsafe { libc::close(slave) };
+        let master: std::fs::File = unsafe { std::os::fd::FromRawFd::from_raw_fd(master) };
+        (child, master)
+    };
+    let screen = Arc::new(Mutex::new(String::new()));
+    let sink = screen.clone();
+    let mut reader = master.try_clone().unwrap();
+    std::thread::spawn(move || {
+        let mut buf = [0u8; 4096];
+        while let Ok(n) = reader.read(&mut buf) {
+            if n == 0 {
+                break;
+            }
+            sink.lock()
+                .unwrap()
+                .push_str(&String::from_utf8_lossy(&buf[..n]));
+        }
+    });
+    let mut keys = master;
+    std::thread::sleep(Duration::from_millis(500));
+    keys.write_all(b"echo answer-$((6*7))\n").unwrap();
+    assert!(wait_for(&screen, "answer-42"), "{}", screen.lock().unwrap());
+    keys.write_all(b"sleep 30\n").unwrap();
+    std::thread::sleep(Duration::from_millis(400));
+    keys.write_all(b"\x03").unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    keys.write_all(b"echo still-$((1+1))\n").unwrap();
+    assert!(
+        wait_for(&screen, "still-2"),
+        "^C took more than the job:\n{}",
+        screen.lock().unwrap()
+    );
+    keys.write_all(b"exit 3\n").unwrap();
+    assert_eq!(
+        child.wait().unwrap().code(),
+        Some(3),
+        "{}",
+        screen.lock().unwrap()
+    );
+}

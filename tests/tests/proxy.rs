@@ -896,3 +896,49 @@ fn tunnel_limit_and_idle_timeout() {
     std::thread::sleep(Duration::from_millis(1500));
     assert_eq!(open().1, 200);
 }
+
+#[test]
+fn port_443_carries_tls_only() {
+    // Needs 127.0.0.1:443 (root in CI); elsewhere there is nothing to test against.
+    let Ok(listener) = std::net::TcpListener::bind("127.0.0.1:443") else {
+        eprintln!("skipped: cannot bind 127.0.0.1:443 here");
+        return;
+    };
+    let got = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let sink = got.clone();
+    std::thread::spawn(move || {
+        for s in listener.incoming().map_while(Result::ok) {
+            let mut s = s;
+            let _ = s.set_read_timeout(Some(Duration::from_secs(3)));
+            let mut buf = vec![0u8; 1024];
+            let n = s.read(&mut buf).unwrap_or(0);
+            sink.lock().unwrap().push(buf[..n].to_vec());
+        }
+    });
+    let home = Home::new();
+    let proxy = Proxy::start(
+        &home,
+        &[
+            "--allow",
+            "tls.test",
+            "--resolve",
+            "tls.test=127.0.0.1",
+            "--allow-private",
+            "127.0.0.0/8",
+        ],
+    );
+    let mut s = TcpStream::connect(proxy.addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    s.write_all(b"CONNECT tls.test:443 HTTP/1.1\r\nHost: tls.test:443\r\n\r\n")
+        .unwrap();
+    assert_eq!(raw_status(read_head(&mut s).unwrap().as_bytes()), 200);
+    s.write_all(b"GET / HTTP/1.1\r\nHost: tls.test\r\n\r\n")
+        .unwrap();
+    let mut rest = Vec::new();
+    let _ = s.read_to_end(&mut rest);
+    std::thread::sleep(Duration::from_millis(200));
+    assert!(
+        got.lock().unwrap().iter().all(|b| b.is_empty()),
+        "plain HTTP went through a port-443 tunnel"
+    );
+}
