@@ -652,3 +652,25 @@ fn airlocks_config_dir_is_protected_even_before_it_exists() {
         lines(&out)
     );
 }
+
+#[cfg(target_arch = "x86_64")]
+#[test]
+fn foreign_architecture_syscalls_are_killed() {
+    // Outside the sandbox a 32-bit getpid through int 0x80 works (where the
+    // kernel has IA-32 emulation); inside, the filter kills the process.
+    let outside = run(std::process::Command::new(probe()).arg("int80"));
+    if !outside.stdout.starts_with("int80: returned ") {
+        eprintln!(
+            "skipped: this kernel has no IA-32 emulation ({})",
+            outside.code
+        );
+        return;
+    }
+    let f = fixture();
+    let out = f.run(
+        &["--network", "none"],
+        &format!("{} int80; echo status=$?", probe()),
+    );
+    assert!(!out.stdout.contains("int80: returned"), "{}", lines(&out));
+    expect(&out, &format!("status={}", 128 + libc::SIGSYS));
+}

@@ -215,6 +215,19 @@ fn main() {
                 Err(e) => println!("http: {e}"),
             }
         }
+        "int80" => {
+            // A 32-bit getpid through the i386 entry point: a foreign
+            // architecture to a seccomp filter built for x86_64.
+            #[cfg(target_arch = "x86_64")]
+            {
+                let mut ret: i64 = 20; // __NR_getpid on i386
+                                       // SAFETY: getpid has no arguments and no side effects.
+                unsafe { std::arch::asm!("int 0x80", inlateout("rax") ret) };
+                println!("int80: returned {ret}");
+            }
+            #[cfg(not(target_arch = "x86_64"))]
+            println!("int80: not x86_64");
+        }
         "exec" => {
             let prog = CString::new(arg(1)).expect("path");
             // SAFETY: execv with a NUL-terminated argv.
