@@ -180,3 +180,39 @@ fn leftovers_die_and_timeouts_hold() {
     );
     assert_eq!(degraded(&f, &["--network", "none"], "exit 9").code, 9);
 }
+
+#[test]
+fn killing_the_supervisor_tears_the_degraded_sandbox_down() {
+    let f = Fixture::new_in(&base());
+    let tag = format!("{}", 6000 + std::process::id() % 1000);
+    let mut cmd = f.command(
+        &["--allow-degraded", "--network", "none"],
+        &format!("sleep {tag}7 & sleep {tag}8"),
+    );
+    cmd.env("AIRLOCK_FORCE_TIER", "degraded");
+    let mut child = cmd
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let alive = |t: &str| {
+        std::fs::read_dir("/proc").unwrap().flatten().any(|e| {
+            std::fs::read(e.path().join("cmdline"))
+                .is_ok_and(|c| String::from_utf8_lossy(&c).contains(t))
+        })
+    };
+    std::thread::sleep(Duration::from_millis(700));
+    assert!(alive(&format!("sleep {tag}8")), "the sandbox did not start");
+    child.kill().unwrap();
+    let _ = child.wait();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while (alive(&format!("sleep {tag}7")) || alive(&format!("sleep {tag}8")))
+        && Instant::now() < deadline
+    {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(
+        !alive(&format!("sleep {tag}7")) && !alive(&format!("sleep {tag}8")),
+        "leftovers outlived the supervisor"
+    );
+}

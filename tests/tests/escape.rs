@@ -674,3 +674,39 @@ fn foreign_architecture_syscalls_are_killed() {
     assert!(!out.stdout.contains("int80: returned"), "{}", lines(&out));
     expect(&out, &format!("status={}", 128 + libc::SIGSYS));
 }
+
+#[test]
+fn killing_the_supervisor_takes_the_sandbox_with_it() {
+    let f = fixture();
+    let tag = format!("{}", 5000 + std::process::id() % 1000);
+    let mut child = f
+        .command(
+            &["--network", "none"],
+            &format!("sleep {tag}7 & sleep {tag}8"),
+        )
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(700));
+    assert!(
+        sleepers_alive(&format!("sleep {tag}8")),
+        "the sandbox did not start"
+    );
+    child.kill().unwrap(); // SIGKILL: no chance to clean up
+    let _ = child.wait();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while (sleepers_alive(&format!("sleep {tag}7")) || sleepers_alive(&format!("sleep {tag}8")))
+        && Instant::now() < deadline
+    {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(
+        !sleepers_alive(&format!("sleep {tag}7")),
+        "a background process outlived the supervisor"
+    );
+    assert!(
+        !sleepers_alive(&format!("sleep {tag}8")),
+        "the command outlived the supervisor"
+    );
+}
