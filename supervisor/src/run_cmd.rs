@@ -285,37 +285,40 @@ fn wait(
     teardown: libc::c_int,
 ) -> Result<Option<i32>> {
     use std::os::unix::process::ExitStatusExt;
+    let code = |status: std::process::ExitStatus| {
+        status
+            .code()
+            .unwrap_or_else(|| 128 + status.signal().unwrap_or(0))
+    };
+    let mut child = child;
+    let Some(timeout) = timeout else {
+        // The common case: no timer, so no waiter thread either.
+        return Ok(Some(code(child.wait().context("waiting for the sandbox")?)));
+    };
     let pid = child.id() as libc::pid_t;
     let (tx, rx) = std::sync::mpsc::channel();
-    let mut child = child;
     std::thread::spawn(move || {
         let _ = tx.send(child.wait());
     });
-    let status = match timeout {
-        None => rx.recv().context("waiting for the sandbox")?,
-        Some(t) => match rx.recv_timeout(t) {
-            Ok(s) => s,
-            Err(_) => {
-                // On Linux the helper's death takes PID 1 (parent-death
-                // signal), and PID 1's takes every process in the sandbox.
-                // SAFETY: kill(2) on our own child, which has not been reaped.
-                unsafe { libc::kill(pid, teardown) };
-                if teardown != libc::SIGKILL && rx.recv_timeout(Duration::from_secs(5)).is_ok() {
-                    return Ok(None);
-                }
-                // SAFETY: as above.
-                unsafe { libc::kill(pid, libc::SIGKILL) };
-                let _ = rx.recv();
+    let status = match rx.recv_timeout(timeout) {
+        Ok(s) => s,
+        Err(_) => {
+            // On Linux the helper's death takes PID 1 (parent-death
+            // signal), and PID 1's takes every process in the sandbox; the
+            // degraded tier's subreaper tears down on its own signal.
+            // SAFETY: kill(2) on our own child, which has not been reaped.
+            unsafe { libc::kill(pid, teardown) };
+            if teardown != libc::SIGKILL && rx.recv_timeout(Duration::from_secs(5)).is_ok() {
                 return Ok(None);
             }
-        },
+            // SAFETY: as above.
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+            let _ = rx.recv();
+            return Ok(None);
+        }
     }
     .context("waiting for the sandbox")?;
-    Ok(Some(
-        status
-            .code()
-            .unwrap_or_else(|| 128 + status.signal().unwrap_or(0)),
-    ))
+    Ok(Some(code(status)))
 }
 
 /// Take the terminal's foreground back from the sandbox's job.
