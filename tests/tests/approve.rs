@@ -301,8 +301,11 @@ fn socket_is_private_and_removed_after_the_run() {
     assert!(!s.sock.exists());
 }
 
-/// Run `airlock` on a fresh pty as its controlling terminal.
-fn on_pty(f: &Fixture, args: &[&str], script: &str) -> (std::process::Child, std::fs::File) {
+/// Run `cmd` on a fresh 24x80 pty as its controlling terminal; returns
+/// the child, the master side, and the screen as it fills.
+fn on_pty(
+    mut cmd: std::process::Command,
+) -> (std::process::Child, std::fs::File, Arc<Mutex<String>>) {
     let (mut master, mut slave) = (0, 0);
     let size = libc::winsize {
         ws_row: 24,
@@ -323,7 +326,6 @@ fn on_pty(f: &Fixture, args: &[&str], script: &str) -> (std::process::Child, std
         },
         0
     );
-    let mut cmd = f.command(args, script);
     cmd.env("TERM", "xterm");
     // SAFETY: the slave descriptor is valid; the dups hand it to the child.
     unsafe {
@@ -341,9 +343,22 @@ fn on_pty(f: &Fixture, args: &[&str], script: &str) -> (std::process::Child, std
     let child = cmd.spawn().unwrap();
     // SAFETY: closing our copy of the slave; taking ownership of the master.
     unsafe { libc::close(slave) };
-    (child, unsafe {
-        std::os::fd::FromRawFd::from_raw_fd(master)
-    })
+    let master: std::fs::File = unsafe { std::os::fd::FromRawFd::from_raw_fd(master) };
+    let screen = Arc::new(Mutex::new(String::new()));
+    let sink = screen.clone();
+    let mut reader = master.try_clone().unwrap();
+    std::thread::spawn(move || {
+        let mut buf = [0u8; 4096];
+        while let Ok(n) = reader.read(&mut buf) {
+            if n == 0 {
+                break;
+            }
+            sink.lock()
+                .unwrap()
+                .push_str(&String::from_utf8_lossy(&buf[..n]));
+        }
+    });
+    (child, master, screen)
 }
 
 fn wait_for(screen: &Arc<Mutex<String>>, text: &str) -> bool {
@@ -364,8 +379,7 @@ fn tty_prompt_takes_the_terminal_and_gives_it_back() {
         "code=$(curl -s -o /dev/null -w '%{{http_code}}' {url}); echo \"status=$code\"; printf 'name? '; read name; echo \"hello $name\"",
         url = s.url()
     );
-    let (mut child, master) = on_pty(
-        &s.f,
+    let (mut child, mut keys, screen) = on_pty(s.f.command(
         &[
             "--resolve",
             "unlisted.test=127.0.0.1",
@@ -375,22 +389,7 @@ fn tty_prompt_takes_the_terminal_and_gives_it_back() {
             "tty",
         ],
         &script,
-    );
-    let screen = Arc::new(Mutex::new(String::new()));
-    let sink = screen.clone();
-    let mut reader = master.try_clone().unwrap();
-    std::thread::spawn(move || {
-        let mut buf = [0u8; 4096];
-        while let Ok(n) = reader.read(&mut buf) {
-            if n == 0 {
-                break;
-            }
-            sink.lock()
-                .unwrap()
-                .push_str(&String::from_utf8_lossy(&buf[..n]));
-        }
-    });
-    let mut keys = master;
+    ));
     assert!(
         wait_for(&screen, "Allow? [o]nce [s]ession [a]lways [d]eny"),
         "no prompt:\n{}",
@@ -425,8 +424,7 @@ fn tty_prompt_works_over_a_full_screen_program() {
         url = s.url(),
         page = page.display()
     );
-    let (mut child, master) = on_pty(
-        &s.f,
+    let (mut child, mut keys, screen) = on_pty(s.f.command(
         &[
             "--resolve",
             "unlisted.test=127.0.0.1",
@@ -436,22 +434,7 @@ fn tty_prompt_works_over_a_full_screen_program() {
             "tty",
         ],
         &script,
-    );
-    let screen = Arc::new(Mutex::new(String::new()));
-    let sink = screen.clone();
-    let mut reader = master.try_clone().unwrap();
-    std::thread::spawn(move || {
-        let mut buf = [0u8; 4096];
-        while let Ok(n) = reader.read(&mut buf) {
-            if n == 0 {
-                break;
-            }
-            sink.lock()
-                .unwrap()
-                .push_str(&String::from_utf8_lossy(&buf[..n]));
-        }
-    });
-    let mut keys = master;
+    ));
     assert!(
         wait_for(&screen, "a line of the pager"),
         "less did not start:\n{}",
@@ -484,67 +467,10 @@ fn interactive_bash_works_on_a_terminal() {
     // `airlock run -- bash` on a real terminal: job control inside, ^C
     // reaches the sandboxed job and not airlock, and the exit code comes back.
     let s = setup();
-    let (mut child, master) = {
-        let f = &s.f;
-        let (mut master, mut slave) = (0, 0);
-        let size = libc::winsize {
-            ws_row: 24,
-            ws_col: 80,
-            ws_xpixel: 0,
-            ws_ypixel: 0,
-        };
-        // SAFETY: openpty fills two descriptors.
-        assert_eq!(
-            unsafe {
-                libc::openpty(
-                    &mut master,
-                    &mut slave,
-                    std::ptr::null_mut(),
-                    std::ptr::null(),
-                    &size,
-                )
-            },
-            0
-        );
-        let mut cmd = f.command_argv(
-            &["--network", "none"],
-            &["bash", "--norc", "--noprofile", "-i"],
-        );
-        cmd.env("TERM", "xterm");
-        // SAFETY: as in `on_pty`.
-        unsafe {
-            use std::os::fd::FromRawFd;
-            use std::os::unix::process::CommandExt;
-            cmd.stdin(std::process::Stdio::from_raw_fd(libc::dup(slave)))
-                .stdout(std::process::Stdio::from_raw_fd(libc::dup(slave)))
-                .stderr(std::process::Stdio::from_raw_fd(libc::dup(slave)))
-                .pre_exec(|| {
-                    libc::setsid();
-                    libc::ioctl(0, libc::TIOCSCTTY, 0);
-                    Ok(())
-                });
-        }
-        let child = cmd.spawn().unwrap();
-        // SAFETY: closing our copy of the slave; owning the master.
-        unsafe { libc::close(slave) };
-        let master: std::fs::File = unsafe { std::os::fd::FromRawFd::from_raw_fd(master) };
-        (child, master)
-    };
-    let screen = Arc::new(Mutex::new(String::new()));
-    let sink = screen.clone();
-    let mut reader = master.try_clone().unwrap();
-    std::thread::spawn(move || {
-        let mut buf = [0u8; 4096];
-        while let Ok(n) = reader.read(&mut buf) {
-            if n == 0 {
-                break;
-            }
-            sink.lock()
-                .unwrap()
-                .push_str(&String::from_utf8_lossy(&buf[..n]));
-        }
-    });
-    let mut keys = master;
+    let (mut child, mut keys, screen) = on_pty(s.f.command_argv(
+        &["--network", "none"],
+        &["bash", "--norc", "--noprofile", "-i"],
+    ));
     std::thread::sleep(Duration::from_millis(500));
     keys.write_all(b"echo answer-$((6*7))\n").unwrap();
     assert!(wait_for(&screen, "answer-42"), "{}", screen.lock().unwrap());
