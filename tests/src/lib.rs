@@ -507,3 +507,13 @@ pub fn probe_in(base: &Path) -> String {
     .display()
     .to_string()
 }
+
+/// Whether any process on the machine has `text` in its command line.
+pub fn process_running(text: &str) -> bool {
+    std::fs::read_dir("/proc").is_ok_and(|dir| {
+        dir.flatten().any(|e| {
+            std::fs::read(e.path().join("cmdline"))
+                .is_ok_and(|c| String::from_utf8_lossy(&c).contains(text))
+        })
+    })
+}

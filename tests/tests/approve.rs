@@ -116,6 +116,21 @@ impl Setup {
         self.f.run(&args, script)
     }
 
+    /// `airlock run --ask tty` for `script`, with unlisted.test on loopback.
+    fn tty_command(&self, script: &str) -> std::process::Command {
+        self.f.command(
+            &[
+                "--resolve",
+                "unlisted.test=127.0.0.1",
+                "--allow-private",
+                "127.0.0.0/8",
+                "--ask",
+                "tty",
+            ],
+            script,
+        )
+    }
+
     fn curl(&self) -> String {
         format!(
             "curl -s -o /dev/null -w '%{{http_code}} %header{{x-airlock-reason}}\\n' {}",
@@ -379,17 +394,7 @@ fn tty_prompt_takes_the_terminal_and_gives_it_back() {
         "code=$(curl -s -o /dev/null -w '%{{http_code}}' {url}); echo \"status=$code\"; printf 'name? '; read name; echo \"hello $name\"",
         url = s.url()
     );
-    let (mut child, mut keys, screen) = on_pty(s.f.command(
-        &[
-            "--resolve",
-            "unlisted.test=127.0.0.1",
-            "--allow-private",
-            "127.0.0.0/8",
-            "--ask",
-            "tty",
-        ],
-        &script,
-    ));
+    let (mut child, mut keys, screen) = on_pty(s.tty_command(&script));
     assert!(
         wait_for(&screen, "Allow? [o]nce [s]ession [a]lways [d]eny"),
         "no prompt:\n{}",
@@ -424,17 +429,7 @@ fn tty_prompt_works_over_a_full_screen_program() {
         url = s.url(),
         page = page.display()
     );
-    let (mut child, mut keys, screen) = on_pty(s.f.command(
-        &[
-            "--resolve",
-            "unlisted.test=127.0.0.1",
-            "--allow-private",
-            "127.0.0.0/8",
-            "--ask",
-            "tty",
-        ],
-        &script,
-    ));
+    let (mut child, mut keys, screen) = on_pty(s.tty_command(&script));
     assert!(
         wait_for(&screen, "a line of the pager"),
         "less did not start:\n{}",

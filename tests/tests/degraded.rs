@@ -153,15 +153,9 @@ fn leftovers_die_and_timeouts_hold() {
     );
     assert!(out.stdout.contains("started"), "{}", show(&out));
     std::thread::sleep(Duration::from_millis(200));
-    let alive = |t: &str| {
-        std::fs::read_dir("/proc").unwrap().flatten().any(|e| {
-            std::fs::read(e.path().join("cmdline"))
-                .is_ok_and(|c| String::from_utf8_lossy(&c).contains(t))
-        })
-    };
     for i in 1..=3 {
         assert!(
-            !alive(&format!("sleep {tag}{i}")),
+            !process_running(&format!("sleep {tag}{i}")),
             "sleep {tag}{i} survived the degraded run"
         );
     }
@@ -175,7 +169,7 @@ fn leftovers_die_and_timeouts_hold() {
     assert!(t.elapsed() < Duration::from_secs(10));
     std::thread::sleep(Duration::from_millis(200));
     assert!(
-        !alive(&format!("sleep {tag}9")),
+        !process_running(&format!("sleep {tag}9")),
         "a background child survived the timeout"
     );
     assert_eq!(degraded(&f, &["--network", "none"], "exit 9").code, 9);
@@ -195,24 +189,21 @@ fn killing_the_supervisor_tears_the_degraded_sandbox_down() {
         .stderr(std::process::Stdio::null())
         .spawn()
         .unwrap();
-    let alive = |t: &str| {
-        std::fs::read_dir("/proc").unwrap().flatten().any(|e| {
-            std::fs::read(e.path().join("cmdline"))
-                .is_ok_and(|c| String::from_utf8_lossy(&c).contains(t))
-        })
-    };
     std::thread::sleep(Duration::from_millis(700));
-    assert!(alive(&format!("sleep {tag}8")), "the sandbox did not start");
+    assert!(
+        process_running(&format!("sleep {tag}8")),
+        "the sandbox did not start"
+    );
     child.kill().unwrap();
     let _ = child.wait();
     let deadline = Instant::now() + Duration::from_secs(5);
-    while (alive(&format!("sleep {tag}7")) || alive(&format!("sleep {tag}8")))
+    while (process_running(&format!("sleep {tag}7")) || process_running(&format!("sleep {tag}8")))
         && Instant::now() < deadline
     {
         std::thread::sleep(Duration::from_millis(50));
     }
     assert!(
-        !alive(&format!("sleep {tag}7")) && !alive(&format!("sleep {tag}8")),
+        !process_running(&format!("sleep {tag}7")) && !process_running(&format!("sleep {tag}8")),
         "leftovers outlived the supervisor"
     );
 }

@@ -336,13 +336,6 @@ fn environment_secrets_are_scrubbed() {
     }
 }
 
-fn sleepers_alive(tag: &str) -> bool {
-    std::fs::read_dir("/proc").unwrap().flatten().any(|e| {
-        std::fs::read(e.path().join("cmdline"))
-            .is_ok_and(|c| String::from_utf8_lossy(&c).contains(tag))
-    })
-}
-
 #[test]
 fn nothing_outlives_the_run() {
     let f = fixture();
@@ -355,7 +348,7 @@ fn nothing_outlives_the_run() {
     std::thread::sleep(Duration::from_millis(200));
     for i in 1..=4 {
         assert!(
-            !sleepers_alive(&format!("sleep {tag}{i}")),
+            !process_running(&format!("sleep {tag}{i}")),
             "sleep {tag}{i} survived"
         );
     }
@@ -690,23 +683,23 @@ fn killing_the_supervisor_takes_the_sandbox_with_it() {
         .unwrap();
     std::thread::sleep(Duration::from_millis(700));
     assert!(
-        sleepers_alive(&format!("sleep {tag}8")),
+        process_running(&format!("sleep {tag}8")),
         "the sandbox did not start"
     );
     child.kill().unwrap(); // SIGKILL: no chance to clean up
     let _ = child.wait();
     let deadline = Instant::now() + Duration::from_secs(5);
-    while (sleepers_alive(&format!("sleep {tag}7")) || sleepers_alive(&format!("sleep {tag}8")))
+    while (process_running(&format!("sleep {tag}7")) || process_running(&format!("sleep {tag}8")))
         && Instant::now() < deadline
     {
         std::thread::sleep(Duration::from_millis(50));
     }
     assert!(
-        !sleepers_alive(&format!("sleep {tag}7")),
+        !process_running(&format!("sleep {tag}7")),
         "a background process outlived the supervisor"
     );
     assert!(
-        !sleepers_alive(&format!("sleep {tag}8")),
+        !process_running(&format!("sleep {tag}8")),
         "the command outlived the supervisor"
     );
 }
