@@ -339,7 +339,7 @@ fn pypi(p: &dyn Probe, r: &mut Resolved) {
         let script = "from pip._internal.models.index import PyPI\nprint(PyPI.url)\nprint('https://' + PyPI.file_storage_domain + '/')";
         let out = ["python3", "python"]
             .iter()
-            .find_map(|py| p.output(&[py, "-c", script]));
+            .find_map(|py| p.output(&[py, "-I", "-c", script]));
         match out {
             Some(out) => {
                 for line in out.lines() {
@@ -550,7 +550,7 @@ pub(crate) mod tests {
     fn pypi_falls_back_to_what_pip_says() {
         let mut p = FakeProbe::default();
         p.outputs.insert(
-            "python3 -c from pip._internal.models.index import PyPI\nprint(PyPI.url)\nprint('https://' + PyPI.file_storage_domain + '/')".into(),
+            "python3 -I -c from pip._internal.models.index import PyPI\nprint(PyPI.url)\nprint('https://' + PyPI.file_storage_domain + '/')".into(),
             "https://index.example.test/\nhttps://files.example.test/\n".into(),
         );
         let r = find("pypi").unwrap().resolve(&p);

@@ -151,6 +151,14 @@ pub enum PolicyCommand {
     },
     /// List the presets and what each resolves to on this machine.
     Presets,
+    /// Trust the project policy and project tool configuration as they are
+    /// now (SPEC §3.5); with FILE, that file only.
+    Trust {
+        #[command(flatten)]
+        policy: PolicyArgs,
+        #[arg(value_name = "FILE")]
+        file: Option<PathBuf>,
+    },
     /// Print the concrete boundary the policy compiles to.
     Profile {
         #[command(flatten)]

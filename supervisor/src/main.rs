@@ -15,6 +15,7 @@ mod cli;
 mod doctor;
 mod env;
 mod inspect_setup;
+mod integrity;
 #[cfg(target_os = "linux")]
 mod linux;
 #[cfg(target_os = "macos")]
@@ -27,6 +28,7 @@ mod report;
 mod run_cmd;
 mod seatbelt;
 mod sources;
+mod trust;
 
 use std::process::ExitCode;
 
@@ -80,6 +82,9 @@ fn main() -> ExitCode {
             policy_cmd::explain(policy, target)
         }
         Command::Policy(PolicyCommand::Presets) => policy_cmd::presets(),
+        Command::Policy(PolicyCommand::Trust { policy, file }) => {
+            policy_cmd::trust(policy, file.as_deref())
+        }
         Command::Policy(PolicyCommand::Profile { policy, target }) => {
             policy_cmd::profile(policy, target)
         }

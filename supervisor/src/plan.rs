@@ -35,8 +35,16 @@ pub struct Plan {
     pub tmp_binds: Vec<PathBuf>,
     /// Hidden: tmpfs over directories, /dev/null over files.
     pub deny_read: Vec<PathBuf>,
-    /// Made read-only with bind mounts, when they exist.
+    /// Made read-only with bind mounts, when they exist: the policy's
+    /// `deny_write` plus the protected set (SPEC §4.5).
     pub deny_write: Vec<PathBuf>,
+    /// Directories inside writable roots that must not be renamed or
+    /// replaced, because a protection lies below them: made mount points.
+    #[serde(default)]
+    pub pin: Vec<PathBuf>,
+    /// The protected set, with the writable root each path lies in.
+    #[serde(skip)]
+    pub protected: Vec<crate::integrity::Protected>,
     /// `deny_read` globs in the middle of a path, as absolute globs: the
     /// Seatbelt profile compiles them to regexes; Linux mounts cannot.
     pub deny_read_globs: Vec<String>,
@@ -178,6 +186,37 @@ pub fn build(policy: &Policy, o: &Options) -> Plan {
     write.retain(|p| p.exists());
     write.sort();
     write.dedup();
+    // The protected set (SPEC §4.5): what lies in a writable root and is
+    // obeyed or run later. What exists is made read-only; every ancestor
+    // whose parent is writable is pinned, so no rename carries it away.
+    let mut airlock_files = vec![crate::sources::managed_policy_path().0];
+    airlock_files
+        .extend(crate::sources::user_policy_path().and_then(|p| p.parent().map(Path::to_path_buf)));
+    airlock_files.extend(airlock_ca::default_dir());
+    let protected = crate::integrity::set::compute(&crate::integrity::set::Inputs {
+        roots: &write,
+        home: o.home,
+        deny_write: &deny_write,
+        airlock_files: &airlock_files,
+    });
+    for p in &protected {
+        let path = p.path();
+        let is_git_dir = path.file_name() == Some(std::ffi::OsStr::new(".git"))
+            && path.is_dir()
+            && !path.is_symlink();
+        if !is_git_dir && std::fs::symlink_metadata(&path).is_ok() {
+            deny_write.push(real(path));
+        }
+    }
+    deny_write.sort();
+    deny_write.dedup();
+    let pin_targets: Vec<PathBuf> = protected
+        .iter()
+        .map(crate::integrity::Protected::path)
+        .chain(deny_read.iter().cloned())
+        .chain(deny_write.iter().cloned())
+        .collect();
+    let pin = crate::integrity::set::ancestors_to_pin(&pin_targets, &write);
     let tmp_binds = write
         .iter()
         .filter(|p| p.starts_with("/tmp") && p.as_path() != Path::new("/tmp"))
@@ -211,6 +250,8 @@ pub fn build(policy: &Policy, o: &Options) -> Plan {
         tmp_binds,
         deny_read,
         deny_write,
+        pin,
+        protected,
         deny_read_globs: globs,
         unsupported,
         allow_degraded: o.allow_degraded,

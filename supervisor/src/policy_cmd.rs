@@ -65,7 +65,9 @@ pub fn check(files: &[PathBuf]) -> Result<ExitCode> {
 }
 
 pub fn explain(args: &PolicyArgs, target: &str) -> Result<ExitCode> {
-    let (policy, _) = build_policy(args)?;
+    let built = build_policy(args, &[])?;
+    built.warn_untrusted();
+    let policy = built.policy;
     let target = match Target::parse(target, Some(443)) {
         Ok(t) => t,
         Err(e) => {
@@ -126,8 +128,11 @@ pub fn explain(args: &PolicyArgs, target: &str) -> Result<ExitCode> {
 }
 
 pub fn presets() -> Result<ExitCode> {
+    let workspace = std::env::current_dir().context("cannot read the current directory")?;
+    let trust = crate::trust::Trust::new(vec![workspace.clone()]);
     let probe = SystemProbe {
-        workspace: std::env::current_dir().context("cannot read the current directory")?,
+        workspace,
+        trust: &trust,
     };
     for p in PRESETS {
         say!("{}: {}", p.name, p.summary);
@@ -147,7 +152,9 @@ pub fn presets() -> Result<ExitCode> {
 
 /// `airlock policy profile --target linux|macos`.
 pub fn profile(args: &PolicyArgs, target: &str) -> Result<ExitCode> {
-    let (policy, workspace) = build_policy(args)?;
+    let built = build_policy(args, &[])?;
+    built.warn_untrusted();
+    let (policy, workspace) = (built.policy, built.workspace);
     let home = std::env::var_os("HOME")
         .map(PathBuf::from)
         .unwrap_or_else(|| PathBuf::from("/"));
@@ -261,4 +268,51 @@ pub fn profile(args: &PolicyArgs, target: &str) -> Result<ExitCode> {
         }
         other => anyhow::bail!("--target {other}: expected linux or macos"),
     }
+}
+
+/// `airlock policy trust [FILE]` (SPEC §3.5): record the content of the
+/// project policy, `--policy` files and every project tool configuration a
+/// preset reads, as they are now. With FILE, that file only.
+pub fn trust(args: &PolicyArgs, file: Option<&std::path::Path>) -> Result<ExitCode> {
+    let files: Vec<(PathBuf, String)> = match file {
+        Some(f) => {
+            let bytes = crate::trust::read_no_follow(f)
+                .with_context(|| format!("reading {} (a regular file, not a link)", f.display()))?;
+            let dir = f
+                .parent()
+                .filter(|p| !p.as_os_str().is_empty())
+                .unwrap_or(std::path::Path::new("."));
+            let canon = std::fs::canonicalize(dir)
+                .with_context(|| format!("resolving {}", dir.display()))?
+                .join(f.file_name().context("a file name")?);
+            vec![(canon, crate::trust::sha256_hex(&bytes))]
+        }
+        None => {
+            // Every preset, so every tool configuration a later run could read.
+            let mut all = args.clone();
+            for p in airlock_policy::preset::PRESETS {
+                if !all.preset.iter().any(|n| n == p.name) {
+                    all.preset.push(p.name.to_string());
+                }
+            }
+            let built = build_policy(&all, &[])?;
+            for u in &built.untrusted {
+                say!("{}:", crate::sources::shown(&u.path));
+                for e in &u.effect {
+                    say!("  {}", crate::sources::escape(e));
+                }
+            }
+            built.read_files
+        }
+    };
+    if files.is_empty() {
+        say!("nothing to trust: no project configuration found");
+        return Ok(ExitCode::SUCCESS);
+    }
+    let store = crate::trust::record(&files)?;
+    for (p, h) in &files {
+        say!("trusted {} (sha256 {})", crate::sources::shown(p), &h[..16]);
+    }
+    say!("recorded in {}", crate::sources::shown(&store));
+    Ok(ExitCode::SUCCESS)
 }

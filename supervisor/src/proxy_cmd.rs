@@ -20,7 +20,9 @@ pub fn run_id() -> String {
 }
 
 pub fn run(args: &ProxyArgs) -> Result<ExitCode> {
-    let (policy, _) = build_policy(&args.policy)?;
+    let built = build_policy(&args.policy, &[])?;
+    built.require_trusted()?;
+    let policy = built.policy;
     let addr: SocketAddr = args
         .listen
         .parse()

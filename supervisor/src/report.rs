@@ -16,6 +16,10 @@ pub struct Report<'a> {
     pub blocked: &'a [Blocked],
     pub approvals: &'a [Approval],
     pub protected_paths: ProtectedPaths<'a>,
+    /// The run id, as in the audit log.
+    pub run: &'a str,
+    /// What the post-run check found and did (SPEC §4.5).
+    pub protected_changes: &'a [crate::integrity::Outcome],
 }
 
 #[derive(Serialize)]

@@ -20,7 +20,10 @@ pub const EXIT_TIMEOUT: u8 = 124;
 
 pub fn run(args: &RunArgs) -> Result<ExitCode> {
     let started = Instant::now();
-    let (policy, workspace) = build_policy(&args.policy)?;
+    let built = build_policy(&args.policy, &args.write)?;
+    crate::sources::check_workspace_scope(&built.workspace, built.explicit_workspace)?;
+    built.require_trusted()?;
+    let (policy, workspace) = (built.policy, built.workspace);
     tracing::debug!(elapsed = ?started.elapsed(), "policy built");
     let net = plan::net_mode(&policy, args.network.as_deref()).map_err(anyhow::Error::msg)?;
     if net == Net::Host {
@@ -201,6 +204,11 @@ fn run_platform(
         .context("cannot start the async runtime")?;
     let approver = crate::approve::approver_in(&runtime, args.policy.ask.as_deref(), &policy)?;
     tracing::debug!(elapsed = ?started.elapsed(), "runtime and approver ready");
+    // The protected set as it is before the sandbox can touch it.
+    let snapshot = crate::integrity::snapshot::take(&plan.protected);
+    // ctime comes from the kernel's coarse clock: leave a margin.
+    let run_start = std::time::SystemTime::now() - Duration::from_millis(100);
+    tracing::debug!(elapsed = ?started.elapsed(), paths = plan.protected.len(), "protected set recorded");
     // Spawned from this (main) thread: see `start`.
     let sandbox = start(&plan)?;
     tracing::debug!(elapsed = ?started.elapsed(), "sandbox started");
@@ -231,6 +239,26 @@ fn run_platform(
 
     let status = wait(sandbox.child, timeout, sandbox.teardown)?;
     tracing::debug!(elapsed = ?started.elapsed(), "sandbox exited");
+    // Every process of the sandbox is gone: nothing can race the check.
+    let mut changes = snapshot.changes();
+    let (nested, notes) = crate::integrity::nested::changes(
+        &plan.write,
+        run_start,
+        &plan.protected,
+        Duration::from_secs(2),
+    );
+    changes.extend(nested);
+    for n in notes {
+        eprintln!("airlock: warning: {n}");
+    }
+    let protected_changes = crate::integrity::quarantine::act(&changes, &run);
+    for o in &protected_changes {
+        eprintln!(
+            "airlock: the sandbox changed a protected path: {}",
+            crate::integrity::quarantine::describe(o)
+        );
+    }
+    tracing::debug!(elapsed = ?started.elapsed(), "protected set checked");
     restore_terminal();
     let mut code = match status {
         None => {
@@ -272,6 +300,8 @@ fn run_platform(
                     deny_read: &plan.deny_read,
                     deny_write: &plan.deny_write,
                 },
+                run: &run,
+                protected_changes: &protected_changes,
             },
         )?;
     }
@@ -303,6 +333,7 @@ fn wait(
     let status = match rx.recv_timeout(timeout) {
         Ok(s) => s,
         Err(_) => {
+            let sandbox_ns = pid_namespace_of(pid);
             // On Linux the helper's death takes PID 1 (parent-death
             // signal), and PID 1's takes every process in the sandbox; the
             // degraded tier's subreaper tears down on its own signal.
@@ -314,11 +345,44 @@ fn wait(
             // SAFETY: as above.
             unsafe { libc::kill(pid, libc::SIGKILL) };
             let _ = rx.recv();
+            // The init dies of its parent-death signal, the rest with it:
+            // wait for that, so the post-run check runs on a still tree.
+            if let Some(ns) = sandbox_ns {
+                wait_namespace_empty(&ns, Duration::from_secs(5));
+            }
             return Ok(None);
         }
     }
     .context("waiting for the sandbox")?;
     Ok(Some(code(status)))
+}
+
+/// The PID namespace a process's children live in (the sandbox's, once the
+/// helper has unshared).
+fn pid_namespace_of(pid: libc::pid_t) -> Option<std::path::PathBuf> {
+    let ns = std::fs::read_link(format!("/proc/{pid}/ns/pid_for_children")).ok()?;
+    let ours = std::fs::read_link("/proc/self/ns/pid").ok()?;
+    (ns != ours).then_some(ns)
+}
+
+/// Wait until no process lives in the PID namespace `ns`.
+fn wait_namespace_empty(ns: &std::path::Path, limit: Duration) {
+    let deadline = Instant::now() + limit;
+    while Instant::now() < deadline {
+        let alive = std::fs::read_dir("/proc").is_ok_and(|rd| {
+            rd.flatten().any(|e| {
+                e.file_name()
+                    .to_str()
+                    .is_some_and(|n| n.bytes().all(|b| b.is_ascii_digit()))
+                    && std::fs::read_link(e.path().join("ns/pid")).is_ok_and(|l| l == ns)
+            })
+        });
+        if !alive {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    tracing::warn!("the sandbox's processes outlived its init by {limit:?}");
 }
 
 /// Take the terminal's foreground back from the sandbox's job.

@@ -12,6 +12,7 @@ use anyhow::{bail, Context, Result};
 
 use crate::cli::PolicyArgs;
 use crate::probe::SystemProbe;
+use crate::trust::Trust;
 
 pub const DEFAULT_MANAGED: &str = "/etc/airlock/managed.toml";
 
@@ -60,13 +61,64 @@ pub fn load_file(
     }
 }
 
-pub fn workspace_dir(args: &PolicyArgs) -> Result<PathBuf> {
-    let dir = match &args.workspace {
-        Some(w) => w.clone(),
-        None => std::env::current_dir().context("cannot read the current directory")?,
-    };
-    std::fs::canonicalize(&dir)
-        .with_context(|| format!("workspace {} does not exist", dir.display()))
+/// A path for a message: control characters escaped, so a name the sandbox
+/// chose cannot rewrite the terminal.
+pub fn shown(p: &Path) -> String {
+    escape(&p.display().to_string())
+}
+
+/// Escape control characters and the invisible formatting ones that can
+/// reorder or hide text.
+pub fn escape(s: &str) -> String {
+    s.chars()
+        .map(|c| {
+            if c.is_control()
+                || matches!(c, '\u{200B}'..='\u{200F}' | '\u{202A}'..='\u{202E}' | '\u{2066}'..='\u{2069}')
+            {
+                c.escape_default().collect()
+            } else {
+                c.to_string()
+            }
+        })
+        .collect()
+}
+
+/// The workspace (SPEC §2): `--workspace`, else the nearest ancestor of the
+/// current directory that holds `airlock.toml` or `.git`, else the current
+/// directory. Returns it and whether it was named explicitly.
+pub fn workspace_dir(args: &PolicyArgs) -> Result<(PathBuf, bool)> {
+    if let Some(w) = &args.workspace {
+        let dir = std::fs::canonicalize(w)
+            .with_context(|| format!("workspace {} does not exist", w.display()))?;
+        return Ok((dir, true));
+    }
+    let cwd = std::env::current_dir().context("cannot read the current directory")?;
+    let cwd = std::fs::canonicalize(&cwd).context("cannot resolve the current directory")?;
+    let found = cwd
+        .ancestors()
+        .find(|d| {
+            std::fs::symlink_metadata(d.join("airlock.toml")).is_ok()
+                || std::fs::symlink_metadata(d.join(".git")).is_ok()
+        })
+        .map(Path::to_path_buf);
+    Ok((found.unwrap_or(cwd), false))
+}
+
+/// `run` makes the workspace writable: `/` and HOME only when named.
+pub fn check_workspace_scope(workspace: &Path, explicit: bool) -> Result<()> {
+    if explicit {
+        return Ok(());
+    }
+    let home = std::env::var_os("HOME").and_then(|h| std::fs::canonicalize(h).ok());
+    if workspace == Path::new("/") || home.as_deref() == Some(workspace) {
+        bail!(
+            "the workspace would be {} (found from the current directory), and `run` makes the workspace writable; \
+             name it explicitly with --workspace {} if that is really meant, or cd into a project",
+            shown(workspace),
+            shown(workspace)
+        );
+    }
+    Ok(())
 }
 
 fn loc<T>(value: T, flag: &str, text: &str) -> Located<T> {
@@ -131,8 +183,45 @@ pub fn flags_fragment(args: &PolicyArgs) -> Result<Fragment> {
     Ok(f)
 }
 
+/// Load a file that may lie in a writable root: read once, check its
+/// content against the trust store, and parse exactly those bytes.
+fn load_checked(
+    path: &Path,
+    layer: Layer,
+    required: bool,
+    trust: &Trust,
+) -> Result<Option<Fragment>, Vec<Diagnostic>> {
+    if !trust.needs_trust(path) {
+        return load_file(path, layer, required);
+    }
+    let shown_path = path.display().to_string();
+    let bytes = match crate::trust::read_no_follow(path) {
+        Ok(b) => b,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound && !required => return Ok(None),
+        Err(e) => {
+            return Err(vec![Diagnostic {
+                file: shown_path,
+                line: 1,
+                column: 1,
+                message: format!(
+                    "cannot read (a project file must be a regular file, not a link): {e}"
+                ),
+            }])
+        }
+    };
+    let trusted = trust.check(path, &bytes);
+    let text = String::from_utf8_lossy(&bytes);
+    let frag = load_str(&text, &shown_path, layer)?;
+    if !trusted {
+        for e in crate::trust::fragment_effect(&frag) {
+            trust.add_effect(path, e);
+        }
+    }
+    Ok(Some(frag))
+}
+
 /// Every fragment that applies to a run in `workspace`, lowest layer first.
-pub fn gather(args: &PolicyArgs, workspace: &Path) -> Result<Vec<Fragment>> {
+pub fn gather(args: &PolicyArgs, workspace: &Path, trust: &Trust) -> Result<Vec<Fragment>> {
     let mut frags = vec![Fragment::built_in()];
     let mut errors = vec![];
     let mut push = |r: Result<Option<Fragment>, Vec<Diagnostic>>| match r {
@@ -143,13 +232,14 @@ pub fn gather(args: &PolicyArgs, workspace: &Path) -> Result<Vec<Fragment>> {
     if let Some(user) = user_policy_path() {
         push(load_file(&user, Layer::User, false));
     }
-    push(load_file(
+    push(load_checked(
         &workspace.join("airlock.toml"),
         Layer::Project,
         false,
+        trust,
     ));
     for p in &args.policy {
-        push(load_file(p, Layer::CommandLine, true));
+        push(load_checked(p, Layer::CommandLine, true, trust));
     }
     let (managed, required) = managed_policy_path();
     push(load_file(&managed, Layer::Managed, required));
@@ -160,16 +250,77 @@ pub fn gather(args: &PolicyArgs, workspace: &Path) -> Result<Vec<Fragment>> {
     Ok(frags)
 }
 
-/// Gather, merge and resolve presets.
-pub fn build_policy(args: &PolicyArgs) -> Result<(Policy, PathBuf)> {
-    let workspace = workspace_dir(args)?;
-    let frags = gather(args, &workspace)?;
+/// A merged policy and what went into it.
+pub struct Built {
+    pub policy: Policy,
+    pub workspace: PathBuf,
+    /// The workspace was named with `--workspace`.
+    pub explicit_workspace: bool,
+    /// Project files in a writable root that are new or changed since they
+    /// were trusted: `run` and `proxy` refuse while any is listed.
+    pub untrusted: Vec<crate::trust::Untrusted>,
+    /// Every file below a writable root that was read, with its hash.
+    pub read_files: Vec<(PathBuf, String)>,
+}
+
+impl Built {
+    /// Refuse, as `run` and `proxy` do, when project configuration is untrusted.
+    pub fn require_trusted(&self) -> Result<()> {
+        if self.untrusted.is_empty() {
+            return Ok(());
+        }
+        bail!(
+            "{}",
+            crate::trust::refusal(&self.untrusted, &self.workspace)
+        )
+    }
+
+    /// Warn, as `explain`, `profile` and `presets` do.
+    pub fn warn_untrusted(&self) {
+        if !self.untrusted.is_empty() {
+            eprintln!(
+                "airlock: warning: shown with project files applied that `run` would refuse until trusted:\n{}",
+                crate::trust::refusal(&self.untrusted, &self.workspace)
+            );
+        }
+    }
+}
+
+/// Gather, merge and resolve presets. `extra_roots` are writable paths the
+/// caller adds (`--write`): files below them need trust too.
+pub fn build_policy(args: &PolicyArgs, extra_roots: &[PathBuf]) -> Result<Built> {
+    let (workspace, explicit_workspace) = workspace_dir(args)?;
+    let mut roots = vec![workspace.clone()];
+    roots.extend(
+        extra_roots
+            .iter()
+            .filter_map(|p| std::fs::canonicalize(p).ok()),
+    );
+    let trust = Trust::new(roots);
+    let frags = gather(args, &workspace, &trust)?;
     let probe = SystemProbe {
         workspace: workspace.clone(),
+        trust: &trust,
     };
     let policy = Policy::build(frags, &probe);
     for c in &policy.conflicts {
         tracing::warn!("{c}");
     }
-    Ok((policy, workspace))
+    // A tool configuration's effect: the hosts presets took from it.
+    for r in &policy.presets {
+        for (host, from) in &r.hosts {
+            for u in trust.untrusted() {
+                if from.starts_with(&u.path.display().to_string()) {
+                    trust.add_effect(&u.path, format!("allows host {host} (preset {})", r.name));
+                }
+            }
+        }
+    }
+    Ok(Built {
+        policy,
+        workspace,
+        explicit_workspace,
+        untrusted: trust.untrusted(),
+        read_files: trust.read_files(),
+    })
 }

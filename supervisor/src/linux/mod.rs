@@ -52,6 +52,12 @@ impl Sandbox {
     /// Start the helper. Call from the main thread: the helper's
     /// parent-death signal follows the thread that spawned it.
     pub fn start(plan: &Plan) -> Result<Sandbox> {
+        Self::start_with(plan, [Stdio::inherit(), Stdio::inherit(), Stdio::inherit()])
+    }
+
+    /// Start the helper with the command's stdin, stdout and stderr given.
+    pub fn start_with(plan: &Plan, stdio: [Stdio; 3]) -> Result<Sandbox> {
+        let [stdin, stdout, stderr] = stdio;
         let (ours, theirs) = UnixStream::pair().context("creating the sandbox channel")?;
         // The helper must inherit its end; nothing else is spawned meanwhile.
         let fd = theirs.as_raw_fd();
@@ -66,9 +72,9 @@ impl Sandbox {
             .arg(fd.to_string())
             .arg(std::process::id().to_string())
             .env_clear()
-            .stdin(Stdio::inherit())
-            .stdout(Stdio::inherit())
-            .stderr(Stdio::inherit())
+            .stdin(stdin)
+            .stdout(stdout)
+            .stderr(stderr)
             .spawn()
             .context("starting the sandbox helper")?;
         drop(theirs);

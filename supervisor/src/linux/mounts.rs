@@ -167,6 +167,14 @@ pub fn setup(plan: &Plan) -> Result<()> {
         None,
     )?;
 
+    // Pin the ancestors of every protection: a mount point cannot be
+    // renamed or removed (EBUSY), so `mv .git x` cannot carry the read-only
+    // binds below it away. Shallowest first; MS_REC keeps what is below.
+    for p in &plan.pin {
+        if p.is_dir() && !p.is_symlink() {
+            do_mount(Some(p), p, None, MsFlags::MS_BIND | MsFlags::MS_REC, None)?;
+        }
+    }
     for p in &plan.deny_read {
         match fs::symlink_metadata(p) {
             Ok(m) if m.is_dir() => tmpfs(p, "mode=0000", MsFlags::MS_RDONLY | MsFlags::MS_NOEXEC)?,

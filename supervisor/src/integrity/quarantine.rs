@@ -1,0 +1,344 @@
+//! Acting on what the post-run check found: the changed thing is moved to
+//! `<root>/.airlock/quarantine/<run-id>/<path>` and what was there before is
+//! put back where it was recorded. A git configuration the sandbox created
+//! (a `git init` inside) is replaced by a copy holding only keys that name
+//! no program. Every step goes through directory handles opened without
+//! following links; the sandbox is gone when this runs.
+
+use std::ffi::OsStr;
+use std::io::Write;
+use std::os::fd::{AsFd, OwnedFd};
+use std::path::Path;
+
+use nix::errno::Errno;
+use nix::fcntl::{openat, renameat, OFlag};
+use nix::sys::stat::{mkdirat, Mode};
+use nix::unistd::symlinkat;
+
+use super::snapshot::{open_dir, open_root, walk_to_parent, Change, ChangeKind, Parent, State};
+
+/// What was done about one change.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Outcome {
+    pub path: String,
+    pub change: &'static str,
+    /// quarantined | restored | sanitised | reported
+    pub action: String,
+    /// Where the changed thing now lies, when it was moved.
+    pub dest: Option<String>,
+}
+
+/// Git configuration keys that name no program and no other file to read.
+const SAFE_GIT_KEYS: &[&str] = &[
+    "core.repositoryformatversion",
+    "core.filemode",
+    "core.bare",
+    "core.logallrefupdates",
+    "core.ignorecase",
+    "core.precomposeunicode",
+    "core.symlinks",
+    "extensions.objectformat",
+    "extensions.refstorage",
+    "init.defaultbranch",
+    "user.name",
+    "user.email",
+];
+
+fn safe_git_key(key: &str) -> bool {
+    let k = key.to_ascii_lowercase();
+    if SAFE_GIT_KEYS.contains(&k.as_str()) {
+        return true;
+    }
+    // remote.<name>.url|fetch and branch.<name>.remote|merge.
+    let (Some((section, rest)), Some((_, last))) = (k.split_once('.'), k.rsplit_once('.')) else {
+        return false;
+    };
+    rest.contains('.')
+        && matches!(
+            (section, last),
+            ("remote", "url" | "fetch" | "pushurl") | ("branch", "remote" | "merge")
+        )
+}
+
+/// A git config text holding only the safe keys of `quarantined`, read by
+/// git itself (no includes) when it is installed.
+fn sanitised_git_config(quarantined: &Path) -> String {
+    let mut out = String::new();
+    let listed = std::process::Command::new("git")
+        .args(["config", "--no-includes", "--null", "--list", "--file"])
+        .arg(quarantined)
+        .current_dir("/")
+        .env_clear()
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .env("GIT_CONFIG_GLOBAL", "/dev/null")
+        .env("PATH", "/usr/local/bin:/usr/bin:/bin")
+        .stdin(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .output();
+    let mut sections: Vec<(String, Vec<(String, String)>)> = vec![];
+    if let Some(o) = listed.ok().filter(|o| o.status.success()) {
+        for item in o.stdout.split(|b| *b == 0) {
+            let item = String::from_utf8_lossy(item);
+            let (key, value) = item.split_once('\n').unwrap_or((&item, "true"));
+            if key.is_empty() || !safe_git_key(key) {
+                continue;
+            }
+            let (Some((section, _)), Some((head, name))) =
+                (key.split_once('.'), key.rsplit_once('.'))
+            else {
+                continue;
+            };
+            let header = match head.strip_prefix(section).and_then(|s| s.strip_prefix('.')) {
+                Some(sub) => format!("[{section} \"{}\"]", quote(sub)),
+                None => format!("[{section}]"),
+            };
+            let line = (name.to_string(), value.to_string());
+            match sections.iter_mut().find(|(h, _)| *h == header) {
+                Some((_, lines)) => lines.push(line),
+                None => sections.push((header, vec![line])),
+            }
+        }
+    }
+    if !sections.iter().any(|(h, _)| h == "[core]") {
+        sections.insert(
+            0,
+            (
+                "[core]".into(),
+                vec![("repositoryformatversion".into(), "0".into())],
+            ),
+        );
+    }
+    out.push_str("# Rewritten by airlock: the sandbox created this repository; its own\n");
+    out.push_str(
+        "# configuration is in .airlock/quarantine. Only keys that run nothing are kept.\n",
+    );
+    for (header, lines) in sections {
+        out.push_str(&header);
+        out.push('\n');
+        for (k, v) in lines {
+            out.push_str(&format!("\t{k} = \"{}\"\n", quote(&v)));
+        }
+    }
+    out
+}
+
+fn quote(v: &str) -> String {
+    v.chars()
+        .flat_map(|c| match c {
+            '\\' => vec!['\\', '\\'],
+            '"' => vec!['\\', '"'],
+            '\n' => vec!['\\', 'n'],
+            '\t' => vec!['\\', 't'],
+            c if c.is_control() => vec![],
+            c => vec![c],
+        })
+        .collect()
+}
+
+/// `<root>/.airlock/quarantine/<run>`, created without following links. A
+/// `.airlock` the sandbox made is itself a change and was moved away first.
+fn quarantine_dir(root: &OwnedFd, run: &str) -> nix::Result<OwnedFd> {
+    let mut fd = nix::unistd::dup(root)?;
+    for name in [".airlock", "quarantine", run] {
+        let fresh = match mkdirat(&fd, name, Mode::from_bits_truncate(0o700)) {
+            Ok(()) => true,
+            Err(Errno::EEXIST) => false,
+            Err(e) => return Err(e),
+        };
+        fd = open_dir(&fd, Path::new(name))?;
+        if fresh && name == ".airlock" {
+            // Keep quarantined files out of the user's `git status`.
+            if let Ok(f) = openat(
+                &fd,
+                ".gitignore",
+                OFlag::O_WRONLY
+                    | OFlag::O_CREAT
+                    | OFlag::O_EXCL
+                    | OFlag::O_NOFOLLOW
+                    | OFlag::O_CLOEXEC,
+                Mode::from_bits_truncate(0o644),
+            ) {
+                let _ = std::fs::File::from(f).write_all(b"*\n");
+            }
+        }
+    }
+    Ok(fd)
+}
+
+/// Create `rel`'s parent directories below `base` (ours, fresh) and return it.
+fn make_parents(base: &OwnedFd, rel: &Path) -> nix::Result<OwnedFd> {
+    let mut fd = nix::unistd::dup(base)?;
+    if let Some(parent) = rel.parent() {
+        for c in parent.components() {
+            let name = c.as_os_str();
+            match mkdirat(&fd, name, Mode::from_bits_truncate(0o700)) {
+                Ok(()) | Err(Errno::EEXIST) => {}
+                Err(e) => return Err(e),
+            }
+            fd = open_dir(&fd, Path::new(name))?;
+        }
+    }
+    Ok(fd)
+}
+
+/// Put a recorded state back at `name` in `dir` (which holds nothing there).
+fn restore<Fd: AsFd + Copy>(dir: Fd, name: &OsStr, state: &State) -> bool {
+    match state {
+        State::File {
+            mode,
+            content: Some(bytes),
+            ..
+        } => openat(
+            dir,
+            name,
+            OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+            Mode::from_bits_truncate(*mode & 0o777),
+        )
+        .ok()
+        .map(std::fs::File::from)
+        .is_some_and(|mut f| f.write_all(bytes).is_ok()),
+        State::Link { target, .. } => symlinkat(target.as_os_str(), dir, name).is_ok(),
+        State::Dir {
+            mode,
+            entries,
+            truncated: false,
+            ..
+        } => {
+            if mkdirat(dir, name, Mode::from_bits_truncate(*mode & 0o777)).is_err() {
+                return false;
+            }
+            let Ok(sub) = open_dir(dir, Path::new(name)) else {
+                return false;
+            };
+            entries.iter().all(|(n, s)| restore(&sub, n, s))
+        }
+        _ => false,
+    }
+}
+
+/// Act on every change; `run` names the quarantine folder.
+pub fn act(changes: &[Change], run: &str) -> Vec<Outcome> {
+    changes.iter().map(|c| act_one(c, run)).collect()
+}
+
+fn act_one(c: &Change, run: &str) -> Outcome {
+    let path = c.root.join(&c.rel);
+    let mut outcome = Outcome {
+        path: path.display().to_string(),
+        change: c.kind.as_str(),
+        action: "reported".into(),
+        dest: None,
+    };
+    let Ok(root) = open_root(&c.root) else {
+        outcome.action = "reported (the writable root cannot be opened)".into();
+        return outcome;
+    };
+    // The thing to move: the path itself, or the ancestor that is no
+    // longer a plain directory.
+    let (parent, rel) = match walk_to_parent(&root, &c.rel) {
+        Ok(Parent::Fd(fd)) => (fd, c.rel.clone()),
+        Ok(Parent::Blocked(prefix)) => match walk_to_parent(&root, &prefix) {
+            Ok(Parent::Fd(fd)) => (fd, prefix),
+            _ => return outcome,
+        },
+        Ok(Parent::Absent) | Err(_) => {
+            // Removed along with its parent: restore what we can.
+            return outcome;
+        }
+    };
+    let name = rel.file_name().unwrap_or(rel.as_os_str()).to_os_string();
+    if c.kind != ChangeKind::Removed {
+        let moved = quarantine_dir(&root, run).and_then(|q| {
+            let dest_parent = make_parents(&q, &rel)?;
+            renameat(&parent, name.as_os_str(), &dest_parent, name.as_os_str())
+        });
+        match moved {
+            Ok(()) => {
+                let dest = c.root.join(".airlock/quarantine").join(run).join(&rel);
+                outcome.action = "quarantined".into();
+                outcome.dest = Some(dest.display().to_string());
+            }
+            Err(e) => {
+                outcome.action = format!("reported (could not quarantine: {e})");
+                return outcome;
+            }
+        }
+    }
+    if rel == c.rel && restore(&parent, &name, &c.before) {
+        outcome.action = if c.kind == ChangeKind::Removed {
+            "restored".into()
+        } else {
+            "quarantined and restored".into()
+        };
+    } else if c.git
+        && c.kind == ChangeKind::Created
+        && name == "config"
+        && matches!(c.before, State::Absent | State::Blocked)
+    {
+        if let Some(dest) = &outcome.dest {
+            let text = sanitised_git_config(Path::new(dest));
+            let written = openat(
+                &parent,
+                name.as_os_str(),
+                OFlag::O_WRONLY
+                    | OFlag::O_CREAT
+                    | OFlag::O_EXCL
+                    | OFlag::O_NOFOLLOW
+                    | OFlag::O_CLOEXEC,
+                Mode::from_bits_truncate(0o644),
+            )
+            .map(std::fs::File::from)
+            .is_ok_and(|mut f| f.write_all(text.as_bytes()).is_ok());
+            if written {
+                outcome.action = "quarantined and sanitised".into();
+            }
+        }
+    }
+    outcome
+}
+
+/// Where a path would be quarantined, for messages.
+pub fn describe(o: &Outcome) -> String {
+    match &o.dest {
+        Some(d) => format!("{} ({}): {}; now at {}", o.path, o.change, o.action, d),
+        None => format!("{} ({}): {}", o.path, o.change, o.action),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_program_free_git_keys_are_kept() {
+        for k in [
+            "core.repositoryformatversion",
+            "remote.origin.url",
+            "branch.main.merge",
+            "extensions.objectFormat",
+        ] {
+            assert!(safe_git_key(k), "{k}");
+        }
+        for k in [
+            "core.fsmonitor",
+            "core.hooksPath",
+            "core.pager",
+            "core.sshCommand",
+            "alias.st",
+            "filter.x.clean",
+            "diff.x.textconv",
+            "include.path",
+            "includeIf.gitdir:/.path",
+            "remote.url",
+            "credential.helper",
+            "remote.origin.uploadpack",
+        ] {
+            assert!(!safe_git_key(k), "{k}");
+        }
+    }
+
+    #[test]
+    fn values_are_quoted() {
+        assert_eq!(quote("a\"b\\c\nd"), "a\\\"b\\\\c\\nd");
+    }
+}

@@ -1,0 +1,314 @@
+//! The protected set (SPEC §4.5): every path inside a writable root whose
+//! content a host tool or airlock itself later executes or obeys. It is
+//! computed from names, never by walking the workspace, so the post-run
+//! check costs O(protected set).
+
+use std::path::{Path, PathBuf};
+
+/// What git reads as configuration or runs as code inside a git directory
+/// (the `.git` of a repository, a submodule's `.git/modules/<name>`, or a
+/// linked worktree's admin directory). Objects, refs and the index stay
+/// writable: `git commit` inside the sandbox must work.
+pub const GIT_DIR_SURFACE: &[&str] = &[
+    "config",
+    "config.worktree",
+    "hooks",
+    "info",
+    "commondir",
+    "gitdir",
+    "objects/info/alternates",
+];
+
+/// Names at the top of every writable root that a host tool obeys.
+pub const ROOT_SURFACE: &[&str] = &[
+    ".git",
+    ".gitmodules",
+    ".envrc",
+    ".vscode",
+    ".idea",
+    ".devcontainer",
+    ".zed",
+    "airlock.toml",
+    ".airlock",
+];
+
+/// Below HOME: start-up files, tool configuration that names programs to
+/// run, and airlock's own files. They matter when HOME, or one of these,
+/// lies inside a writable root.
+pub const HOME_SURFACE: &[&str] = &[
+    ".bashrc",
+    ".bash_profile",
+    ".bash_login",
+    ".bash_logout",
+    ".profile",
+    ".zshrc",
+    ".zshenv",
+    ".zprofile",
+    ".zlogin",
+    ".zlogout",
+    ".inputrc",
+    ".pam_environment",
+    ".xprofile",
+    ".xsessionrc",
+    ".gitconfig",
+    ".npmrc",
+    ".pypirc",
+    ".cargo/config.toml",
+    ".cargo/config",
+    ".cargo/bin",
+    ".local/bin",
+    "bin",
+    ".ssh",
+    ".vimrc",
+    ".emacs",
+    ".emacs.d",
+    ".config/git",
+    ".config/fish",
+    ".config/nvim",
+    ".config/autostart",
+    ".config/systemd",
+    ".config/environment.d",
+    ".config/Code/User",
+    ".config/direnv",
+    ".config/airlock",
+    ".local/share/airlock",
+    ".config/pip",
+    ".config/uv",
+    "Library/LaunchAgents",
+];
+
+/// When `/` itself is writable (only with an explicit `--workspace /` or
+/// `--write /`), the system's own start-up and configuration.
+pub const SYSTEM_SURFACE: &[&str] = &[
+    "/etc",
+    "/usr",
+    "/bin",
+    "/sbin",
+    "/lib",
+    "/lib32",
+    "/lib64",
+    "/boot",
+    "/opt",
+    "/root",
+    "/var/spool",
+    "/var/lib",
+];
+
+/// One protected path and why it is protected.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Protected {
+    /// The writable root it lies in: what the post-run check walks from.
+    pub root: PathBuf,
+    /// The path below `root` (never empty, never `..`).
+    pub rel: PathBuf,
+    /// Part of git's surface: a new file here is sanitised, not only moved.
+    pub git: bool,
+    /// Recorded with its contents (a git directory or a system directory
+    /// is recorded as one node: only replacing it counts).
+    pub deep: bool,
+}
+
+impl Protected {
+    pub fn path(&self) -> PathBuf {
+        self.root.join(&self.rel)
+    }
+}
+
+/// The writable root that holds `p`, the innermost one when they nest.
+pub fn root_of<'a>(p: &Path, roots: &'a [PathBuf]) -> Option<&'a PathBuf> {
+    roots
+        .iter()
+        .filter(|r| p.starts_with(r) && p != r.as_path())
+        .max_by_key(|r| r.components().count())
+}
+
+/// The git directory a `.git` entry names: itself when it is a directory,
+/// the `gitdir:` target when it is a file (worktrees, submodules).
+fn git_dir_of(dot_git: &Path) -> Option<PathBuf> {
+    let meta = std::fs::symlink_metadata(dot_git).ok()?;
+    if meta.is_dir() {
+        return Some(dot_git.to_path_buf());
+    }
+    if !meta.is_file() || meta.len() > 4096 {
+        return None;
+    }
+    let text = std::fs::read_to_string(dot_git).ok()?;
+    let target = text.lines().next()?.strip_prefix("gitdir:")?.trim();
+    let base = dot_git.parent()?;
+    std::fs::canonicalize(base.join(target)).ok()
+}
+
+/// The surface of one git directory, with its submodules and worktrees
+/// (which have git directories of their own), to a bounded depth.
+fn git_dir_surface(git_dir: &Path, depth: u32, out: &mut Vec<PathBuf>) {
+    for name in GIT_DIR_SURFACE {
+        out.push(git_dir.join(name));
+    }
+    if depth == 0 {
+        return;
+    }
+    for sub in ["modules", "worktrees"] {
+        let Ok(rd) = std::fs::read_dir(git_dir.join(sub)) else {
+            continue;
+        };
+        for e in rd.flatten().take(256) {
+            if e.file_type().is_ok_and(|t| t.is_dir()) {
+                git_dir_surface(&e.path(), depth - 1, out);
+            }
+        }
+    }
+}
+
+pub struct Inputs<'a> {
+    /// Canonical writable roots.
+    pub roots: &'a [PathBuf],
+    pub home: &'a Path,
+    /// `deny_write` from the policy, resolved.
+    pub deny_write: &'a [PathBuf],
+    /// Extra absolute paths airlock obeys (its managed policy, trust store, CA).
+    pub airlock_files: &'a [PathBuf],
+}
+
+/// Every protected path that lies inside a writable root.
+pub fn compute(i: &Inputs) -> Vec<Protected> {
+    let mut candidates: Vec<(PathBuf, bool)> = vec![];
+    for root in i.roots {
+        for name in ROOT_SURFACE {
+            candidates.push((root.join(name), *name == ".git"));
+        }
+        let dot_git = root.join(".git");
+        match git_dir_of(&dot_git) {
+            Some(gd) => {
+                let mut s = vec![];
+                git_dir_surface(&gd, 3, &mut s);
+                candidates.extend(s.into_iter().map(|p| (p, true)));
+            }
+            None => {
+                // No repository yet: its surface is protected while absent,
+                // so a `git init` inside cannot plant hooks unseen.
+                let mut s = vec![];
+                git_dir_surface(&dot_git, 0, &mut s);
+                candidates.extend(s.into_iter().map(|p| (p, true)));
+            }
+        }
+        if root.as_path() == Path::new("/") {
+            candidates.extend(SYSTEM_SURFACE.iter().map(|p| (PathBuf::from(p), false)));
+        }
+    }
+    let config_home = std::env::var_os("XDG_CONFIG_HOME")
+        .filter(|v| !v.is_empty())
+        .map(PathBuf::from);
+    for rel in HOME_SURFACE {
+        candidates.push((i.home.join(rel), false));
+    }
+    if let Some(c) = &config_home {
+        for sub in ["git", "airlock", "fish", "nvim", "autostart", "systemd"] {
+            candidates.push((c.join(sub), false));
+        }
+    }
+    candidates.extend(i.deny_write.iter().map(|p| (p.clone(), false)));
+    candidates.extend(i.airlock_files.iter().map(|p| (p.clone(), false)));
+
+    let mut out: Vec<Protected> = candidates
+        .into_iter()
+        .filter_map(|(p, git)| {
+            let root = root_of(&p, i.roots)?;
+            let rel = p.strip_prefix(root).ok()?.to_path_buf();
+            let deep = rel.file_name() != Some(std::ffi::OsStr::new(".git"))
+                && !(root.as_path() == Path::new("/")
+                    && SYSTEM_SURFACE.iter().any(|s| p == Path::new(s)));
+            Some(Protected {
+                root: root.clone(),
+                rel,
+                git,
+                deep,
+            })
+        })
+        .collect();
+    out.sort();
+    out.dedup_by(|a, b| a.root == b.root && a.rel == b.rel);
+    out
+}
+
+/// Directories that must not be renamed or replaced while the sandbox runs:
+/// every ancestor of a protected (or hidden) path whose parent the sandbox
+/// can write. Renaming a parent would carry a mount-based protection away
+/// with it (SPEC §4.5); an ancestor that is a mount point cannot be renamed.
+pub fn ancestors_to_pin(targets: &[PathBuf], roots: &[PathBuf]) -> Vec<PathBuf> {
+    let writable = |p: &Path| roots.iter().any(|r| p.starts_with(r));
+    let mut out = vec![];
+    for t in targets {
+        let mut a = t.parent();
+        while let Some(dir) = a {
+            let Some(parent) = dir.parent() else { break };
+            if writable(parent) && dir.is_dir() && !dir.is_symlink() {
+                out.push(dir.to_path_buf());
+            }
+            a = Some(parent);
+        }
+    }
+    out.sort();
+    out.dedup();
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn protected_paths_lie_in_writable_roots_only() {
+        let home = PathBuf::from("/home/u");
+        let roots = vec![PathBuf::from("/home/u/proj")];
+        let set = compute(&Inputs {
+            roots: &roots,
+            home: &home,
+            deny_write: &[PathBuf::from("/home/u/proj/.git/hooks")],
+            airlock_files: &[PathBuf::from("/home/u/.config/airlock/policy.toml")],
+        });
+        let paths: Vec<PathBuf> = set.iter().map(Protected::path).collect();
+        assert!(paths.contains(&PathBuf::from("/home/u/proj/.git/config")));
+        assert!(paths.contains(&PathBuf::from("/home/u/proj/.git/hooks")));
+        assert!(paths.contains(&PathBuf::from("/home/u/proj/airlock.toml")));
+        assert!(paths.contains(&PathBuf::from("/home/u/proj/.airlock")));
+        // HOME is not writable here: its files are not the post-run check's.
+        assert!(!paths.iter().any(|p| p.starts_with("/home/u/.bashrc")));
+        assert!(set.iter().all(|p| p.root == roots[0]));
+    }
+
+    #[test]
+    fn home_as_a_root_grows_the_set() {
+        let home = PathBuf::from("/home/u");
+        let roots = vec![home.clone()];
+        let set = compute(&Inputs {
+            roots: &roots,
+            home: &home,
+            deny_write: &[],
+            airlock_files: &[],
+        });
+        let paths: Vec<PathBuf> = set.iter().map(Protected::path).collect();
+        for p in [
+            ".bashrc",
+            ".gitconfig",
+            ".config/airlock",
+            ".local/bin",
+            ".ssh",
+        ] {
+            assert!(paths.contains(&home.join(p)), "{p}");
+        }
+    }
+
+    #[test]
+    fn root_of_picks_the_innermost_root() {
+        let roots = vec![PathBuf::from("/a"), PathBuf::from("/a/b")];
+        assert_eq!(
+            root_of(Path::new("/a/b/c"), &roots),
+            Some(&PathBuf::from("/a/b"))
+        );
+        assert_eq!(
+            root_of(Path::new("/a/b"), &roots),
+            Some(&PathBuf::from("/a"))
+        );
+        assert_eq!(root_of(Path::new("/x"), &roots), None);
+    }
+}
