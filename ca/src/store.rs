@@ -83,12 +83,21 @@ impl Ca {
             .write(true)
             .create_new(true)
             .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW)
             .open(&key_path)
             .map_err(io(&key_path))?;
         f.write_all(key.serialize_pem().as_bytes())
             .map_err(io(&key_path))?;
         let cert_path = dir.join(CERT_FILE);
-        fs::write(&cert_path, cert.pem()).map_err(io(&cert_path))?;
+        // Never through a link someone left in the directory.
+        fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(&cert_path)
+            .and_then(|mut f| f.write_all(cert.pem().as_bytes()))
+            .map_err(io(&cert_path))?;
         Ca::load(dir)
     }
 

@@ -54,6 +54,16 @@ pub fn run(args: &RunArgs) -> Result<ExitCode> {
     {
         let _ = std::fs::create_dir_all(dir);
     }
+    // Likewise the CA's directory: a CA created while this sandbox runs
+    // (`airlock ca init`, another inspecting run) must land under the mount
+    // that hides it, not beside it.
+    if let Some(dir) = airlock_ca::default_dir() {
+        use std::os::unix::fs::DirBuilderExt;
+        let _ = std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(dir);
+    }
     let plan = plan::build(
         &policy,
         &Options {

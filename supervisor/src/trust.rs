@@ -90,6 +90,15 @@ impl Trust {
     }
 
     fn canonical(path: &Path) -> PathBuf {
+        let abs;
+        let path = if path.is_relative() {
+            abs = std::env::current_dir()
+                .map(|d| d.join(path))
+                .unwrap_or_else(|_| path.to_path_buf());
+            abs.as_path()
+        } else {
+            path
+        };
         match (path.parent(), path.file_name()) {
             (Some(parent), Some(name)) => std::fs::canonicalize(parent)
                 .map(|p| p.join(name))

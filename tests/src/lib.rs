@@ -487,6 +487,7 @@ impl Fixture {
 }
 
 pub mod tls;
+pub mod who;
 
 /// `airlock-probe`, copied into `base` (outside /tmp) once per test
 /// process, so the sandbox can run it even when the build directory is

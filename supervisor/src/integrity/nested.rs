@@ -38,6 +38,12 @@ pub fn find(root: &Path, limit: Duration) -> Walk {
         walk.complete = false;
         return walk;
     };
+    // One filesystem: a mount below the root (a cache, /proc when the root
+    // is `/`) is not walked.
+    let Ok(dev) = nix::sys::stat::fstat(&fd).map(|st| st.st_dev) else {
+        walk.complete = false;
+        return walk;
+    };
     let mut stack: Vec<(OwnedFd, PathBuf)> = vec![(fd, root.to_path_buf())];
     while let Some((fd, path)) = stack.pop() {
         walk.dirs += 1;
@@ -72,7 +78,9 @@ pub fn find(root: &Path, limit: Duration) -> Walk {
         for name in subdirs {
             // Not following links: a link to elsewhere is not walked.
             if let Ok(sub) = open_dir(std::os::fd::AsFd::as_fd(&dir), Path::new(&name)) {
-                stack.push((sub, path.join(&name)));
+                if nix::sys::stat::fstat(&sub).is_ok_and(|st| st.st_dev == dev) {
+                    stack.push((sub, path.join(&name)));
+                }
             }
         }
     }

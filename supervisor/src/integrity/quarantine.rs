@@ -216,9 +216,19 @@ fn restore<Fd: AsFd + Copy>(dir: Fd, name: &OsStr, state: &State) -> bool {
     }
 }
 
-/// Act on every change; `run` names the quarantine folder.
+const AIRLOCK_DIR: &str = ".airlock";
+
+/// Act on every change; `run` names the quarantine folder. A changed
+/// `.airlock` goes first, so the quarantine is never the sandbox's.
 pub fn act(changes: &[Change], run: &str) -> Vec<Outcome> {
-    changes.iter().map(|c| act_one(c, run)).collect()
+    let (first, rest): (Vec<&Change>, Vec<&Change>) = changes
+        .iter()
+        .partition(|c| c.rel == Path::new(AIRLOCK_DIR));
+    first
+        .into_iter()
+        .chain(rest)
+        .map(|c| act_one(c, run))
+        .collect()
 }
 
 fn act_one(c: &Change, run: &str) -> Outcome {
@@ -248,10 +258,20 @@ fn act_one(c: &Change, run: &str) -> Outcome {
     };
     let name = rel.file_name().unwrap_or(rel.as_os_str()).to_os_string();
     if c.kind != ChangeKind::Removed {
-        let moved = quarantine_dir(&root, run).and_then(|q| {
-            let dest_parent = make_parents(&q, &rel)?;
-            renameat(&parent, name.as_os_str(), &dest_parent, name.as_os_str())
-        });
+        let moved = if rel == Path::new(AIRLOCK_DIR) {
+            // The sandbox made or replaced `.airlock` itself: move it aside
+            // first, then into a fresh quarantine of our own.
+            let aside = format!("{AIRLOCK_DIR}.{run}.sandbox");
+            renameat(&parent, name.as_os_str(), &parent, aside.as_str()).and_then(|()| {
+                let q = quarantine_dir(&root, run)?;
+                renameat(&parent, aside.as_str(), &q, name.as_os_str())
+            })
+        } else {
+            quarantine_dir(&root, run).and_then(|q| {
+                let dest_parent = make_parents(&q, &rel)?;
+                renameat(&parent, name.as_os_str(), &dest_parent, name.as_os_str())
+            })
+        };
         match moved {
             Ok(()) => {
                 let dest = c.root.join(".airlock/quarantine").join(run).join(&rel);

