@@ -65,7 +65,7 @@ pub fn check(files: &[PathBuf]) -> Result<ExitCode> {
 }
 
 pub fn explain(args: &PolicyArgs, target: &str) -> Result<ExitCode> {
-    let built = build_policy(args, &[])?;
+    let built = build_policy(args, &[], crate::sources::Named::NeedTrust)?;
     built.warn_untrusted();
     let policy = built.policy;
     let target = match Target::parse(target, Some(443)) {
@@ -152,7 +152,7 @@ pub fn presets() -> Result<ExitCode> {
 
 /// `airlock policy profile --target linux|macos`.
 pub fn profile(args: &PolicyArgs, target: &str) -> Result<ExitCode> {
-    let built = build_policy(args, &[])?;
+    let built = build_policy(args, &[], crate::sources::Named::NeedTrust)?;
     built.warn_untrusted();
     let (policy, workspace) = (built.policy, built.workspace);
     let home = std::env::var_os("HOME")
@@ -295,7 +295,7 @@ pub fn trust(args: &PolicyArgs, file: Option<&std::path::Path>) -> Result<ExitCo
                     all.preset.push(p.name.to_string());
                 }
             }
-            let built = build_policy(&all, &[])?;
+            let built = build_policy(&all, &[], crate::sources::Named::NeedTrust)?;
             for u in &built.untrusted {
                 say!("{}:", crate::sources::shown(&u.path));
                 for e in &u.effect {

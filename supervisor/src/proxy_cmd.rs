@@ -20,7 +20,7 @@ pub fn run_id() -> String {
 }
 
 pub fn run(args: &ProxyArgs) -> Result<ExitCode> {
-    let built = build_policy(&args.policy, &[])?;
+    let built = build_policy(&args.policy, &[], crate::sources::Named::AsGiven)?;
     built.require_trusted()?;
     let policy = built.policy;
     let addr: SocketAddr = args

@@ -20,7 +20,7 @@ pub const EXIT_TIMEOUT: u8 = 124;
 
 pub fn run(args: &RunArgs) -> Result<ExitCode> {
     let started = Instant::now();
-    let built = build_policy(&args.policy, &args.write)?;
+    let built = build_policy(&args.policy, &args.write, crate::sources::Named::NeedTrust)?;
     crate::sources::check_workspace_scope(&built.workspace, built.explicit_workspace)?;
     built.require_trusted()?;
     let (policy, workspace) = (built.policy, built.workspace);

@@ -221,7 +221,12 @@ fn load_checked(
 }
 
 /// Every fragment that applies to a run in `workspace`, lowest layer first.
-pub fn gather(args: &PolicyArgs, workspace: &Path, trust: &Trust) -> Result<Vec<Fragment>> {
+pub fn gather(
+    args: &PolicyArgs,
+    workspace: &Path,
+    trust: &Trust,
+    named: Named,
+) -> Result<Vec<Fragment>> {
     let mut frags = vec![Fragment::built_in()];
     let mut errors = vec![];
     let mut push = |r: Result<Option<Fragment>, Vec<Diagnostic>>| match r {
@@ -239,7 +244,10 @@ pub fn gather(args: &PolicyArgs, workspace: &Path, trust: &Trust) -> Result<Vec<
         trust,
     ));
     for p in &args.policy {
-        push(load_checked(p, Layer::CommandLine, true, trust));
+        match named {
+            Named::NeedTrust => push(load_checked(p, Layer::CommandLine, true, trust)),
+            Named::AsGiven => push(load_file(p, Layer::CommandLine, true)),
+        }
     }
     let (managed, required) = managed_policy_path();
     push(load_file(&managed, Layer::Managed, required));
@@ -286,9 +294,19 @@ impl Built {
     }
 }
 
+/// How `--policy` files are taken.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Named {
+    /// `run`: one inside a writable root needs trust like the project policy.
+    NeedTrust,
+    /// `proxy` has no writable roots: the operator's files are taken as given
+    /// (the discovered project policy still needs trust).
+    AsGiven,
+}
+
 /// Gather, merge and resolve presets. `extra_roots` are writable paths the
 /// caller adds (`--write`): files below them need trust too.
-pub fn build_policy(args: &PolicyArgs, extra_roots: &[PathBuf]) -> Result<Built> {
+pub fn build_policy(args: &PolicyArgs, extra_roots: &[PathBuf], named: Named) -> Result<Built> {
     let (workspace, explicit_workspace) = workspace_dir(args)?;
     let mut roots = vec![workspace.clone()];
     roots.extend(
@@ -297,7 +315,7 @@ pub fn build_policy(args: &PolicyArgs, extra_roots: &[PathBuf]) -> Result<Built>
             .filter_map(|p| std::fs::canonicalize(p).ok()),
     );
     let trust = Trust::new(roots);
-    let frags = gather(args, &workspace, &trust)?;
+    let frags = gather(args, &workspace, &trust, named)?;
     let probe = SystemProbe {
         workspace: workspace.clone(),
         trust: &trust,

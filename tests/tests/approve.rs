@@ -241,7 +241,7 @@ fn deny_is_approval_denied() {
 fn no_answer_is_approval_timeout() {
     let s = setup();
     let policy =
-        s.f.write("timeout.toml", "[network]\nask_timeout = \"1s\"\n");
+        s.f.write("~/timeout.toml", "[network]\nask_timeout = \"1s\"\n");
     let c = Client::start(s.sock.clone(), None, Duration::ZERO, vec![]);
     let t = Instant::now();
     let out = s.run(&["-p", policy.to_str().unwrap()], &s.curl());
