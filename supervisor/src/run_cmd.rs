@@ -218,6 +218,8 @@ fn run_platform(
     let snapshot = crate::integrity::snapshot::take(&plan.protected);
     // ctime comes from the kernel's coarse clock: leave a margin.
     let run_start = std::time::SystemTime::now() - Duration::from_millis(100);
+    #[cfg(target_os = "linux")]
+    let watch = crate::integrity::watch::start(&plan.protected);
     tracing::debug!(elapsed = ?started.elapsed(), paths = plan.protected.len(), "protected set recorded");
     // Spawned from this (main) thread: see `start`.
     let sandbox = start(&plan)?;
@@ -249,6 +251,10 @@ fn run_platform(
 
     let status = wait(sandbox.child, timeout, sandbox.teardown)?;
     tracing::debug!(elapsed = ?started.elapsed(), "sandbox exited");
+    #[cfg(target_os = "linux")]
+    if let Some(w) = watch {
+        w.finish();
+    }
     // Every process of the sandbox is gone: nothing can race the check.
     let mut changes = snapshot.changes();
     let (nested, notes) = crate::integrity::nested::changes(

@@ -6,6 +6,8 @@ pub mod nested;
 pub mod quarantine;
 pub mod set;
 pub mod snapshot;
+#[cfg(target_os = "linux")]
+pub mod watch;
 
 pub use quarantine::Outcome;
 pub use set::Protected;
