@@ -216,8 +216,7 @@ fn run_platform(
     tracing::debug!(elapsed = ?started.elapsed(), "runtime and approver ready");
     // The protected set as it is before the sandbox can touch it.
     let snapshot = crate::integrity::snapshot::take(&plan.protected);
-    // ctime comes from the kernel's coarse clock: leave a margin.
-    let run_start = std::time::SystemTime::now() - Duration::from_millis(100);
+    let run_start = crate::integrity::nested::kernel_now();
     #[cfg(target_os = "linux")]
     let watch = crate::integrity::watch::start(&plan.protected);
     tracing::debug!(elapsed = ?started.elapsed(), paths = plan.protected.len(), "protected set recorded");
@@ -257,16 +256,9 @@ fn run_platform(
     }
     // Every process of the sandbox is gone: nothing can race the check.
     let mut changes = snapshot.changes();
-    let (nested, notes) = crate::integrity::nested::changes(
-        &plan.write,
-        run_start,
-        &plan.protected,
-        Duration::from_secs(2),
-    );
+    let (nested, failed) =
+        crate::integrity::nested::changes(&plan.write, run_start, &plan.protected);
     changes.extend(nested);
-    for n in notes {
-        eprintln!("airlock: warning: {n}");
-    }
     let protected_changes = crate::integrity::quarantine::act(&changes, &run);
     for o in &protected_changes {
         eprintln!(
@@ -275,6 +267,10 @@ fn run_platform(
         );
     }
     tracing::debug!(elapsed = ?started.elapsed(), "protected set checked");
+    let check_failed = !failed.is_empty();
+    for f in failed {
+        eprintln!("airlock: error: {f}; inspect them before running git there");
+    }
     restore_terminal();
     let mut code = match status {
         None => {
@@ -286,6 +282,10 @@ fn run_platform(
         }
         Some(code) => code,
     };
+    if check_failed {
+        // Fail closed: the caller must not take this run as clean.
+        code = 125;
+    }
     for m in (sandbox.messages)() {
         if let Some(e) = m.strip_prefix("error: ") {
             eprintln!("airlock: sandbox setup failed: {e}");

@@ -140,7 +140,7 @@ fn git_dir_of(dot_git: &Path) -> Option<PathBuf> {
 
 /// The surface of one git directory, with its submodules and worktrees
 /// (which have git directories of their own), to a bounded depth.
-fn git_dir_surface(git_dir: &Path, depth: u32, out: &mut Vec<PathBuf>) {
+pub fn git_dir_surface(git_dir: &Path, depth: u32, out: &mut Vec<PathBuf>) {
     for name in GIT_DIR_SURFACE {
         out.push(git_dir.join(name));
     }
