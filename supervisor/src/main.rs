@@ -24,6 +24,7 @@ mod policy_cmd;
 mod probe;
 mod proxy_cmd;
 mod report;
+mod run_audit;
 mod run_cmd;
 mod seatbelt;
 mod sources;

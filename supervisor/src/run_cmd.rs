@@ -24,7 +24,11 @@ pub fn run(args: &RunArgs) -> Result<ExitCode> {
     tracing::debug!(elapsed = ?started.elapsed(), "policy built");
     let net = plan::net_mode(&policy, args.network.as_deref()).map_err(anyhow::Error::msg)?;
     if net == Net::Host {
-        eprintln!("airlock: warning: --network host: the command reaches the network directly, with no proxy and no policy");
+        let from = match &args.network {
+            Some(_) => "--network host".to_string(),
+            None => format!("network.mode = \"host\" ({})", policy.mode.origin),
+        };
+        eprintln!("airlock: warning: {from}: the command reaches the network directly, with no proxy and no policy");
     }
     let timeout = match &args.timeout {
         Some(t) => Some(
@@ -68,7 +72,7 @@ pub fn run(args: &RunArgs) -> Result<ExitCode> {
     for u in &plan.unsupported {
         eprintln!("airlock: warning: {u} cannot be enforced by mounts (only plain paths and a trailing /**)");
     }
-    run_platform(args, policy, plan, timeout, started)
+    run_platform(args, policy, plan, timeout, started, &workspace)
 }
 
 /// A sandbox that has been started, whatever the platform.
@@ -179,8 +183,11 @@ fn run_platform(
     mut plan: plan::Plan,
     timeout: Option<Duration>,
     started: Instant,
+    workspace: &std::path::Path,
 ) -> Result<ExitCode> {
     let run = run_id();
+    // Opened before the command runs, without following links (SPEC §3.5).
+    let report_file = args.report.as_deref().map(report::open).transpose()?;
     let audit = match &policy.audit_log {
         Some(path) => Some(AuditLog::open(std::path::Path::new(&path.value), &run)?),
         None => None,
@@ -204,6 +211,10 @@ fn run_platform(
     // Spawned from this (main) thread: see `start`.
     let sandbox = start(&plan)?;
     tracing::debug!(elapsed = ?started.elapsed(), "sandbox started");
+    crate::approve::sandbox::watch(sandbox.child.id());
+    if let Some(a) = &audit {
+        crate::run_audit::begin(a, args, workspace, sandbox.tier);
+    }
     let engine = Engine::new(EngineConfig {
         policy: Arc::new(policy),
         audit,
@@ -259,13 +270,17 @@ fn run_platform(
     if let Some(block) = report::stderr_block(&blocked) {
         eprintln!("{block}");
     }
-    if let Some(path) = &args.report {
+    let duration_ms = started.elapsed().as_millis() as u64;
+    engine.audit_end(code, duration_ms);
+    if let Some(file) = report_file {
         report::write(
-            path,
+            file,
             &Report {
+                run: &run,
+                protected_changes: &[],
                 exit_code: code,
                 tier: sandbox.tier,
-                duration_ms: started.elapsed().as_millis() as u64,
+                duration_ms,
                 blocked: &blocked,
                 approvals: &approvals,
                 protected_paths: ProtectedPaths {
