@@ -76,7 +76,9 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     init_tracing(cli.verbose);
     let result = match &cli.command {
-        Command::Policy(PolicyCommand::Check { files }) => policy_cmd::check(files),
+        Command::Policy(PolicyCommand::Check { files, managed }) => {
+            policy_cmd::check(files, *managed)
+        }
         Command::Policy(PolicyCommand::Explain { policy, target }) => {
             policy_cmd::explain(policy, target)
         }
