@@ -240,8 +240,12 @@ pub fn advice(
         Reason::ManagedDeny => format!("the managed policy denies {pat}; only its administrator can change that"),
         Reason::Denylisted => format!("remove the deny rule that matches {pat}"),
         Reason::PrivateAddress => {
-            let ip = resolved.map_or_else(|| "a private address".to_string(), |ip| format!("{ip}"));
-            format!("{} resolved to {ip}; if that is intended, allow the range with --allow-private CIDR or [network].allow_private (a host allowed only by an approval must resolve to a public address)", target.host)
+            let what = match resolved {
+                Some(ip) if Some(ip) == target.host.ip() => format!("{ip} is a private address"),
+                Some(ip) => format!("{} resolved to {ip}", target.host),
+                None => format!("{} resolved to a private address", target.host),
+            };
+            format!("{what}; if that is intended, allow the host with a policy rule and its range with --allow-private CIDR or [network].allow_private (an approval alone never reaches a private address)")
         }
         Reason::InvalidHost => "fix the host name".into(),
         Reason::InspectionRejected => format!("the client does not accept the airlock CA for {pat}: remove it from --inspect / [network].inspect"),

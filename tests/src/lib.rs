@@ -486,6 +486,7 @@ impl Fixture {
     }
 }
 
+pub mod pty;
 pub mod tls;
 
 /// `airlock-probe`, copied into `base` (outside /tmp) once per test

@@ -198,7 +198,8 @@ impl Approver for TtyApprover {
         let lock = self.lock.clone();
         // The engine gives up at the same moment; past it, the question is
         // stale and is not drawn.
-        let deadline = Instant::now() + self.timeout;
+        let timeout = self.timeout;
+        let deadline = Instant::now() + timeout;
         let cancelled = Arc::new(AtomicBool::new(false));
         Box::pin(async move {
             let target = q.target.clone();
@@ -212,7 +213,10 @@ impl Approver for TtyApprover {
             let _cancel = Cancel(cancelled.clone());
             let asked = tokio::task::spawn_blocking(move || {
                 let _one_at_a_time = lock.lock().unwrap_or_else(|p| p.into_inner());
-                if Instant::now() >= deadline || cancelled.load(Ordering::Relaxed) {
+                // Too little time left to read and answer deliberately is
+                // stale too: it would flash up and vanish.
+                let margin = (timeout / 2).min(Duration::from_millis(500));
+                if Instant::now() + margin >= deadline || cancelled.load(Ordering::Relaxed) {
                     return (
                         Answer::Timeout,
                         "withdrawn: its timeout passed before the terminal was free".to_string(),
