@@ -773,7 +773,8 @@ fn audit_log_has_every_field() {
         .iter()
         .find(|e| e["event"] == "decision" && e["decision"] == "deny")
         .expect("deny event");
-    assert_eq!(deny["reason"], "approval-denied");
+    // No approver: nobody was asked, so nothing was refused by a person.
+    assert_eq!(deny["reason"], "not-allowlisted");
 }
 
 #[test]
