@@ -94,9 +94,12 @@ pub struct Engine {
     inflight: Mutex<Inflight>,
     /// (host, port, reason) -> (count, the address a private-address
     /// refusal resolved to).
-    blocked: Mutex<BTreeMap<(String, Option<u16>, Reason), (u64, Option<IpAddr>)>>,
+    blocked: Mutex<BTreeMap<BlockedKey, (u64, Option<IpAddr>)>>,
     approvals: Mutex<Vec<Approval>>,
 }
+
+/// What the exit report tallies blocked connections by.
+type BlockedKey = (String, Option<u16>, Reason);
 
 /// An answer and who gave it, shared with everyone waiting on the question.
 type Shared = Option<(Answer, String)>;
