@@ -219,10 +219,12 @@ fn every_refusal_reason() {
         403,
         "denylisted",
     );
+    // --ask deny asks nobody (SPEC §5.2): not-allowlisted. A person's
+    // refusal, approval-denied, is tested in approve.rs.
     refused(
         &curl(&["-x", &proxy2.url(), "http://unknown.test/"]),
         403,
-        "approval-denied",
+        "not-allowlisted",
     );
     // Allowed name, loopback answer, no allow_private: private-address.
     refused(
