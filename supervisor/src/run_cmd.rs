@@ -254,6 +254,8 @@ fn run_platform(
         Some(code) => code,
     };
     for m in (sandbox.messages)() {
+        // The sandbox wrote these: shown with control characters escaped.
+        let m = airlock_proxy::escape::line(&m, 1000);
         if let Some(e) = m.strip_prefix("error: ") {
             eprintln!("airlock: sandbox setup failed: {e}");
             code = 125;
