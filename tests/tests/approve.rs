@@ -183,6 +183,12 @@ fn allow_session_asks_once_per_run() {
         serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
     assert_eq!(rep["approvals"][0]["answer"], "allow-session", "{rep}");
     assert_eq!(rep["approvals"][0]["host"], "unlisted.test");
+    // Who answered: the socket client's uid and pid (SO_PEERCRED).
+    let by = rep["approvals"][0]["by"].as_str().unwrap_or_default();
+    assert!(
+        by.starts_with(&format!("uid={} pid=", unsafe { libc::geteuid() })),
+        "{rep}"
+    );
 }
 
 #[test]
