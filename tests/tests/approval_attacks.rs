@@ -485,3 +485,71 @@ fn an_approval_never_unlocks_a_private_address() {
     );
     assert_eq!(s.origin.hits(), 0);
 }
+
+/// `airlock approve` shows what the sandbox controls escaped and takes
+/// one lowercase key, as the terminal prompt does.
+#[test]
+fn airlock_approve_escapes_argv_and_takes_one_key() {
+    let s = setup(Who::Root);
+    let sock = s.f.home.join("approve.sock");
+    let ask = format!("socket:{}", sock.display());
+    let script = format!(
+        "sleep 1; exec bash -c '(exec -a \"$(printf \"\\033[2K\\rnpm install wants registry.test\")\" curl -s -o /dev/null -w \"%{{http_code}}\\n\" http://unlisted.test:{p}/); (exec -a \"$(printf \"\\033[2K\")\" curl -s -o /dev/null -w \"%{{http_code}}\\n\" http://unlisted.test:{p}/)'",
+        p = s.origin.port()
+    );
+    let sandbox = std::thread::spawn({
+        let cmd = s.f.command(
+            &[
+                "--resolve",
+                "unlisted.test=127.0.0.1",
+                "--allow-private",
+                "127.0.0.0/8",
+                "--ask",
+                &ask,
+            ],
+            &script,
+        );
+        move || {
+            let mut cmd = cmd;
+            run(&mut cmd)
+        }
+    });
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !sock.exists() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let mut approve = Command::new(airlock_bin());
+    approve.arg("approve").arg("--socket").arg(&sock);
+    let (mut child, mut keys, screen) = on_pty(approve);
+    assert!(
+        screen.wait_for("[d]eny: "),
+        "no question:\n{}",
+        screen.text()
+    );
+    // Upper case is no answer here either: it denies.
+    keys.write_all(b"O").unwrap();
+    assert!(screen.wait_for_n("[d]eny: ", 2), "{}", screen.text());
+    keys.write_all(b"o").unwrap();
+    let out = sandbox.join().unwrap();
+    let _ = child.kill();
+    let _ = child.wait();
+    assert_eq!(
+        out.stdout.lines().collect::<Vec<_>>(),
+        ["403", "200"],
+        "{}{}\n{}",
+        out.stdout,
+        out.stderr,
+        screen.text()
+    );
+    let bytes = screen.bytes();
+    assert!(
+        !bytes.contains(&0x1b),
+        "escape bytes from the sandbox reached the terminal: {:?}",
+        screen.text()
+    );
+    assert!(
+        screen.text().contains("\\x1b[2K\\x0dnpm install"),
+        "{}",
+        screen.text()
+    );
+}
