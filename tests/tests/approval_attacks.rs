@@ -553,3 +553,63 @@ fn airlock_approve_escapes_argv_and_takes_one_key() {
         screen.text()
     );
 }
+
+/// A question withdrawn while `airlock approve` shows it (its timeout
+/// passed) is dropped there: a late key answers nothing.
+#[test]
+fn airlock_approve_drops_a_stale_question() {
+    let s = setup(Who::Root);
+    let sock = s.f.home.join("approve.sock");
+    let ask = format!("socket:{}", sock.display());
+    let policy = s.f.write("ask.toml", "[network]\nask_timeout = \"1s\"\n");
+    let script = format!("sleep 1; {c}; sleep 1.5", c = s.curl("unlisted.test"));
+    let sandbox = std::thread::spawn({
+        let cmd = s.f.command(
+            &[
+                "-p",
+                policy.to_str().unwrap(),
+                "--resolve",
+                "unlisted.test=127.0.0.1",
+                "--allow-private",
+                "127.0.0.0/8",
+                "--ask",
+                &ask,
+            ],
+            &script,
+        );
+        move || {
+            let mut cmd = cmd;
+            run(&mut cmd)
+        }
+    });
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !sock.exists() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let mut approve = Command::new(airlock_bin());
+    approve.arg("approve").arg("--socket").arg(&sock);
+    let (mut child, mut keys, screen) = on_pty(approve);
+    assert!(
+        screen.wait_for("[d]eny: "),
+        "no question:\n{}",
+        screen.text()
+    );
+    assert!(screen.wait_for("settled: timeout"), "{}", screen.text());
+    keys.write_all(b"a").unwrap();
+    let out = sandbox.join().unwrap();
+    std::thread::sleep(Duration::from_millis(200));
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(
+        out.stdout.contains("403 approval-timeout"),
+        "{}{}",
+        out.stdout,
+        out.stderr
+    );
+    let text = screen.text();
+    assert!(
+        !text.contains("allow-always") && !text.contains("no open question"),
+        "{text}"
+    );
+    s.nothing_persisted();
+}
