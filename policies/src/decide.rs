@@ -210,28 +210,83 @@ pub fn inspects(policy: &Policy, target: &Target) -> bool {
             .any(|c| c.host.matches(target) == PatternMatch::Yes)
 }
 
-/// The one-line advice of SPEC §5.1 and §7.
+/// The one-line advice of SPEC §5.1 and §7, for a refusal whose address
+/// and policy are not known (see `advice`).
 pub fn how_to_allow(target: &Target, reason: Reason) -> String {
+    advice(target, reason, None, true)
+}
+
+/// The advice that fits the reason (SPEC §7): a managed deny names the
+/// administrator, a private address shows the address it resolved to, and
+/// under `user_allow = false` nothing suggests `--allow`, which would not
+/// count.
+pub fn advice(
+    target: &Target,
+    reason: Reason,
+    resolved: Option<std::net::IpAddr>,
+    user_allow: bool,
+) -> String {
     let pat = if target.port == 443 || target.port == 80 {
         target.host.to_string()
     } else {
         target.to_string()
     };
+    let add = if user_allow {
+        format!("--allow {pat} or add \"{pat}\" to [network].allow in airlock.toml")
+    } else {
+        format!("only the administrator can allow hosts here (the managed policy sets user_allow = false); ask them to add {pat} to the managed policy")
+    };
     match reason {
-        Reason::ManagedDeny => "denied by the managed policy; ask your administrator".into(),
+        Reason::ManagedDeny => format!("the managed policy denies {pat}; only its administrator can change that"),
         Reason::Denylisted => format!("remove the deny rule that matches {pat}"),
         Reason::PrivateAddress => {
-            "the host resolved to a private address; allow that range with --allow-private CIDR or [network].allow_private"
-                .to_string()
+            let what = match resolved {
+                Some(ip) if Some(ip) == target.host.ip() => format!("{ip} is a private address"),
+                Some(ip) => format!("{} resolved to {ip}", target.host),
+                None => format!("{} resolved to a private address", target.host),
+            };
+            format!("{what}; if that is intended, allow the host with a policy rule and its range with --allow-private CIDR or [network].allow_private (an approval alone never reaches a private address)")
         }
         Reason::InvalidHost => "fix the host name".into(),
         Reason::InspectionRejected => format!("the client does not accept the airlock CA for {pat}: remove it from --inspect / [network].inspect"),
         Reason::RequestRule => format!("add a matching \"METHOD /path\" to the [[network.request]] rule for {pat}"),
         Reason::HostMismatch => format!("send requests in this tunnel to {pat} only; open another tunnel for other hosts"),
         Reason::SniMismatch => format!("connect to the host the TLS ClientHello names; a tunnel to {pat} may only carry TLS for {pat}"),
-        Reason::ApprovalDenied | Reason::ApprovalTimeout => {
-            format!("approve it when asked, or --allow {pat} / add \"{pat}\" to [network].allow in airlock.toml")
+        Reason::ApprovalDenied | Reason::ApprovalTimeout if user_allow => {
+            format!("approve it when asked, or {add}")
         }
-        _ => format!("--allow {pat} or add \"{pat}\" to [network].allow in airlock.toml"),
+        _ => add,
+    }
+}
+
+#[cfg(test)]
+mod advice_tests {
+    use super::*;
+
+    #[test]
+    fn advice_fits_the_reason() {
+        let t = Target::parse("evil.example:443", None).unwrap();
+        assert!(advice(&t, Reason::NotAllowlisted, None, true).starts_with("--allow evil.example"));
+        let m = advice(&t, Reason::ManagedDeny, None, true);
+        assert!(
+            m.contains("administrator") && !m.contains("--allow "),
+            "{m}"
+        );
+        let p = advice(
+            &t,
+            Reason::PrivateAddress,
+            Some("10.1.2.3".parse().unwrap()),
+            true,
+        );
+        assert!(p.contains("resolved to 10.1.2.3"), "{p}");
+        for r in [
+            Reason::NotAllowlisted,
+            Reason::ApprovalDenied,
+            Reason::PortNotAllowed,
+        ] {
+            let u = advice(&t, r, None, false);
+            assert!(!u.contains("--allow"), "{u}");
+            assert!(u.contains("administrator"), "{u}");
+        }
     }
 }

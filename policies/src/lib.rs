@@ -17,7 +17,7 @@ pub mod units;
 
 pub use address::{check_address, special_range};
 pub use decide::{
-    decide, decide_with, how_to_allow, inspects, Approvals, Decision, Reason, Verdict,
+    advice, decide, decide_with, how_to_allow, inspects, Approvals, Decision, Reason, Verdict,
 };
 pub use fragment::{flag_rule, Fragment, Rule};
 pub use host::{Host, InvalidHost, Target, TargetError};

@@ -240,8 +240,14 @@ pub fn load_str(text: &str, path: &str, layer: Layer) -> Result<Fragment, Vec<Di
             }
         }
         let origin = cx.locate((), &r.host.span());
+        // Rules restrict: a rule host without a port covers every port of
+        // that host, or `--inspect host` on another port would pass all.
+        let mut host = host.value;
+        if host.ports == crate::pattern::Ports::Web {
+            host.ports = crate::pattern::Ports::Any;
+        }
         f.request_rules.push(RequestRule {
-            host: host.value,
+            host,
             allow,
             origin,
         });

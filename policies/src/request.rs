@@ -34,6 +34,7 @@ impl RequestAllow {
         })
     }
 
+    /// Match a request; `path` must already be `normalize_path`'s output.
     pub fn matches(&self, method: &str, path: &str) -> bool {
         if self.method != "*" && self.method != method {
             return false;
@@ -42,6 +43,94 @@ impl RequestAllow {
         let segs: Vec<&str> = split_path(path).collect();
         glob(&self.segments, &segs)
     }
+}
+
+/// The request target's path in the one form an origin cannot read any
+/// other way (SPEC §5.3), or why it was refused. Percent-encoded
+/// unreserved characters are decoded (RFC 3986 §6.2.2.2: `%2e` is `.`),
+/// then dot segments are resolved and empty segments dropped. What would
+/// still be ambiguous is refused: encoded slashes and backslashes (some
+/// origins split on them, some don't), backslashes, NUL, double encoding
+/// (`%252e`, decoded twice by some stacks), malformed escapes, `#`, and
+/// `..` above the root. The query is kept as it was. The proxy forwards
+/// this form, so the path matched is the path the origin gets.
+pub fn normalize_path(path_and_query: &str) -> Result<String, String> {
+    let (path, query) = match path_and_query.split_once('?') {
+        Some((p, q)) => (p, Some(q)),
+        None => (path_and_query, None),
+    };
+    if !path.starts_with('/') {
+        return Err(format!("the path {path:?} does not start with /"));
+    }
+    if path.contains('#') {
+        return Err("the path holds a fragment (#)".into());
+    }
+    if path.contains('\\') {
+        return Err("the path holds a backslash, which some origins read as /".into());
+    }
+    let bytes = path.as_bytes();
+    let mut decoded = String::with_capacity(path.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] != b'%' {
+            decoded.push(bytes[i] as char);
+            i += 1;
+            continue;
+        }
+        let hex = path
+            .get(i + 1..i + 3)
+            .filter(|h| h.bytes().all(|b| b.is_ascii_hexdigit()));
+        let Some(hex) = hex else {
+            return Err("the path holds a malformed %-escape".into());
+        };
+        let byte = u8::from_str_radix(hex, 16).map_err(|e| e.to_string())?;
+        match byte {
+            b'/' | b'\\' => {
+                return Err(format!(
+                    "the path holds an encoded {} (%{hex}), which some origins read as a separator",
+                    byte as char
+                ))
+            }
+            0 => return Err("the path holds an encoded NUL (%00)".into()),
+            b'%' if path
+                .get(i + 3..i + 5)
+                .is_some_and(|h| h.bytes().all(|b| b.is_ascii_hexdigit())) =>
+            {
+                return Err(
+                    "the path is encoded twice (%25XX), which some origins decode twice".into(),
+                )
+            }
+            b if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') => {
+                decoded.push(b as char)
+            }
+            // Everything else keeps its escape, in upper case (RFC 3986 §6.2.2.1).
+            _ => decoded.push_str(&format!("%{}", hex.to_ascii_uppercase())),
+        }
+        i += 3;
+    }
+    let raw: Vec<&str> = decoded.split('/').skip(1).collect();
+    let mut out: Vec<&str> = vec![];
+    for seg in &raw {
+        match *seg {
+            "" | "." => {}
+            ".." => {
+                if out.pop().is_none() {
+                    return Err("the path climbs above the root (..)".into());
+                }
+            }
+            s => out.push(s),
+        }
+    }
+    let mut norm = format!("/{}", out.join("/"));
+    // A directory stays a directory: `/a/b/` and `/a/b/..` keep their slash.
+    if !out.is_empty() && matches!(raw.last(), Some(&"" | &"." | &"..")) {
+        norm.push('/');
+    }
+    if let Some(q) = query {
+        norm.push('?');
+        norm.push_str(q);
+    }
+    Ok(norm)
 }
 
 fn split_path(path: &str) -> impl Iterator<Item = &str> {
@@ -118,6 +207,45 @@ mod tests {
         assert!(!r.matches("POST", "/repos/acme/x/y/pulls"));
         assert!(RequestAllow::parse("get /x").is_err());
         assert!(RequestAllow::parse("GET x").is_err());
+    }
+
+    #[test]
+    fn paths_are_normalised_or_refused() {
+        let n = |p: &str| normalize_path(p);
+        assert_eq!(n("/repos/acme/x").unwrap(), "/repos/acme/x");
+        assert_eq!(
+            n("/repos/acme/../../admin/secret").unwrap(),
+            "/admin/secret"
+        );
+        assert_eq!(n("/repos/acme/%2e%2e/%2E%2E/admin").unwrap(), "/admin");
+        assert_eq!(n("/repos/acme/.%2e/x").unwrap(), "/repos/x");
+        assert_eq!(n("//repos///acme/./x/").unwrap(), "/repos/acme/x/");
+        assert_eq!(
+            n("/repos/%61cme/x?q=../..%2f").unwrap(),
+            "/repos/acme/x?q=../..%2f"
+        );
+        assert_eq!(n("/a/%7e%20b").unwrap(), "/a/~%20b");
+        assert_eq!(n("/").unwrap(), "/");
+        for bad in [
+            "/repos/acme/..%2f..%2fadmin",
+            "/repos/acme/%2F..",
+            "/repos\\acme/../admin",
+            "/repos/acme/%5c..%5cadmin",
+            "/repos/acme/%252e%252e/admin",
+            "/repos/acme/%2",
+            "/repos/acme/%zz",
+            "/repos/%00/x",
+            "/../etc",
+            "/a/%2e%2e/%2e%2e/b",
+            "relative",
+        ] {
+            assert!(n(bad).is_err(), "{bad} should be refused");
+        }
+        // Every normalised path matches the same way after normalising again.
+        let r = RequestAllow::parse("GET /repos/acme/**").unwrap();
+        assert!(!r.matches("GET", &n("/repos/acme/../../admin/secret").unwrap()));
+        assert!(!r.matches("GET", &n("/repos/acme/%2e%2e/other").unwrap()));
+        assert!(r.matches("GET", &n("/repos//acme/./x").unwrap()));
     }
 
     #[test]

@@ -46,6 +46,12 @@ pub type AnswerFuture<'a> = Pin<Box<dyn Future<Output = (Answer, String)> + Send
 pub trait Approver: Send + Sync {
     /// Ask about a target; returns the answer and who gave it.
     fn ask(&self, question: Question) -> AnswerFuture<'_>;
+
+    /// False for an approver that never asks anyone: the engine then
+    /// refuses unknown targets as `not-allowlisted` (SPEC §5.2).
+    fn asks(&self) -> bool {
+        true
+    }
 }
 
 /// `--ask deny`, and what "ask" means when no approver is available.
@@ -54,5 +60,9 @@ pub struct DenyApprover;
 impl Approver for DenyApprover {
     fn ask(&self, _: Question) -> AnswerFuture<'_> {
         Box::pin(async { (Answer::Deny, "no approver (--ask deny)".to_string()) })
+    }
+
+    fn asks(&self) -> bool {
+        false
     }
 }

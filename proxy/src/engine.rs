@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use airlock_policy::{
-    check_address, decide_with, Approvals, Decision, Policy, Reason, Target, Verdict,
+    check_address, decide_with, Approvals, Decision, Host, Policy, Reason, Target, Verdict,
 };
 use serde_json::json;
 use tokio::net::TcpStream;
@@ -59,7 +59,8 @@ pub struct Dialed {
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct Blocked {
     pub host: String,
-    pub port: u16,
+    /// `None` when the request named no port that could be parsed.
+    pub port: Option<u16>,
     pub reason: String,
     pub count: u64,
     pub how_to_allow: String,
@@ -91,9 +92,14 @@ pub struct Engine {
     /// Questions being asked now: later askers for the same target wait on
     /// the first one's answer instead of asking again.
     inflight: Mutex<Inflight>,
-    blocked: Mutex<BTreeMap<(String, u16, Reason), u64>>,
+    /// (host, port, reason) -> (count, the address a private-address
+    /// refusal resolved to).
+    blocked: Mutex<BTreeMap<BlockedKey, (u64, Option<IpAddr>)>>,
     approvals: Mutex<Vec<Approval>>,
 }
+
+/// What the exit report tallies blocked connections by.
+type BlockedKey = (String, Option<u16>, Reason);
 
 /// An answer and who gave it, shared with everyone waiting on the question.
 type Shared = Option<(Answer, String)>;
@@ -178,6 +184,18 @@ impl Engine {
         }
     }
 
+    /// The audit log's `end` line (SPEC §6), when there is a log.
+    pub fn audit_end(&self, exit_code: i32, duration_ms: u64) {
+        if let Some(a) = &self.audit {
+            a.end(exit_code, duration_ms);
+        }
+    }
+
+    /// The audit log, for the supervisor's own events (`protected`).
+    pub fn audit(&self) -> Option<&AuditLog> {
+        self.audit.as_ref()
+    }
+
     pub fn idle_timeout(&self) -> Duration {
         self.policy.idle_timeout
     }
@@ -227,7 +245,16 @@ impl Engine {
                 return Err(self.refused(conn, protocol, r, None));
             }
         };
-        let allow_private: Vec<_> = self.policy.allow_private.iter().map(|n| n.value).collect();
+        // SPEC §5.2: approvals never unlock allow_private. A host allowed
+        // only by an answer must resolve to a public address, unless the
+        // policy itself pins this name to its address ([network].resolve),
+        // in which case a policy rule, not the sandbox, chose the address.
+        let pinned = self.policy.resolve.contains_key(&target.host);
+        let allow_private: Vec<_> = if decision.reason == Reason::Approved && !pinned {
+            vec![]
+        } else {
+            self.policy.allow_private.iter().map(|n| n.value).collect()
+        };
         let own = lock(&self.own).clone();
         let mut checked = vec![];
         let mut refused = None;
@@ -290,13 +317,18 @@ impl Engine {
         if decision.verdict != Verdict::Ask {
             return decision;
         }
+        if !self.approver.asks() {
+            // `--ask deny`, or no approver: nobody was asked, so nothing
+            // was refused by a person (SPEC §5.2).
+            return Decision::deny(Reason::NotAllowlisted);
+        }
         let (answer, by) = self.ask_once(conn, target).await;
         if let Some(audit) = &self.audit {
             audit.event(
                 "approval",
                 conn.id,
-                json!({"host": target.host.to_string(), "port": target.port, "answer": answer.as_str(), "by": by,
-                       "command": conn.client}),
+                json!({"host": target.host.to_string(), "port": target.port, "question": format!("allow {target}?"),
+                       "answer": answer.as_str(), "by": by, "command": conn.client}),
             );
         }
         tracing::info!(conn = conn.id, %target, answer = answer.as_str(), by, "approval");
@@ -388,17 +420,21 @@ impl Engine {
         &self,
         conn: &Conn,
         protocol: Protocol,
-        refusal: Refusal,
+        mut refusal: Refusal,
         ip: Option<IpAddr>,
     ) -> Refusal {
+        refusal.user_allow = self.policy.user_allow;
+        if refusal.reason == Reason::PrivateAddress {
+            refusal.resolved = ip;
+        }
         let decision = Decision {
             verdict: Verdict::Deny,
             reason: refusal.reason,
             rule: refusal.rule.clone(),
         };
         let (host, port) = match &refusal.parsed {
-            Some(t) => (t.host.to_string(), t.port),
-            None => (refusal.target.clone(), 0),
+            Some(t) => (t.host.to_string(), Some(t.port)),
+            None => (refusal.target.clone(), None),
         };
         self.log_decision_raw(
             conn,
@@ -413,9 +449,12 @@ impl Engine {
             refusal.reason,
             Reason::UpstreamUnreachable | Reason::UpstreamTimeout
         ) {
-            *lock(&self.blocked)
+            let mut blocked = lock(&self.blocked);
+            let entry = blocked
                 .entry((host, port, refusal.reason))
-                .or_insert(0) += 1;
+                .or_insert((0, None));
+            entry.0 += 1;
+            entry.1 = entry.1.or(refusal.resolved);
         }
         refusal
     }
@@ -433,7 +472,7 @@ impl Engine {
             conn,
             protocol,
             &target.host.to_string(),
-            target.port,
+            Some(target.port),
             ip,
             d,
             detail,
@@ -446,7 +485,7 @@ impl Engine {
         conn: &Conn,
         protocol: Protocol,
         host: &str,
-        port: u16,
+        port: Option<u16>,
         ip: Option<IpAddr>,
         d: &Decision,
         detail: Option<&str>,
@@ -457,7 +496,7 @@ impl Engine {
             conn = conn.id,
             client = %conn.peer,
             protocol = protocol.as_str(),
-            host,
+            host = %crate::escape::line(host, 200),
             port,
             ip = ?ip,
             decision = d.verdict.as_str(),
@@ -482,10 +521,18 @@ impl Engine {
     }
 
     /// The close line: bytes both ways, duration and the error, if any.
-    pub fn closed(&self, conn: &Conn, since: Instant, totals: Totals, error: Option<String>) {
+    pub fn closed(
+        &self,
+        conn: &Conn,
+        target: &Target,
+        since: Instant,
+        totals: Totals,
+        error: Option<String>,
+    ) {
         let duration_ms = since.elapsed().as_millis() as u64;
         tracing::info!(
             conn = conn.id,
+            %target,
             bytes_up = totals.up,
             bytes_down = totals.down,
             duration_ms,
@@ -496,7 +543,9 @@ impl Engine {
             audit.event(
                 "close",
                 conn.id,
-                json!({"bytes_up": totals.up, "bytes_down": totals.down, "duration_ms": duration_ms, "error": error}),
+                // host, port and command too: each line stands alone (SPEC §6).
+                json!({"host": target.host.to_string(), "port": target.port, "command": conn.client,
+                       "bytes_up": totals.up, "bytes_down": totals.down, "duration_ms": duration_ms, "error": error}),
             );
         }
     }
@@ -510,12 +559,13 @@ impl Engine {
     pub fn blocked(&self) -> Vec<Blocked> {
         lock(&self.blocked)
             .iter()
-            .map(|((host, port, reason), count)| {
-                let how = Target::parse(&format!("{host}:{port}"), None)
-                    .map(|t| airlock_policy::how_to_allow(&t, *reason))
-                    .unwrap_or_else(|_| "fix the host name".into());
+            .map(|((host, port, reason), (count, ip))| {
+                let how = port
+                    .and_then(|p| Host::parse(host).ok().map(|h| Target::new(h, p)))
+                    .map(|t| airlock_policy::advice(&t, *reason, *ip, self.policy.user_allow))
+                    .unwrap_or_else(|| "fix the host name".into());
                 Blocked {
-                    host: host.clone(),
+                    host: crate::escape::line(host, 200),
                     port: *port,
                     reason: reason.as_str().to_string(),
                     count: *count,

@@ -82,6 +82,12 @@ fn full(resp: Response<Full<Bytes>>) -> Response<Body> {
 fn plain(status: StatusCode, text: &str) -> Response<Body> {
     let mut r = Response::new(Full::new(Bytes::from(format!("{text}\n"))));
     *r.status_mut() = status;
+    if status == StatusCode::BAD_REQUEST {
+        // Every refusal says it came from airlock, not from an origin.
+        let h = r.headers_mut();
+        h.insert("x-airlock-decision", HeaderValue::from_static("deny"));
+        h.insert("x-airlock-reason", HeaderValue::from_static("invalid-host"));
+    }
     full(r)
 }
 
@@ -139,6 +145,7 @@ async fn connect<S: Stream>(
             Err(e) => {
                 engine.closed(
                     &conn,
+                    &target,
                     since,
                     Default::default(),
                     Some(format!("upgrade failed: {e}")),
@@ -186,7 +193,7 @@ async fn connect<S: Stream>(
                 .with_rule(dialed.decision.rule.clone());
             engine.refused(&conn, Protocol::Connect, r, Some(dialed.addr.ip()));
         }
-        engine.closed(&conn, since, totals, err.map(|e| e.to_string()));
+        engine.closed(&conn, &target, since, totals, err.map(|e| e.to_string()));
     });
     empty(StatusCode::OK)
 }
@@ -258,7 +265,7 @@ async fn dial_http(
         );
         full(engine.refused(conn, Protocol::Http, r, None).response())
     })?;
-    let (engine, conn) = (engine.clone(), conn.clone());
+    let (engine, conn, target) = (engine.clone(), conn.clone(), target.clone());
     tokio::spawn(async move {
         let since = Instant::now();
         let err = connection
@@ -266,7 +273,7 @@ async fn dial_http(
             .await
             .err()
             .map(|e| e.to_string());
-        engine.closed(&conn, since, counters.totals(), err);
+        engine.closed(&conn, &target, since, counters.totals(), err);
     });
     Ok(sender)
 }
@@ -304,11 +311,7 @@ async fn forward(
         Err(_) => return plain(StatusCode::BAD_REQUEST, "airlock: invalid authority"),
     };
     req.headers_mut().insert(header::HOST, host_value);
-    let path = uri.path_and_query().map_or("/", |p| p.as_str());
-    match path.parse() {
-        Ok(p) => *req.uri_mut() = p,
-        Err(_) => return plain(StatusCode::BAD_REQUEST, "airlock: invalid request path"),
-    }
+    let mut path = uri.path_and_query().map_or("/", |p| p.as_str()).to_string();
 
     let mut slot = cache.lock().await;
     let reusable = matches!(&*slot, Some(u) if u.target == target && !u.sender.is_closed());
@@ -327,6 +330,23 @@ async fn forward(
     let Some(upstream) = slot.as_mut() else {
         return plain(StatusCode::BAD_GATEWAY, "airlock: no upstream connection");
     };
+    // Request rules apply to plain HTTP too (SPEC §5.3): nothing needs
+    // decrypting to read this request.
+    match crate::rules::check(&engine, &target, req.method().as_str(), &path) {
+        Ok(None) => {}
+        Ok(Some(normalised)) => path = normalised,
+        Err(refusal) => {
+            return full(
+                engine
+                    .refused(&conn, Protocol::Http, *refusal, None)
+                    .response(),
+            )
+        }
+    }
+    match path.parse() {
+        Ok(p) => *req.uri_mut() = p,
+        Err(_) => return plain(StatusCode::BAD_REQUEST, "airlock: invalid request path"),
+    }
     if upstream.sender.ready().await.is_err() {
         *slot = None;
         let r = Refusal::new(

@@ -180,6 +180,7 @@ pub async fn serve<C: Stream>(
         Err(e) => {
             engine.closed(
                 &conn,
+                &target,
                 since,
                 Default::default(),
                 Some(format!("no TLS ClientHello: {e}")),
@@ -205,6 +206,7 @@ pub async fn serve<C: Stream>(
         Err(e) => {
             engine.closed(
                 &conn,
+                &target,
                 since,
                 Default::default(),
                 Some(format!("TLS setup failed: {e}")),
@@ -226,6 +228,7 @@ pub async fn serve<C: Stream>(
             }
             engine.closed(
                 &conn,
+                &target,
                 since,
                 Default::default(),
                 Some(format!("client TLS handshake failed: {e}")),
@@ -256,6 +259,7 @@ pub async fn serve<C: Stream>(
         .await;
     engine.closed(
         &conn,
+        &target,
         since,
         Default::default(),
         result.err().map(|e| e.to_string()),
@@ -289,11 +293,10 @@ async fn handle(
     mut req: Request<Incoming>,
 ) -> Response<Body> {
     let method = req.method().clone();
-    let path = req
+    let mut path = req
         .uri()
         .path_and_query()
         .map_or("/".to_string(), |p| p.to_string());
-    let url = format!("https://{}{}", authority_of(&target), path);
     match named_target(&req, target.port) {
         Some(Ok(t)) if t == target => {}
         other => {
@@ -310,13 +313,18 @@ async fn handle(
             return full(engine.refused(&conn, Protocol::Connect, r, None).response());
         }
     }
-    if let Some(refusal) = check_request_rules(&engine, &target, method.as_str(), &path) {
-        return full(
-            engine
-                .refused(&conn, Protocol::Connect, refusal, None)
-                .response(),
-        );
+    match crate::rules::check(&engine, &target, method.as_str(), &path) {
+        Ok(None) => {}
+        Ok(Some(normalised)) => path = normalised,
+        Err(refusal) => {
+            return full(
+                engine
+                    .refused(&conn, Protocol::Connect, *refusal, None)
+                    .response(),
+            )
+        }
     }
+    let url = format!("https://{}{}", authority_of(&target), path);
     let upstream = match upstream.as_ref() {
         Ok(u) => u,
         Err(e) => {
@@ -381,6 +389,9 @@ async fn handle(
     let event = RequestEvent {
         engine: engine.clone(),
         conn: conn.id,
+        host: target.host.to_string(),
+        port: target.port,
+        command: conn.client.clone(),
         method: method.to_string(),
         url,
         status: status.as_u16(),
@@ -399,40 +410,13 @@ fn authority_of(t: &Target) -> String {
     }
 }
 
-fn check_request_rules(
-    engine: &Engine,
-    target: &Target,
-    method: &str,
-    path: &str,
-) -> Option<Refusal> {
-    let rules: Vec<_> = engine
-        .policy()
-        .request_rules
-        .iter()
-        .filter(|r| r.host.matches(target) == PatternMatch::Yes)
-        .collect();
-    if rules.is_empty()
-        || rules
-            .iter()
-            .any(|r| r.allow.iter().any(|a| a.matches(method, path)))
-    {
-        return None;
-    }
-    let rule = rules[0];
-    Some(Refusal::new(
-        Reason::RequestRule,
-        target,
-        format!(
-            "{method} {path} matches none of the request rules for {} ({})",
-            rule.host.text, rule.origin.origin
-        ),
-    ))
-}
-
 /// The `request` audit event, written when the response body ends.
 struct RequestEvent {
     engine: Arc<Engine>,
     conn: u64,
+    host: String,
+    port: u16,
+    command: Option<crate::identity::Client>,
     method: String,
     url: String,
     status: u16,
@@ -475,7 +459,7 @@ impl<B> Drop for Counting<B> {
             e.engine.audit_event(
                 "request",
                 e.conn,
-                json!({"method": e.method, "url": e.url, "status": e.status, "bytes_up": up, "bytes_down": down,
+                json!({"host": e.host, "port": e.port, "command": e.command, "method": e.method, "url": e.url, "status": e.status, "bytes_up": up, "bytes_down": down,
                        "request_headers": e.headers}),
             );
         }

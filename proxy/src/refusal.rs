@@ -2,7 +2,9 @@
 //! it. Rendered as a 403/502/504 for HTTP clients and as a reply code for
 //! SOCKS5 clients.
 
-use airlock_policy::{how_to_allow, Reason, Rule, Target};
+use std::net::IpAddr;
+
+use airlock_policy::{advice, Reason, Rule, Target};
 use bytes::Bytes;
 use http::{Response, StatusCode};
 use http_body_util::Full;
@@ -16,6 +18,10 @@ pub struct Refusal {
     pub rule: Option<Rule>,
     /// One sentence on what happened, for the body and the log.
     pub detail: String,
+    /// The address a `private-address` refusal resolved to.
+    pub resolved: Option<IpAddr>,
+    /// False under the managed `user_allow = false`: no `--allow` advice.
+    pub user_allow: bool,
 }
 
 impl Refusal {
@@ -26,6 +32,8 @@ impl Refusal {
             parsed: Some(target.clone()),
             rule: None,
             detail: detail.into(),
+            resolved: None,
+            user_allow: true,
         }
     }
 
@@ -33,10 +41,12 @@ impl Refusal {
     pub fn invalid(target: &str, detail: impl Into<String>) -> Refusal {
         Refusal {
             reason: Reason::InvalidHost,
-            target: target.chars().take(200).collect(),
+            target: crate::escape::line(target, 200),
             parsed: None,
             rule: None,
             detail: detail.into(),
+            resolved: None,
+            user_allow: true,
         }
     }
 
@@ -61,12 +71,19 @@ impl Refusal {
             None => String::new(),
         };
         let advice = match &self.parsed {
-            Some(t) => format!(" To allow it: {}.", how_to_allow(t, self.reason)),
+            Some(t) => format!(
+                " To allow it: {}.",
+                advice(t, self.reason, self.resolved, self.user_allow)
+            ),
             None => String::new(),
         };
         format!(
             "airlock blocked the connection to {} ({}): {}.{}{}\n",
-            self.target, self.reason, self.detail, by, advice
+            self.target,
+            self.reason,
+            crate::escape::line(&self.detail, 500),
+            by,
+            advice
         )
     }
 

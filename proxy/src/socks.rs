@@ -181,5 +181,5 @@ pub async fn serve<S: Stream>(engine: Arc<Engine>, mut stream: S, conn: Conn) {
             Some(dialed.addr.ip()),
         );
     }
-    engine.closed(&conn, since, totals, err.map(|e| e.to_string()));
+    engine.closed(&conn, &target, since, totals, err.map(|e| e.to_string()));
 }

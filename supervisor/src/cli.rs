@@ -139,6 +139,10 @@ pub struct ProxyArgs {
 pub enum PolicyCommand {
     /// Validate policy files; exit 1 with file:line:column errors.
     Check {
+        /// Check the files as managed policies (the administrator's layer,
+        /// which may set what other layers cannot, like network.user_allow).
+        #[arg(long)]
+        managed: bool,
         #[arg(required = true, value_name = "FILE")]
         files: Vec<PathBuf>,
     },

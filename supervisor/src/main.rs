@@ -25,6 +25,7 @@ mod policy_cmd;
 mod probe;
 mod proxy_cmd;
 mod report;
+mod run_audit;
 mod run_cmd;
 mod seatbelt;
 mod sources;
@@ -77,7 +78,9 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     init_tracing(cli.verbose);
     let result = match &cli.command {
-        Command::Policy(PolicyCommand::Check { files }) => policy_cmd::check(files),
+        Command::Policy(PolicyCommand::Check { files, managed }) => {
+            policy_cmd::check(files, *managed)
+        }
         Command::Policy(PolicyCommand::Explain { policy, target }) => {
             policy_cmd::explain(policy, target)
         }

@@ -197,6 +197,7 @@ pub fn build(policy: &Policy, o: &Options) -> Plan {
         roots: &write,
         home: o.home,
         deny_write: &deny_write,
+        deny_read: &deny_read,
         airlock_files: &airlock_files,
     });
     for p in &protected {
@@ -204,7 +205,8 @@ pub fn build(policy: &Policy, o: &Options) -> Plan {
         let is_git_dir = path.file_name() == Some(std::ffi::OsStr::new(".git"))
             && path.is_dir()
             && !path.is_symlink();
-        if !is_git_dir && std::fs::symlink_metadata(&path).is_ok() {
+        let hidden = deny_read.iter().any(|d| path.starts_with(d));
+        if !is_git_dir && !hidden && std::fs::symlink_metadata(&path).is_ok() {
             deny_write.push(real(path));
         }
     }

@@ -14,12 +14,18 @@ use crate::sources::{build_policy, load_file, managed_policy_path};
 
 /// Validate files; each problem is printed as `file:line:column: message`.
 /// Files are also checked against the managed policy, which they cannot
-/// loosen.
-pub fn check(files: &[PathBuf]) -> Result<ExitCode> {
+/// loosen; with `managed`, they are checked as managed policies. Rules and
+/// credentials that can never apply are warned about (SPEC §5.3).
+pub fn check(files: &[PathBuf], managed: bool) -> Result<ExitCode> {
     let mut failed = false;
     let mut frags = vec![];
+    let layer = if managed {
+        Layer::Managed
+    } else {
+        Layer::Project
+    };
     for file in files {
-        match load_file(file, Layer::Project, true) {
+        match load_file(file, layer, true) {
             Ok(Some(f)) => frags.push(f),
             Ok(None) => {}
             Err(diags) => {
@@ -31,9 +37,10 @@ pub fn check(files: &[PathBuf]) -> Result<ExitCode> {
         }
     }
     let (managed_path, required) = managed_policy_path();
-    let checking_managed = files
-        .iter()
-        .any(|f| std::fs::canonicalize(f).ok() == std::fs::canonicalize(&managed_path).ok());
+    let checking_managed = managed
+        || files
+            .iter()
+            .any(|f| std::fs::canonicalize(f).ok() == std::fs::canonicalize(&managed_path).ok());
     if !checking_managed {
         match load_file(&managed_path, Layer::Managed, required) {
             Ok(Some(m)) => frags.push(m),
@@ -54,6 +61,9 @@ pub fn check(files: &[PathBuf]) -> Result<ExitCode> {
         failed = true;
         say!("{c}");
     }
+    for w in never_apply(&policy) {
+        say!("warning: {w}");
+    }
     if failed {
         Ok(ExitCode::from(1))
     } else {
@@ -62,6 +72,44 @@ pub fn check(files: &[PathBuf]) -> Result<ExitCode> {
         }
         Ok(ExitCode::SUCCESS)
     }
+}
+
+/// Request rules and credentials that can never apply: no allow rule
+/// covers their host and port, or (for HTTPS) the host is not inspected.
+pub fn never_apply(policy: &Policy) -> Vec<String> {
+    let mut out = vec![];
+    let allowed = |p: &airlock_policy::Pattern| policy.allow.iter().any(|a| a.value.overlaps(p));
+    let inspected = |p: &airlock_policy::Pattern| {
+        policy.inspect.iter().any(|i| i.value.overlaps(p))
+            || policy.credentials.iter().any(|c| c.host.overlaps(p))
+    };
+    let asks = policy.asks();
+    for r in &policy.request_rules {
+        let at = &r.origin.origin;
+        if !allowed(&r.host) {
+            out.push(format!(
+                "{at}: the request rule for {:?} can never apply: no allow rule covers that host and port{}",
+                r.host.text,
+                if asks { " (only an approval would)" } else { "" }
+            ));
+        } else if !inspected(&r.host) {
+            out.push(format!(
+                "{at}: the request rule for {:?} applies to plain http:// only: the host is not inspected, so its HTTPS requests cannot be read (add it to [network].inspect)",
+                r.host.text
+            ));
+        }
+    }
+    for c in &policy.credentials {
+        if !allowed(&c.host) {
+            out.push(format!(
+                "{}: the credential for {:?} can never be sent: no allow rule covers that host and port{}",
+                c.origin.origin,
+                c.host.text,
+                if asks { " (only an approval would)" } else { "" }
+            ));
+        }
+    }
+    out
 }
 
 pub fn explain(args: &PolicyArgs, target: &str) -> Result<ExitCode> {

@@ -27,7 +27,11 @@ pub fn run(args: &RunArgs) -> Result<ExitCode> {
     tracing::debug!(elapsed = ?started.elapsed(), "policy built");
     let net = plan::net_mode(&policy, args.network.as_deref()).map_err(anyhow::Error::msg)?;
     if net == Net::Host {
-        eprintln!("airlock: warning: --network host: the command reaches the network directly, with no proxy and no policy");
+        let from = match &args.network {
+            Some(_) => "--network host".to_string(),
+            None => format!("network.mode = \"host\" ({})", policy.mode.origin),
+        };
+        eprintln!("airlock: warning: {from}: the command reaches the network directly, with no proxy and no policy");
     }
     let timeout = match &args.timeout {
         Some(t) => Some(
@@ -78,10 +82,12 @@ pub fn run(args: &RunArgs) -> Result<ExitCode> {
         },
     );
     tracing::debug!(elapsed = ?started.elapsed(), "plan built");
+    crate::integrity::set::check_deny_read_links(&plan.deny_read, &plan.write)
+        .map_err(anyhow::Error::msg)?;
     for u in &plan.unsupported {
         eprintln!("airlock: warning: {u} cannot be enforced by mounts (only plain paths and a trailing /**)");
     }
-    run_platform(args, policy, plan, timeout, started)
+    run_platform(args, policy, plan, timeout, started, &workspace)
 }
 
 /// A sandbox that has been started, whatever the platform.
@@ -192,8 +198,11 @@ fn run_platform(
     mut plan: plan::Plan,
     timeout: Option<Duration>,
     started: Instant,
+    workspace: &std::path::Path,
 ) -> Result<ExitCode> {
     let run = run_id();
+    // Opened before the command runs, without following links (SPEC §3.5).
+    let report_file = args.report.as_deref().map(report::open).transpose()?;
     let audit = match &policy.audit_log {
         Some(path) => Some(AuditLog::open(std::path::Path::new(&path.value), &run)?),
         None => None,
@@ -223,6 +232,10 @@ fn run_platform(
     // Spawned from this (main) thread: see `start`.
     let sandbox = start(&plan)?;
     tracing::debug!(elapsed = ?started.elapsed(), "sandbox started");
+    crate::approve::sandbox::watch(sandbox.child.id());
+    if let Some(a) = &audit {
+        crate::run_audit::begin(a, args, workspace, sandbox.tier);
+    }
     let engine = Engine::new(EngineConfig {
         policy: Arc::new(policy),
         audit,
@@ -263,8 +276,11 @@ fn run_platform(
     for o in &protected_changes {
         eprintln!(
             "airlock: the sandbox changed a protected path: {}",
-            crate::integrity::quarantine::describe(o)
+            crate::sources::escape(&crate::integrity::quarantine::describe(o))
         );
+        if let Some(log) = engine.audit() {
+            log.protected(&o.path, o.change, &o.action, o.dest.as_deref());
+        }
     }
     tracing::debug!(elapsed = ?started.elapsed(), "protected set checked");
     let check_failed = !failed.is_empty();
@@ -287,6 +303,8 @@ fn run_platform(
         code = 125;
     }
     for m in (sandbox.messages)() {
+        // The sandbox wrote these: shown with control characters escaped.
+        let m = airlock_proxy::escape::line(&m, 1000);
         if let Some(e) = m.strip_prefix("error: ") {
             eprintln!("airlock: sandbox setup failed: {e}");
             code = 125;
@@ -303,13 +321,15 @@ fn run_platform(
     if let Some(block) = report::stderr_block(&blocked) {
         eprintln!("{block}");
     }
-    if let Some(path) = &args.report {
+    let duration_ms = started.elapsed().as_millis() as u64;
+    engine.audit_end(code, duration_ms);
+    if let Some(file) = report_file {
         report::write(
-            path,
+            file,
             &Report {
                 exit_code: code,
                 tier: sandbox.tier,
-                duration_ms: started.elapsed().as_millis() as u64,
+                duration_ms,
                 blocked: &blocked,
                 approvals: &approvals,
                 protected_paths: ProtectedPaths {

@@ -68,19 +68,9 @@ pub fn shown(p: &Path) -> String {
 }
 
 /// Escape control characters and the invisible formatting ones that can
-/// reorder or hide text.
+/// reorder or hide text (one rule everywhere: the proxy's).
 pub fn escape(s: &str) -> String {
-    s.chars()
-        .map(|c| {
-            if c.is_control()
-                || matches!(c, '\u{200B}'..='\u{200F}' | '\u{202A}'..='\u{202E}' | '\u{2066}'..='\u{2069}')
-            {
-                c.escape_default().collect()
-            } else {
-                c.to_string()
-            }
-        })
-        .collect()
+    airlock_proxy::escape::line(s, 4096)
 }
 
 /// The workspace (SPEC §2): `--workspace`, else the nearest ancestor of the
@@ -94,14 +84,26 @@ pub fn workspace_dir(args: &PolicyArgs) -> Result<(PathBuf, bool)> {
     }
     let cwd = std::env::current_dir().context("cannot read the current directory")?;
     let cwd = std::fs::canonicalize(&cwd).context("cannot resolve the current directory")?;
-    let found = cwd
+    // A project policy anywhere above wins over a nearer repository: a
+    // sandbox that creates `sub/.git` must not make `sub` the next run's
+    // workspace and so drop the project's restrictions. A `.git` counts only
+    // when git would take it as one.
+    let policy_root = cwd
         .ancestors()
-        .find(|d| {
-            std::fs::symlink_metadata(d.join("airlock.toml")).is_ok()
-                || std::fs::symlink_metadata(d.join(".git")).is_ok()
-        })
-        .map(Path::to_path_buf);
+        .find(|d| std::fs::symlink_metadata(d.join("airlock.toml")).is_ok());
+    let git_root = || cwd.ancestors().find(|d| is_repository(&d.join(".git")));
+    let found = policy_root.or_else(git_root).map(Path::to_path_buf);
     Ok((found.unwrap_or(cwd), false))
+}
+
+/// Whether git would take this `.git` entry as a repository: a directory
+/// holding `HEAD`, or a file pointing elsewhere with `gitdir:`.
+fn is_repository(dot_git: &Path) -> bool {
+    match std::fs::symlink_metadata(dot_git) {
+        Ok(m) if m.is_dir() => std::fs::symlink_metadata(dot_git.join("HEAD")).is_ok(),
+        Ok(m) if m.is_file() => std::fs::read(dot_git).is_ok_and(|b| b.starts_with(b"gitdir:")),
+        _ => false,
+    }
 }
 
 /// `run` makes the workspace writable: `/` and HOME only when named.
@@ -191,9 +193,6 @@ fn load_checked(
     required: bool,
     trust: &Trust,
 ) -> Result<Option<Fragment>, Vec<Diagnostic>> {
-    if !trust.needs_trust(path) {
-        return load_file(path, layer, required);
-    }
     let shown_path = path.display().to_string();
     let bytes = match crate::trust::read_no_follow(path) {
         Ok(b) => b,
@@ -209,13 +208,11 @@ fn load_checked(
             }])
         }
     };
-    let trusted = trust.check(path, &bytes);
+    trust.check(path, &bytes);
     let text = String::from_utf8_lossy(&bytes);
     let frag = load_str(&text, &shown_path, layer)?;
-    if !trusted {
-        for e in crate::trust::fragment_effect(&frag) {
-            trust.add_effect(path, e);
-        }
+    for e in crate::trust::fragment_effect(&frag) {
+        trust.add_effect(path, e);
     }
     Ok(Some(frag))
 }
@@ -316,6 +313,21 @@ pub fn build_policy(args: &PolicyArgs, extra_roots: &[PathBuf], named: Named) ->
     );
     let trust = Trust::new(roots);
     let frags = gather(args, &workspace, &trust, named)?;
+    // Every path a layer makes writable is a root too: a file a preset reads
+    // from there could have been written by a sandbox.
+    let home = std::env::var_os("HOME")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| "/".into());
+    let resolve = |raw: &str| {
+        crate::plan::resolve_path(raw, &home, &workspace)
+            .map(|p| std::fs::canonicalize(&p).unwrap_or(p))
+    };
+    trust.extend_roots(
+        frags
+            .iter()
+            .flat_map(|f| f.write.iter())
+            .filter_map(|w| resolve(&w.value)),
+    );
     let probe = SystemProbe {
         workspace: workspace.clone(),
         trust: &trust,
@@ -324,12 +336,15 @@ pub fn build_policy(args: &PolicyArgs, extra_roots: &[PathBuf], named: Named) ->
     for c in &policy.conflicts {
         tracing::warn!("{c}");
     }
+    // The final writable roots, presets' caches included.
+    trust.extend_roots(policy.write.iter().filter_map(|w| resolve(&w.value)));
     // A tool configuration's effect: the hosts presets took from it.
+    let read = trust.read_files();
     for r in &policy.presets {
         for (host, from) in &r.hosts {
-            for u in trust.untrusted() {
-                if from.starts_with(&u.path.display().to_string()) {
-                    trust.add_effect(&u.path, format!("allows host {host} (preset {})", r.name));
+            for (path, _) in &read {
+                if from.starts_with(&path.display().to_string()) {
+                    trust.add_effect(path, format!("allows host {host} (preset {})", r.name));
                 }
             }
         }

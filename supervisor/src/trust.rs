@@ -69,23 +69,36 @@ pub struct Untrusted {
     pub effect: Vec<String>,
 }
 
-/// Which files need trust, and the store to check them against.
+/// Which files need trust, and the store to check them against. Every
+/// project-level read is recorded; which of them needed trust is decided
+/// again once the run's writable roots are all known (a preset's cache, a
+/// policy's `write`), so a file in a root added late is not missed.
 pub struct Trust {
     /// Writable roots: a file below one of them needs trust.
-    roots: Vec<PathBuf>,
+    roots: RefCell<Vec<PathBuf>>,
     store: StoreFile,
-    found: RefCell<Vec<Untrusted>>,
-    /// Every file inside a root that was read, trusted or not (for `trust`).
-    read: RefCell<Vec<(PathBuf, String)>>,
+    /// Every file read through `check`, with the hash of what was read.
+    reads: RefCell<Vec<(PathBuf, String)>>,
+    effects: RefCell<BTreeMap<PathBuf, Vec<String>>>,
 }
 
 impl Trust {
     pub fn new(roots: Vec<PathBuf>) -> Trust {
         Trust {
-            roots,
+            roots: RefCell::new(roots),
             store: load_store(),
-            found: RefCell::new(vec![]),
-            read: RefCell::new(vec![]),
+            reads: RefCell::new(vec![]),
+            effects: RefCell::new(BTreeMap::new()),
+        }
+    }
+
+    /// More writable roots (canonical), known only after the policy is built.
+    pub fn extend_roots(&self, more: impl IntoIterator<Item = PathBuf>) {
+        let mut roots = self.roots.borrow_mut();
+        for r in more {
+            if !roots.contains(&r) {
+                roots.push(r);
+            }
         }
     }
 
@@ -107,55 +120,73 @@ impl Trust {
         }
     }
 
-    /// Whether `path` lies where a sandbox could have written it.
-    pub fn needs_trust(&self, path: &Path) -> bool {
-        let p = Self::canonical(path);
-        self.roots.iter().any(|r| p.starts_with(r))
+    fn inside_roots(&self, canonical: &Path) -> bool {
+        self.roots.borrow().iter().any(|r| canonical.starts_with(r))
     }
 
-    /// Check `bytes`, read from `path`. Returns whether they may be applied;
-    /// an untrusted file is recorded (with `effect`, filled in later).
-    pub fn check(&self, path: &Path, bytes: &[u8]) -> bool {
-        if !self.needs_trust(path) {
-            return true;
+    /// Whether `path` lies where a sandbox could have written it.
+    pub fn needs_trust(&self, path: &Path) -> bool {
+        self.inside_roots(&Self::canonical(path))
+    }
+
+    fn status(&self, path: &Path, hash: &str) -> Option<Status> {
+        match self.store.files.get(&path.display().to_string()) {
+            Some(h) if h == hash => None,
+            Some(_) => Some(Status::Changed),
+            None => Some(Status::New),
         }
+    }
+
+    /// Record `bytes`, read from `path`. Returns whether they may be applied
+    /// as far as the roots known now tell.
+    pub fn check(&self, path: &Path, bytes: &[u8]) -> bool {
         let p = Self::canonical(path);
         let hash = sha256_hex(bytes);
-        self.read.borrow_mut().push((p.clone(), hash.clone()));
-        let key = p.display().to_string();
-        let status = match self.store.files.get(&key) {
-            Some(h) if *h == hash => return true,
-            Some(_) => Status::Changed,
-            None => Status::New,
-        };
-        let mut found = self.found.borrow_mut();
-        if !found.iter().any(|u| u.path == p) {
-            found.push(Untrusted {
+        let trusted = !self.inside_roots(&p) || self.status(&p, &hash).is_none();
+        self.reads.borrow_mut().push((p, hash));
+        trusted
+    }
+
+    /// Every file read below a writable root that is new or changed since
+    /// it was trusted, with what it would change.
+    pub fn untrusted(&self) -> Vec<Untrusted> {
+        let effects = self.effects.borrow();
+        let mut out: Vec<Untrusted> = vec![];
+        for (p, hash) in self.read_files() {
+            let Some(status) = self.status(&p, &hash) else {
+                continue;
+            };
+            if out.iter().any(|u| u.path == p) {
+                continue;
+            }
+            out.push(Untrusted {
+                effect: effects.get(&p).cloned().unwrap_or_default(),
                 path: p,
                 status,
                 hash,
-                effect: vec![],
             });
         }
-        false
-    }
-
-    pub fn untrusted(&self) -> Vec<Untrusted> {
-        self.found.borrow().clone()
+        out
     }
 
     pub fn add_effect(&self, path: &Path, line: String) {
         let p = Self::canonical(path);
-        if let Some(u) = self.found.borrow_mut().iter_mut().find(|u| u.path == p) {
-            if !u.effect.contains(&line) {
-                u.effect.push(line);
-            }
+        let mut effects = self.effects.borrow_mut();
+        let e = effects.entry(p).or_default();
+        if !e.contains(&line) {
+            e.push(line);
         }
     }
 
-    /// Every file below a root that was read, with its hash.
+    /// Every file below a writable root that was read, with its hash.
     pub fn read_files(&self) -> Vec<(PathBuf, String)> {
-        let mut v = self.read.borrow().clone();
+        let mut v: Vec<(PathBuf, String)> = self
+            .reads
+            .borrow()
+            .iter()
+            .filter(|(p, _)| self.inside_roots(p))
+            .cloned()
+            .collect();
         v.sort();
         v.dedup();
         v

@@ -486,6 +486,7 @@ impl Fixture {
     }
 }
 
+pub mod pty;
 pub mod tls;
 pub mod who;
 

@@ -1,12 +1,13 @@
 //! Approvals end to end (SPEC §5.2): real `airlock run`, a real socket
 //! client answering, and a real pty for the terminal prompt.
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use airlock_tests::pty::on_pty;
 use airlock_tests::*;
 
 fn base() -> PathBuf {
@@ -182,6 +183,12 @@ fn allow_session_asks_once_per_run() {
         serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
     assert_eq!(rep["approvals"][0]["answer"], "allow-session", "{rep}");
     assert_eq!(rep["approvals"][0]["host"], "unlisted.test");
+    // Who answered: the socket client's uid and pid (SO_PEERCRED).
+    let by = rep["approvals"][0]["by"].as_str().unwrap_or_default();
+    assert!(
+        by.starts_with(&format!("uid={} pid=", unsafe { libc::geteuid() })),
+        "{rep}"
+    );
 }
 
 #[test]
@@ -316,77 +323,6 @@ fn socket_is_private_and_removed_after_the_run() {
     assert!(!s.sock.exists());
 }
 
-/// Run `cmd` on a fresh 24x80 pty as its controlling terminal; returns
-/// the child, the master side, and the screen as it fills.
-fn on_pty(
-    mut cmd: std::process::Command,
-) -> (std::process::Child, std::fs::File, Arc<Mutex<String>>) {
-    let (mut master, mut slave) = (0, 0);
-    let size = libc::winsize {
-        ws_row: 24,
-        ws_col: 80,
-        ws_xpixel: 0,
-        ws_ypixel: 0,
-    };
-    // SAFETY: openpty fills two descriptors.
-    assert_eq!(
-        unsafe {
-            libc::openpty(
-                &mut master,
-                &mut slave,
-                std::ptr::null_mut(),
-                std::ptr::null(),
-                &size,
-            )
-        },
-        0
-    );
-    cmd.env("TERM", "xterm");
-    // SAFETY: the slave descriptor is valid; the dups hand it to the child.
-    unsafe {
-        use std::os::fd::FromRawFd;
-        use std::os::unix::process::CommandExt;
-        cmd.stdin(std::process::Stdio::from_raw_fd(libc::dup(slave)))
-            .stdout(std::process::Stdio::from_raw_fd(libc::dup(slave)))
-            .stderr(std::process::Stdio::from_raw_fd(libc::dup(slave)))
-            .pre_exec(|| {
-                libc::setsid();
-                libc::ioctl(0, libc::TIOCSCTTY, 0);
-                Ok(())
-            });
-    }
-    let child = cmd.spawn().unwrap();
-    // SAFETY: closing our copy of the slave; taking ownership of the master.
-    unsafe { libc::close(slave) };
-    let master: std::fs::File = unsafe { std::os::fd::FromRawFd::from_raw_fd(master) };
-    let screen = Arc::new(Mutex::new(String::new()));
-    let sink = screen.clone();
-    let mut reader = master.try_clone().unwrap();
-    std::thread::spawn(move || {
-        let mut buf = [0u8; 4096];
-        while let Ok(n) = reader.read(&mut buf) {
-            if n == 0 {
-                break;
-            }
-            sink.lock()
-                .unwrap()
-                .push_str(&String::from_utf8_lossy(&buf[..n]));
-        }
-    });
-    (child, master, screen)
-}
-
-fn wait_for(screen: &Arc<Mutex<String>>, text: &str) -> bool {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while Instant::now() < deadline {
-        if screen.lock().unwrap().contains(text) {
-            return true;
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    false
-}
-
 #[test]
 fn tty_prompt_takes_the_terminal_and_gives_it_back() {
     let s = setup();
@@ -396,26 +332,26 @@ fn tty_prompt_takes_the_terminal_and_gives_it_back() {
     );
     let (mut child, mut keys, screen) = on_pty(s.tty_command(&script));
     assert!(
-        wait_for(&screen, "Allow? [o]nce [s]ession [a]lways [d]eny"),
+        screen.wait_for("Allow? [o]nce [s]ession [a]lways [d]eny"),
         "no prompt:\n{}",
-        screen.lock().unwrap()
+        screen.text()
     );
     keys.write_all(b"s").unwrap();
     assert!(
-        wait_for(&screen, "status=200"),
+        screen.wait_for("status=200"),
         "not allowed:\n{}",
-        screen.lock().unwrap()
+        screen.text()
     );
-    assert!(wait_for(&screen, "name? "), "{}", screen.lock().unwrap());
+    assert!(screen.wait_for("name? "), "{}", screen.text());
     // The terminal is the sandboxed job's again: it reads this line.
     keys.write_all(b"world\n").unwrap();
     assert!(
-        wait_for(&screen, "hello world"),
+        screen.wait_for("hello world"),
         "terminal not handed back:\n{}",
-        screen.lock().unwrap()
+        screen.text()
     );
     let status = child.wait().unwrap();
-    assert_eq!(status.code(), Some(0), "{}", screen.lock().unwrap());
+    assert_eq!(status.code(), Some(0), "{}", screen.text());
 }
 
 #[test]
@@ -431,28 +367,28 @@ fn tty_prompt_works_over_a_full_screen_program() {
     );
     let (mut child, mut keys, screen) = on_pty(s.tty_command(&script));
     assert!(
-        wait_for(&screen, "a line of the pager"),
+        screen.wait_for("a line of the pager"),
         "less did not start:\n{}",
-        screen.lock().unwrap()
+        screen.text()
     );
     assert!(
-        wait_for(&screen, "Allow? [o]nce"),
+        screen.wait_for("Allow? [o]nce"),
         "no prompt over less:\n{}",
-        screen.lock().unwrap()
+        screen.text()
     );
     keys.write_all(b"o").unwrap();
     std::thread::sleep(Duration::from_millis(300));
     // Back to less: `q` quits it.
     keys.write_all(b"q").unwrap();
     assert!(
-        wait_for(&screen, "after-less"),
+        screen.wait_for("after-less"),
         "less did not get its key back:\n{}",
-        screen.lock().unwrap()
+        screen.text()
     );
     assert!(
-        wait_for(&screen, "200"),
+        screen.wait_for("200"),
         "the request was not allowed:\n{}",
-        screen.lock().unwrap()
+        screen.text()
     );
     assert_eq!(child.wait().unwrap().code(), Some(0));
 }
@@ -468,22 +404,17 @@ fn interactive_bash_works_on_a_terminal() {
     ));
     std::thread::sleep(Duration::from_millis(500));
     keys.write_all(b"echo answer-$((6*7))\n").unwrap();
-    assert!(wait_for(&screen, "answer-42"), "{}", screen.lock().unwrap());
+    assert!(screen.wait_for("answer-42"), "{}", screen.text());
     keys.write_all(b"sleep 30\n").unwrap();
     std::thread::sleep(Duration::from_millis(400));
     keys.write_all(b"\x03").unwrap();
     std::thread::sleep(Duration::from_millis(300));
     keys.write_all(b"echo still-$((1+1))\n").unwrap();
     assert!(
-        wait_for(&screen, "still-2"),
+        screen.wait_for("still-2"),
         "^C took more than the job:\n{}",
-        screen.lock().unwrap()
+        screen.text()
     );
     keys.write_all(b"exit 3\n").unwrap();
-    assert_eq!(
-        child.wait().unwrap().code(),
-        Some(3),
-        "{}",
-        screen.lock().unwrap()
-    );
+    assert_eq!(child.wait().unwrap().code(), Some(3), "{}", screen.text());
 }

@@ -412,7 +412,7 @@ fn network_goes_through_the_proxy_only() {
     );
     assert!(
         out.stderr.contains(&format!(
-            "airlock: blocked 1 connection: blocked.test:{p} (approval-denied)"
+            "airlock: blocked 1 connection: blocked.test:{p} (not-allowlisted)"
         )),
         "{}",
         lines(&out)
@@ -422,7 +422,8 @@ fn network_goes_through_the_proxy_only() {
     assert_eq!(rep["exit_code"], 0);
     assert_eq!(rep["tier"], "linux-namespaces");
     assert_eq!(rep["blocked"][0]["host"], "blocked.test");
-    assert_eq!(rep["blocked"][0]["reason"], "approval-denied");
+    // --ask deny asks nobody (SPEC §5.2).
+    assert_eq!(rep["blocked"][0]["reason"], "not-allowlisted");
     assert!(rep["blocked"][0]["how_to_allow"]
         .as_str()
         .unwrap()

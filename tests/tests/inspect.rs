@@ -279,6 +279,10 @@ fn leaves_are_reused_and_requests_audited() {
     assert_eq!(req["url"], url);
     assert_eq!(req["status"], 200);
     assert!(req["bytes_down"].as_u64().unwrap() > 0);
+    // The line stands alone: host, port and the command that sent it.
+    assert_eq!(req["host"], "api.test");
+    assert_eq!(req["port"], s.origin.port());
+    assert_eq!(req["command"]["argv"][0], "curl", "{req}");
     assert!(
         !events.iter().any(|e| e.to_string().contains(TOKEN)),
         "the token must not reach the audit log"

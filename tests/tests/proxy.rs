@@ -219,10 +219,12 @@ fn every_refusal_reason() {
         403,
         "denylisted",
     );
+    // --ask deny asks nobody (SPEC §5.2): not-allowlisted. A person's
+    // refusal, approval-denied, is tested in approve.rs.
     refused(
         &curl(&["-x", &proxy2.url(), "http://unknown.test/"]),
         403,
-        "approval-denied",
+        "not-allowlisted",
     );
     // Allowed name, loopback answer, no allow_private: private-address.
     refused(
@@ -773,7 +775,8 @@ fn audit_log_has_every_field() {
         .iter()
         .find(|e| e["event"] == "decision" && e["decision"] == "deny")
         .expect("deny event");
-    assert_eq!(deny["reason"], "approval-denied");
+    // No approver: nobody was asked, so nothing was refused by a person.
+    assert_eq!(deny["reason"], "not-allowlisted");
 }
 
 #[test]

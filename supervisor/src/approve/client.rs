@@ -1,72 +1,237 @@
 //! `airlock approve --socket PATH`: a ready client for the socket protocol,
-//! for a second terminal. It shows each question and sends the answer.
+//! for a second terminal. It shows each question, with everything the
+//! sandbox controls escaped, and takes answers the way `--ask tty` does:
+//! one lowercase key, o, s, a or d, no Enter on a terminal (a line holding
+//! just that letter otherwise); anything else denies. A question withdrawn
+//! while it is shown (its timeout passed, or another client answered) is
+//! dropped, not answered late.
 
-use std::io::{BufRead, BufReader, Write};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::os::fd::AsRawFd;
 use std::os::unix::net::UnixStream;
 use std::path::Path;
 use std::process::ExitCode;
+use std::sync::mpsc;
 
+use airlock_proxy::escape;
 use anyhow::{Context, Result};
 use serde_json::{json, Value};
 
-fn verdict_for(input: &str) -> Option<&'static str> {
-    match input.trim().to_ascii_lowercase().as_str() {
-        "o" | "once" | "allow-once" => Some("allow-once"),
-        "s" | "session" | "allow-session" => Some("allow-session"),
-        "a" | "always" | "allow-always" => Some("allow-always"),
-        "d" | "deny" | "n" | "no" => Some("deny"),
-        _ => None,
+/// A line of input (not a terminal): exactly one answer letter.
+fn verdict_for_line(input: &str) -> &'static str {
+    match input.trim_end_matches(['\n', '\r']) {
+        "o" => "allow-once",
+        "s" => "allow-session",
+        "a" => "allow-always",
+        _ => "deny",
     }
+}
+
+/// Raw single-key input on a terminal, restored on drop.
+struct RawStdin {
+    saved: Option<libc::termios>,
+}
+
+impl RawStdin {
+    fn new() -> RawStdin {
+        let fd = std::io::stdin().as_raw_fd();
+        // SAFETY: terminal calls on our own stdin.
+        unsafe {
+            if libc::isatty(fd) != 1 {
+                return RawStdin { saved: None };
+            }
+            let mut saved: libc::termios = std::mem::zeroed();
+            libc::tcgetattr(fd, &mut saved);
+            let mut raw = saved;
+            raw.c_lflag &= !(libc::ICANON | libc::ECHO);
+            raw.c_cc[libc::VMIN] = 1;
+            raw.c_cc[libc::VTIME] = 0;
+            libc::tcsetattr(fd, libc::TCSANOW, &raw);
+            RawStdin { saved: Some(saved) }
+        }
+    }
+
+    fn is_terminal(&self) -> bool {
+        self.saved.is_some()
+    }
+
+    fn flush(&self) {
+        if self.is_terminal() {
+            // SAFETY: tcflush on our own stdin.
+            unsafe { libc::tcflush(std::io::stdin().as_raw_fd(), libc::TCIFLUSH) };
+        }
+    }
+}
+
+impl Drop for RawStdin {
+    fn drop(&mut self) {
+        if let Some(saved) = &self.saved {
+            // SAFETY: restoring what `new` saved.
+            unsafe { libc::tcsetattr(std::io::stdin().as_raw_fd(), libc::TCSANOW, saved) };
+        }
+    }
+}
+
+/// Wait for stdin to be readable, up to 200 ms.
+fn stdin_ready() -> bool {
+    let mut pfd = libc::pollfd {
+        fd: std::io::stdin().as_raw_fd(),
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: one valid pollfd.
+    unsafe { libc::poll(&mut pfd, 1, 200) > 0 }
+}
+
+enum Read1 {
+    Verdict(&'static str),
+    Eof,
+}
+
+fn read_answer(raw: &RawStdin) -> Result<Read1> {
+    if raw.is_terminal() {
+        let mut buf = [0u8; 64];
+        let n = std::io::stdin()
+            .lock()
+            .read(&mut buf)
+            .context("reading your answer")?;
+        if n == 0 {
+            return Ok(Read1::Eof);
+        }
+        return Ok(Read1::Verdict(
+            match crate::approve::tty::key_answer(&buf[..n]) {
+                Some(a) => match a {
+                    airlock_proxy::Answer::AllowOnce => "allow-once",
+                    airlock_proxy::Answer::AllowSession => "allow-session",
+                    airlock_proxy::Answer::AllowAlways => "allow-always",
+                    _ => "deny",
+                },
+                None => "deny",
+            },
+        ));
+    }
+    let mut input = String::new();
+    if std::io::stdin()
+        .lock()
+        .read_line(&mut input)
+        .context("reading your answer")?
+        == 0
+    {
+        return Ok(Read1::Eof);
+    }
+    Ok(Read1::Verdict(verdict_for_line(&input)))
+}
+
+fn question(msg: &Value) -> String {
+    let who = msg["command"].as_str().map_or_else(
+        || "a sandboxed command".to_string(),
+        |c| escape::line(c, 300),
+    );
+    let host = escape::line(msg["host"].as_str().unwrap_or("?"), 300);
+    let port = msg["port"]
+        .as_u64()
+        .map_or("?".to_string(), |p| p.to_string());
+    format!("{who} wants {host}:{port}. [o]nce [s]ession [a]lways [d]eny: ")
 }
 
 pub fn run(path: &Path) -> Result<ExitCode> {
     let stream =
         UnixStream::connect(path).with_context(|| format!("connecting to {}", path.display()))?;
     let mut writer = stream.try_clone().context("socket")?;
-    let stdin = std::io::stdin();
     eprintln!(
-        "airlock approve: connected to {}; answer o (once), s (session), a (always) or d (deny)",
-        path.display()
+        "airlock approve: connected to {}; answer each question with one lowercase key: o (once), s (session), a (always) or d (deny){}; anything else denies, as at the --ask tty prompt",
+        escape::line(&path.display().to_string(), 300),
+        if std::io::IsTerminal::is_terminal(&std::io::stdin()) { ", no Enter" } else { " on a line of its own" }
     );
-    for line in BufReader::new(stream).lines() {
-        let line = line.context("reading from airlock")?;
-        let Ok(msg) = serde_json::from_str::<Value>(&line) else {
-            continue;
+    let (tx, rx) = mpsc::channel::<Value>();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stream).lines().map_while(Result::ok) {
+            if let Ok(msg) = serde_json::from_str::<Value>(&line) {
+                if tx.send(msg).is_err() {
+                    break;
+                }
+            }
+        }
+    });
+    let raw = RawStdin::new();
+    let mut queue: Vec<Value> = vec![];
+    loop {
+        let msg = match queue.is_empty() {
+            true => match rx.recv() {
+                Ok(m) => m,
+                Err(_) => return Ok(ExitCode::SUCCESS),
+            },
+            false => queue.remove(0),
         };
         match msg["type"].as_str() {
             Some("ask") => {
                 let id = msg["id"].as_str().unwrap_or_default().to_string();
-                let who = msg["command"].as_str().unwrap_or("a sandboxed command");
+                // Keys pressed before the question was drawn are not answers.
+                raw.flush();
+                eprint!("{}", question(&msg));
                 let verdict = loop {
-                    eprint!(
-                        "{who} wants {}:{}. [o/s/a/d] ",
-                        msg["host"].as_str().unwrap_or("?"),
-                        msg["port"]
-                    );
-                    let mut input = String::new();
-                    if stdin
-                        .lock()
-                        .read_line(&mut input)
-                        .context("reading your answer")?
-                        == 0
-                    {
-                        return Ok(ExitCode::SUCCESS);
+                    // A withdrawn question is dropped, not answered late.
+                    let mut withdrawn = false;
+                    while let Ok(m) = rx.try_recv() {
+                        if m["type"] == "answered" && m["id"] == id.as_str() {
+                            withdrawn = true;
+                            eprintln!(
+                                "\nquestion {} settled: {}",
+                                escape::line(&id, 40),
+                                escape::line(m["verdict"].as_str().unwrap_or("?"), 40)
+                            );
+                        } else {
+                            queue.push(m);
+                        }
                     }
-                    if let Some(v) = verdict_for(&input) {
-                        break v;
+                    if withdrawn {
+                        break None;
+                    }
+                    if !stdin_ready() {
+                        continue;
+                    }
+                    match read_answer(&raw)? {
+                        Read1::Eof => return Ok(ExitCode::SUCCESS),
+                        Read1::Verdict(v) => break Some(v),
                     }
                 };
-                let answer = json!({"type": "answer", "id": id, "verdict": verdict});
-                writeln!(writer, "{answer}").context("sending the answer")?;
+                if let Some(v) = verdict {
+                    eprintln!("{v}");
+                    let answer = json!({"type": "answer", "id": id, "verdict": v});
+                    writeln!(writer, "{answer}").context("sending the answer")?;
+                }
             }
             Some("answered") => eprintln!(
                 "question {} settled: {}",
-                msg["id"].as_str().unwrap_or("?"),
-                msg["verdict"].as_str().unwrap_or("?")
+                escape::line(msg["id"].as_str().unwrap_or("?"), 40),
+                escape::line(msg["verdict"].as_str().unwrap_or("?"), 40)
             ),
-            Some("error") => eprintln!("airlock: {}", msg["message"].as_str().unwrap_or("?")),
+            Some("error") => eprintln!(
+                "airlock: {}",
+                escape::line(msg["message"].as_str().unwrap_or("?"), 500)
+            ),
             _ => {}
         }
     }
-    Ok(ExitCode::SUCCESS)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lines_answer_like_keys() {
+        assert_eq!(verdict_for_line("o\n"), "allow-once");
+        assert_eq!(verdict_for_line("a\n"), "allow-always");
+        for other in ["A\n", "always\n", "yes\n", "\x1b[0n\n", "o o\n"] {
+            assert_eq!(verdict_for_line(other), "deny", "{other:?}");
+        }
+    }
+
+    #[test]
+    fn questions_are_escaped() {
+        let q = question(&json!({"id": "1", "host": "h.test", "port": 443,
+            "command": "\u{1b}[2K\rnpm install wants a.test"}));
+        assert!(!q.bytes().any(|b| b < 0x20), "{q:?}");
+    }
 }

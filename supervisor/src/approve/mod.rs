@@ -4,6 +4,11 @@
 
 pub mod client;
 pub mod persist;
+#[cfg(target_os = "linux")]
+pub mod sandbox;
+#[cfg(not(target_os = "linux"))]
+#[path = "sandbox_other.rs"]
+pub mod sandbox;
 pub mod socket;
 pub mod tty;
 
@@ -15,23 +20,40 @@ use airlock_policy::Target;
 use airlock_proxy::{Answer, Approver, DenyApprover};
 use anyhow::{bail, Result};
 
-/// Where `allow-always` answers are written.
+/// Where `allow-always` answers are written: the user policy's directory,
+/// opened before the sandbox starts.
 #[derive(Clone)]
 pub struct Persist {
-    pub user_policy: Option<PathBuf>,
+    pub user_policy: Option<Arc<persist::PolicyFile>>,
 }
 
 impl Persist {
+    pub fn new(path: Option<PathBuf>) -> Persist {
+        let user_policy = path.and_then(|p| match persist::PolicyFile::open(&p) {
+            Ok(f) => Some(Arc::new(f)),
+            Err(e) => {
+                eprintln!("airlock: allow-always answers cannot be saved: {e:#}");
+                None
+            }
+        });
+        Persist { user_policy }
+    }
+
     pub fn apply(&self, target: &Target, answer: Answer, by: &str) {
         if answer != Answer::AllowAlways {
             return;
         }
         match &self.user_policy {
-            Some(path) => match persist::allow_always(path, target) {
-                Ok(()) => tracing::info!("{by} allowed {target} always: added to {}", path.display()),
+            Some(file) => match persist::allow_always_in(file, target) {
+                Ok(()) => tracing::info!(
+                    "{by} allowed {target} always: added to {}",
+                    file.path().display()
+                ),
                 Err(e) => eprintln!("airlock: could not save the allow-always answer: {e:#}"),
             },
-            None => eprintln!("airlock: no user policy path (HOME unset); {target} is allowed for this session only"),
+            None => eprintln!(
+                "airlock: no usable user policy file; {target} is allowed for this session only"
+            ),
         }
     }
 }
@@ -53,9 +75,6 @@ pub fn approver_for(
     policy_asks: bool,
     timeout: Duration,
 ) -> Result<Arc<dyn Approver>> {
-    let persist = Persist {
-        user_policy: crate::sources::user_policy_path(),
-    };
     if !policy_asks {
         // unknown = "deny" (or the managed policy turned asking off).
         return Ok(Arc::new(DenyApprover));
@@ -65,12 +84,24 @@ pub fn approver_for(
     } else {
         "deny"
     };
+    let persist = || Persist::new(crate::sources::user_policy_path());
     match ask.unwrap_or(default) {
         "deny" => Ok(Arc::new(DenyApprover)),
-        "tty" => Ok(Arc::new(tty::TtyApprover::new(timeout, persist))),
+        "tty" => match std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open("/dev/tty")
+        {
+            Ok(_) => Ok(Arc::new(tty::TtyApprover::new(timeout, persist()))),
+            Err(e) => {
+                // Said plainly, not only at -v: nobody will be asked.
+                eprintln!("airlock: --ask tty: no terminal to ask on ({e}); unknown hosts are refused (not-allowlisted)");
+                Ok(Arc::new(DenyApprover))
+            }
+        },
         s if s.starts_with("socket:") => {
             let path = PathBuf::from(&s["socket:".len()..]);
-            Ok(socket::SocketApprover::bind(&path, persist)?)
+            Ok(socket::SocketApprover::bind(&path, persist())?)
         }
         other => bail!("--ask {other}: expected tty, deny or socket:PATH"),
     }

@@ -3,7 +3,10 @@
 
 use std::path::Path;
 
+use std::io::Write;
+
 use airlock_policy::Target;
+use airlock_proxy::safe_file::{self, Dir, Mode};
 use anyhow::{bail, Context, Result};
 use toml_edit::{Array, DocumentMut, Item, Table, Value};
 
@@ -16,12 +19,41 @@ pub fn pattern_for(target: &Target) -> String {
     }
 }
 
+/// The user policy's directory, opened before the sandbox starts, and the
+/// file's name in it: the answer is written with `*at` calls from that
+/// descriptor, never through a link (SPEC §3.5).
+pub struct PolicyFile {
+    dir: Dir,
+    name: String,
+    path: std::path::PathBuf,
+}
+
+impl PolicyFile {
+    pub fn open(path: &Path) -> Result<PolicyFile> {
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+        }
+        let (dir, name) = safe_file::split(path)?;
+        Ok(PolicyFile {
+            dir,
+            name,
+            path: path.to_path_buf(),
+        })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+#[cfg(test)]
 pub fn allow_always(path: &Path, target: &Target) -> Result<()> {
-    let text = match std::fs::read_to_string(path) {
-        Ok(t) => t,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
-        Err(e) => return Err(e).with_context(|| format!("reading {}", path.display())),
-    };
+    allow_always_in(&PolicyFile::open(path)?, target)
+}
+
+pub fn allow_always_in(file: &PolicyFile, target: &Target) -> Result<()> {
+    let path = &file.path;
+    let text = file.dir.read_file(&file.name)?.unwrap_or_default();
     let mut doc: DocumentMut = text
         .parse()
         .with_context(|| format!("{} is not valid TOML", path.display()))?;
@@ -41,12 +73,17 @@ pub fn allow_always(path: &Path, target: &Target) -> Result<()> {
     if !list.iter().any(|v| v.as_str() == Some(pattern.as_str())) {
         list.push(pattern);
     }
-    if let Some(dir) = path.parent() {
-        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    let tmp = format!("{}.airlock-tmp", file.name);
+    let mut out = file.dir.open_file(&tmp, Mode::Replace, 0o600)?;
+    let written = out
+        .write_all(doc.to_string().as_bytes())
+        .and_then(|()| out.sync_all());
+    if let Err(e) = written {
+        file.dir.remove(&tmp);
+        return Err(e).with_context(|| format!("writing {}", path.display()));
     }
-    let tmp = path.with_extension("toml.airlock-tmp");
-    std::fs::write(&tmp, doc.to_string()).with_context(|| format!("writing {}", tmp.display()))?;
-    std::fs::rename(&tmp, path).with_context(|| format!("replacing {}", path.display()))
+    file.dir.rename(&tmp, &file.name)?;
+    Ok(())
 }
 
 #[cfg(test)]
@@ -76,5 +113,20 @@ mod tests {
         allow_always(&path, &Target::parse("c.test:8443", None).unwrap()).unwrap();
         let text = std::fs::read_to_string(&path).unwrap();
         assert!(text.contains("\"c.test:8443\""), "{text}");
+    }
+
+    #[test]
+    fn a_planted_link_is_refused_and_its_target_unchanged() {
+        let dir = tempfile::tempdir().unwrap();
+        let bashrc = dir.path().join("bashrc");
+        std::fs::write(&bashrc, "echo hi\n").unwrap();
+        let path = dir.path().join("policy.toml");
+        std::os::unix::fs::symlink(&bashrc, &path).unwrap();
+        let t = Target::parse("b.test:443", None).unwrap();
+        assert!(allow_always(&path, &t).is_err());
+        std::fs::remove_file(&path).unwrap();
+        std::fs::hard_link(&bashrc, &path).unwrap();
+        assert!(allow_always(&path, &t).is_err());
+        assert_eq!(std::fs::read_to_string(&bashrc).unwrap(), "echo hi\n");
     }
 }

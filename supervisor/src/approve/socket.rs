@@ -7,6 +7,10 @@
 //! the timeout) settled it, `{"type":"error","message":"..."}` for a bad line.
 //! client → airlock: `{"type":"answer","id":"1","verdict":"allow-once"}` with
 //! verdict `allow-once`, `allow-session`, `allow-always` or `deny`.
+//!
+//! Only clients of airlock's own uid outside the sandbox are served (peer
+//! credentials); a question whose timeout passed is withdrawn
+//! (`"verdict":"timeout"`) and not sent to clients that connect later.
 
 use std::collections::HashMap;
 use std::os::unix::fs::PermissionsExt;
@@ -120,15 +124,49 @@ impl Drop for SocketApprover {
     }
 }
 
+/// Who may answer (SPEC §5.2): a client of our own uid whose process is
+/// not part of the sandbox, checked with the kernel's word for it
+/// (SO_PEERCRED), not only the socket file's mode. `Err` says why not.
+pub fn admit(uid: u32, pid: Option<i32>) -> Result<String, String> {
+    // SAFETY: geteuid has no preconditions.
+    let ours = unsafe { libc::geteuid() };
+    if uid != ours {
+        return Err(format!("uid {uid} is not airlock's uid {ours}"));
+    }
+    let Some(pid) = pid else {
+        return Err("the client's pid is unknown".into());
+    };
+    if super::sandbox::contains(pid) {
+        return Err(format!(
+            "pid {pid} is inside the sandbox (or in another PID namespace)"
+        ));
+    }
+    Ok(format!("uid={uid} pid={pid}"))
+}
+
 async fn accept(listener: UnixListener, hub: Arc<Hub>) {
     let mut next = 1u64;
-    while let Ok((stream, _)) = listener.accept().await {
-        tokio::spawn(client(stream, next, hub.clone()));
-        next += 1;
+    while let Ok((mut stream, _)) = listener.accept().await {
+        let who = match stream.peer_cred() {
+            Ok(c) => admit(c.uid(), c.pid()),
+            Err(e) => Err(format!("no peer credentials: {e}")),
+        };
+        match who {
+            Ok(by) => {
+                tokio::spawn(client(stream, next, by, hub.clone()));
+                next += 1;
+            }
+            Err(why) => {
+                tracing::warn!("approval socket: refused a client: {why}");
+                let line =
+                    json!({"type": "error", "message": format!("refused: {why}")}).to_string();
+                let _ = stream.write_all(format!("{line}\n").as_bytes()).await;
+            }
+        }
     }
 }
 
-async fn client(stream: UnixStream, n: u64, hub: Arc<Hub>) {
+async fn client(stream: UnixStream, n: u64, by: String, hub: Arc<Hub>) {
     let (read, mut write) = stream.into_split();
     let (tx, mut rx) = mpsc::unbounded_channel::<String>();
     // A new client sees the questions already waiting.
@@ -159,7 +197,7 @@ async fn client(stream: UnixStream, n: u64, hub: Arc<Hub>) {
                     "verdict must be allow-once, allow-session, allow-always or deny".into(),
                 )),
                 (Some(id), Some(answer)) => {
-                    if hub.settle(&id, answer, format!("socket client {n}")) {
+                    if hub.settle(&id, answer, by.clone()) {
                         None
                     } else {
                         Some(error(format!("no open question with id {id:?}")))

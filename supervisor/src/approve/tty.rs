@@ -1,14 +1,28 @@
-//! `--ask tty` (SPEC §5.2): the question goes to /dev/tty. While it asks,
-//! the sandbox's foreground job is moved off the terminal and given back
-//! afterwards, as a shell does with job control, so the sandboxed
-//! program's own terminal reads don't swallow the answer.
+//! `--ask tty` (SPEC §5.2): the question goes to /dev/tty, and the sandbox
+//! can neither answer it nor disguise it.
+//!
+//! - While it asks, every process of the sandbox is stopped (`sandbox`),
+//!   not only the foreground job; the foreground job is first suspended as
+//!   a shell does on ^Z, so full-screen programs restore the terminal.
+//! - Input that arrived before the prompt (type-ahead, a terminal's reply
+//!   to a query the sandbox sent) is discarded before the prompt is drawn.
+//! - Only a deliberate key counts: one read of exactly one byte that is
+//!   `o`, `s`, `a` or `d`. Anything else (upper case, an escape sequence,
+//!   several bytes at once as a terminal's reply arrives) voids the
+//!   prompt, which is then answered `deny`. Denying rather than asking
+//!   again means a reply the sandbox provoked can only ever refuse.
+//! - What the sandbox controls is shown with control characters escaped.
+//! - A question whose timeout passed while it waited for the terminal is
+//!   withdrawn, never shown late.
 
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Write};
 use std::os::fd::AsRawFd;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use airlock_proxy::escape;
 use airlock_proxy::{Answer, AnswerFuture, Approver, Question};
 
 use super::Persist;
@@ -31,12 +45,14 @@ impl TtyApprover {
 }
 
 /// The terminal handed to us for the length of one prompt: our process
-/// group in the foreground, raw single-key input, all restored on drop.
+/// group in the foreground, raw single-key input, the sandbox stopped; all
+/// restored on drop.
 struct Borrowed {
     tty: File,
     saved_pgrp: libc::pid_t,
     saved_termios: libc::termios,
     old_ttou: libc::sighandler_t,
+    _stopped: super::sandbox::Stopped,
 }
 
 impl Borrowed {
@@ -51,12 +67,18 @@ impl Borrowed {
             let saved_pgrp = libc::tcgetpgrp(fd);
             if saved_pgrp > 0 && saved_pgrp != libc::getpgrp() {
                 // Suspend the job as a shell does on ^Z: full-screen programs
-                // restore the terminal on SIGTSTP; SIGSTOP catches the ones
-                // that ignore it. A stopped reader can't take our key.
+                // restore the terminal on SIGTSTP.
                 libc::kill(-saved_pgrp, libc::SIGTSTP);
-                std::thread::sleep(std::time::Duration::from_millis(30));
+                std::thread::sleep(Duration::from_millis(30));
                 libc::kill(-saved_pgrp, libc::SIGSTOP);
             }
+            // Then every process, background and `setsid` ones included:
+            // none may draw over the question or make the terminal type.
+            let stopped = super::sandbox::stop_all();
+            tracing::debug!(
+                processes = stopped.count(),
+                "sandbox stopped for the question"
+            );
             libc::tcsetpgrp(fd, libc::getpgrp());
             let mut saved_termios: libc::termios = std::mem::zeroed();
             libc::tcgetattr(fd, &mut saved_termios);
@@ -66,23 +88,32 @@ impl Borrowed {
             raw.c_lflag &= !(libc::ICANON | libc::ECHO | libc::ISIG);
             raw.c_cc[libc::VMIN] = 1;
             raw.c_cc[libc::VTIME] = 0;
-            libc::tcsetattr(fd, libc::TCSANOW, &raw);
+            // TCSAFLUSH: output drains, pending input is discarded.
+            libc::tcsetattr(fd, libc::TCSAFLUSH, &raw);
             Ok(Borrowed {
                 tty,
                 saved_pgrp,
                 saved_termios,
                 old_ttou,
+                _stopped: stopped,
             })
         }
+    }
+
+    /// Discard whatever input is pending now.
+    fn flush(&self) {
+        // SAFETY: tcflush on our terminal descriptor.
+        unsafe { libc::tcflush(self.tty.as_raw_fd(), libc::TCIFLUSH) };
     }
 }
 
 impl Drop for Borrowed {
     fn drop(&mut self) {
         let fd = self.tty.as_raw_fd();
-        // SAFETY: restoring exactly what `take` saved.
+        // SAFETY: restoring exactly what `take` saved. Keys pressed during
+        // the prompt are not handed to the sandbox afterwards (TCSAFLUSH).
         unsafe {
-            libc::tcsetattr(fd, libc::TCSANOW, &self.saved_termios);
+            libc::tcsetattr(fd, libc::TCSAFLUSH, &self.saved_termios);
             if self.saved_pgrp > 0 {
                 libc::tcsetpgrp(fd, self.saved_pgrp);
                 if self.saved_pgrp != libc::getpgrp() {
@@ -92,24 +123,46 @@ impl Drop for Borrowed {
             }
             libc::signal(libc::SIGTTOU, self.old_ttou);
         }
+        // `_stopped` is dropped after this: the rest of the sandbox resumes.
     }
 }
 
-fn prompt(q: &Question, timeout: Duration) -> (Answer, String) {
+/// What one read from the terminal means: exactly one byte, one of the
+/// answer keys. `None` voids the prompt.
+pub fn key_answer(bytes: &[u8]) -> Option<Answer> {
+    match bytes {
+        [b'o'] => Some(Answer::AllowOnce),
+        [b's'] => Some(Answer::AllowSession),
+        [b'a'] => Some(Answer::AllowAlways),
+        [b'd'] => Some(Answer::Deny),
+        _ => None,
+    }
+}
+
+/// The question as drawn: everything from the sandbox escaped.
+pub fn question_line(q: &Question) -> String {
+    let who = q.command.as_deref().map_or_else(
+        || "a sandboxed command".to_string(),
+        |c| escape::line(c, 300),
+    );
+    format!(
+        "airlock: {who} wants to connect to {}. Allow? [o]nce [s]ession [a]lways [d]eny (one lowercase key; anything else denies): ",
+        escape::line(&q.target.to_string(), 300)
+    )
+}
+
+fn prompt(q: &Question, deadline: Instant, cancelled: &AtomicBool) -> (Answer, String) {
     let mut t = match Borrowed::take() {
         Ok(t) => t,
         Err(e) => return (Answer::Deny, format!("no terminal to ask on: {e}")),
     };
-    let who = q.command.as_deref().unwrap_or("a sandboxed command");
-    let _ = write!(
-        t.tty,
-        "\r\nairlock: {who} wants to connect to {}. Allow? [o]nce [s]ession [a]lways [d]eny: ",
-        q.target
-    );
-    let deadline = Instant::now() + timeout;
+    // Once more after the stops landed: a reply already on its way is gone.
+    t.flush();
+    let _ = write!(t.tty, "\r\n{}", question_line(q));
+    let mut note = "";
     let answer = loop {
         let left = deadline.saturating_duration_since(Instant::now());
-        if left.is_zero() {
+        if left.is_zero() || cancelled.load(Ordering::Relaxed) {
             break Answer::Timeout;
         }
         let mut pfd = libc::pollfd {
@@ -117,42 +170,100 @@ fn prompt(q: &Question, timeout: Duration) -> (Answer, String) {
             events: libc::POLLIN,
             revents: 0,
         };
+        // Wake up now and then to notice a withdrawn question.
+        let wait = left.min(Duration::from_millis(200)).as_millis() as i32;
         // SAFETY: one valid pollfd.
-        let ready =
-            unsafe { libc::poll(&mut pfd, 1, left.as_millis().min(i32::MAX as u128) as i32) };
+        let ready = unsafe { libc::poll(&mut pfd, 1, wait) };
         if ready <= 0 {
             continue;
         }
-        let mut key = [0u8; 1];
-        match t.tty.read(&mut key) {
-            Ok(1) => match key[0].to_ascii_lowercase() {
-                b'o' => break Answer::AllowOnce,
-                b's' => break Answer::AllowSession,
-                b'a' => break Answer::AllowAlways,
-                b'd' | b'n' | 3 | 4 => break Answer::Deny,
-                _ => {}
+        let mut buf = [0u8; 64];
+        match t.tty.read(&mut buf) {
+            Ok(n) if n > 0 => match key_answer(&buf[..n]) {
+                Some(a) => break a,
+                None => {
+                    note = " (not a single o/s/a/d key: the prompt was voided)";
+                    break Answer::Deny;
+                }
             },
             _ => break Answer::Deny,
         }
     };
-    let _ = write!(t.tty, "{}\r\n", answer.as_str());
+    let _ = write!(t.tty, "{}{note}\r\n", answer.as_str());
     (answer, "tty".into())
 }
 
 impl Approver for TtyApprover {
     fn ask(&self, q: Question) -> AnswerFuture<'_> {
         let lock = self.lock.clone();
+        // The engine gives up at the same moment; past it, the question is
+        // stale and is not drawn.
         let timeout = self.timeout;
+        let deadline = Instant::now() + timeout;
+        let cancelled = Arc::new(AtomicBool::new(false));
         Box::pin(async move {
             let target = q.target.clone();
+            // Dropped by the engine's timeout: a prompt that is up ends.
+            struct Cancel(Arc<AtomicBool>);
+            impl Drop for Cancel {
+                fn drop(&mut self) {
+                    self.0.store(true, Ordering::Relaxed);
+                }
+            }
+            let _cancel = Cancel(cancelled.clone());
             let asked = tokio::task::spawn_blocking(move || {
                 let _one_at_a_time = lock.lock().unwrap_or_else(|p| p.into_inner());
-                prompt(&q, timeout)
+                // Too little time left to read and answer deliberately is
+                // stale too: it would flash up and vanish.
+                let margin = (timeout / 2).min(Duration::from_millis(500));
+                if Instant::now() + margin >= deadline || cancelled.load(Ordering::Relaxed) {
+                    return (
+                        Answer::Timeout,
+                        "withdrawn: its timeout passed before the terminal was free".to_string(),
+                    );
+                }
+                prompt(&q, deadline, &cancelled)
             })
             .await;
             let (answer, by) = asked.unwrap_or((Answer::Deny, "the terminal prompt failed".into()));
             self.persist.apply(&target, answer, &by);
             (answer, by)
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_one_deliberate_lowercase_key_answers() {
+        assert_eq!(key_answer(b"o"), Some(Answer::AllowOnce));
+        assert_eq!(key_answer(b"a"), Some(Answer::AllowAlways));
+        for voided in [
+            &b"A"[..],
+            b"S",
+            b"\x1b",
+            b"\x1b[0n",
+            b"\x1b[?1;2c",
+            b"aa",
+            b"a\n",
+            b"y",
+            b"\r",
+            b"",
+        ] {
+            assert_eq!(key_answer(voided), None, "{voided:?}");
+        }
+    }
+
+    #[test]
+    fn the_question_carries_no_control_bytes() {
+        let q = Question {
+            target: airlock_policy::Target::parse("evil.test:443", None).unwrap(),
+            command: Some("\x1b[2K\rnpm install wants to connect to a.test\x07".into()),
+        };
+        let line = question_line(&q);
+        assert!(!line.bytes().any(|b| b < 0x20 || b == 0x7f), "{line:?}");
+        assert!(line.contains("evil.test:443"));
     }
 }

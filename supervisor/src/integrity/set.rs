@@ -28,6 +28,8 @@ pub const ROOT_SURFACE: &[&str] = &[
     ".idea",
     ".devcontainer",
     ".zed",
+    ".husky",
+    ".githooks",
     "airlock.toml",
     ".airlock",
 ];
@@ -74,6 +76,35 @@ pub const HOME_SURFACE: &[&str] = &[
     ".local/share/airlock",
     ".config/pip",
     ".config/uv",
+    ".bashrc.d",
+    ".zshrc.d",
+    ".oh-my-zsh",
+    ".tmux.conf",
+    ".config/tmux",
+    ".config/starship.toml",
+    ".config/mise",
+    ".config/nix",
+    ".config/containers",
+    ".docker",
+    ".vscode",
+    ".vscode-server",
+    ".cursor",
+    ".local/lib",
+    ".local/share/applications",
+    ".local/share/systemd",
+    ".gnupg",
+    ".netrc",
+    ".git-credentials",
+    ".gitignore_global",
+    ".condarc",
+    ".Rprofile",
+    ".irbrc",
+    ".pythonrc",
+    ".npm-global",
+    ".yarnrc",
+    ".yarnrc.yml",
+    ".config/pnpm",
+    ".huskyrc",
     "Library/LaunchAgents",
 ];
 
@@ -165,6 +196,9 @@ pub struct Inputs<'a> {
     pub home: &'a Path,
     /// `deny_write` from the policy, resolved.
     pub deny_write: &'a [PathBuf],
+    /// `deny_read`, resolved: one the sandbox creates in a writable root
+    /// (to link it, or to read what the user later puts there) is moved away.
+    pub deny_read: &'a [PathBuf],
     /// Extra absolute paths airlock obeys (its managed policy, trust store, CA).
     pub airlock_files: &'a [PathBuf],
 }
@@ -207,6 +241,7 @@ pub fn compute(i: &Inputs) -> Vec<Protected> {
         }
     }
     candidates.extend(i.deny_write.iter().map(|p| (p.clone(), false)));
+    candidates.extend(i.deny_read.iter().map(|p| (p.clone(), false)));
     candidates.extend(i.airlock_files.iter().map(|p| (p.clone(), false)));
 
     let mut out: Vec<Protected> = candidates
@@ -264,6 +299,7 @@ mod tests {
             roots: &roots,
             home: &home,
             deny_write: &[PathBuf::from("/home/u/proj/.git/hooks")],
+            deny_read: &[],
             airlock_files: &[PathBuf::from("/home/u/.config/airlock/policy.toml")],
         });
         let paths: Vec<PathBuf> = set.iter().map(Protected::path).collect();
@@ -284,6 +320,7 @@ mod tests {
             roots: &roots,
             home: &home,
             deny_write: &[],
+            deny_read: &[],
             airlock_files: &[],
         });
         let paths: Vec<PathBuf> = set.iter().map(Protected::path).collect();
@@ -311,4 +348,28 @@ mod tests {
         );
         assert_eq!(root_of(Path::new("/x"), &roots), None);
     }
+}
+
+/// A `deny_read` file in a writable root with another hard link: an earlier
+/// run could have made the link (while the name was absent) to read what the
+/// user later writes there. Refused until the extra link is gone.
+pub fn check_deny_read_links(deny_read: &[PathBuf], roots: &[PathBuf]) -> Result<(), String> {
+    use std::os::unix::fs::MetadataExt;
+    for p in deny_read {
+        if root_of(p, roots).is_none() {
+            continue;
+        }
+        if let Ok(m) = std::fs::symlink_metadata(p) {
+            if m.is_file() && m.nlink() > 1 {
+                return Err(format!(
+                    "{} is hidden from the sandbox (deny_read) but has {} hard links; a sandboxed run could have made one to read it. \
+                     Find them with `find <workspace> -samefile {}` and remove the extra links",
+                    p.display(),
+                    m.nlink(),
+                    p.display()
+                ));
+            }
+        }
+    }
+    Ok(())
 }

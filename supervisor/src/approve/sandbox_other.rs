@@ -1,0 +1,21 @@
+//! Outside Linux there is no /proc to walk: only the foreground job is
+//! suspended while the terminal asks (tty.rs), and the approval socket
+//! relies on its peer's uid (socket.rs). Documented as a limitation.
+
+pub fn watch(_anchor: u32) {}
+
+pub fn contains(_pid: i32) -> bool {
+    false
+}
+
+pub struct Stopped;
+
+impl Stopped {
+    pub fn count(&self) -> usize {
+        0
+    }
+}
+
+pub fn stop_all() -> Stopped {
+    Stopped
+}

@@ -1,0 +1,86 @@
+//! The audit log's `run` line (SPEC §6): what ran, where, as whom, in which
+//! tier, under which policy files (with their content hashes), so a line
+//! from a shared log can be traced to its run without anything else.
+
+use std::path::{Path, PathBuf};
+
+use airlock_proxy::AuditLog;
+use serde_json::{json, Value};
+
+use crate::cli::RunArgs;
+
+fn sha256_hex(bytes: &[u8]) -> String {
+    ring::digest::digest(&ring::digest::SHA256, bytes)
+        .as_ref()
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+/// Every policy file that applies to a run in `workspace`, in the order
+/// `sources::gather` reads them, with its layer and hash. Files that do
+/// not exist are left out, as they are from the policy.
+pub fn policy_files(args: &RunArgs, workspace: &Path) -> Vec<Value> {
+    let mut files: Vec<(&str, PathBuf)> = vec![];
+    if let Some(user) = crate::sources::user_policy_path() {
+        files.push(("user", user));
+    }
+    files.push(("project", workspace.join("airlock.toml")));
+    for p in &args.policy.policy {
+        files.push(("command-line", p.clone()));
+    }
+    files.push(("managed", crate::sources::managed_policy_path().0));
+    files
+        .into_iter()
+        .filter_map(|(layer, path)| {
+            let bytes = std::fs::read(&path).ok()?;
+            Some(json!({"path": path.display().to_string(), "layer": layer, "sha256": sha256_hex(&bytes)}))
+        })
+        .collect()
+}
+
+fn user() -> Value {
+    // SAFETY: getuid has no preconditions; getpwuid's result is copied
+    // out before anything else could call it.
+    let uid = unsafe { libc::getuid() };
+    let name = unsafe {
+        let pw = libc::getpwuid(uid);
+        if pw.is_null() || (*pw).pw_name.is_null() {
+            None
+        } else {
+            Some(
+                std::ffi::CStr::from_ptr((*pw).pw_name)
+                    .to_string_lossy()
+                    .into_owned(),
+            )
+        }
+    };
+    json!({"uid": uid, "name": name})
+}
+
+/// Write the `run` line: the first of the run, before any connection.
+pub fn begin(audit: &AuditLog, args: &RunArgs, workspace: &Path, tier: &str) {
+    let cwd = std::env::current_dir()
+        .map(|d| d.display().to_string())
+        .ok();
+    audit.begin(json!({
+        "version": env!("CARGO_PKG_VERSION"),
+        "command": args.command,
+        "cwd": cwd,
+        "workspace": workspace.display().to_string(),
+        "user": user(),
+        "tier": tier,
+        "policies": policy_files(args, workspace),
+    }));
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn sha256_is_hex_of_the_content() {
+        assert_eq!(
+            super::sha256_hex(b"abc"),
+            "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+        );
+    }
+}
