@@ -20,6 +20,8 @@ pub const EXIT_TIMEOUT: u8 = 124;
 
 pub fn run(args: &RunArgs) -> Result<ExitCode> {
     let started = Instant::now();
+    // A previous run whose airlock was killed left its check to us.
+    crate::integrity::recover();
     let built = build_policy(&args.policy, &args.write, crate::sources::Named::NeedTrust)?;
     crate::sources::check_workspace_scope(&built.workspace, built.explicit_workspace)?;
     built.require_trusted()?;
@@ -226,13 +228,29 @@ fn run_platform(
     // The protected set as it is before the sandbox can touch it.
     let snapshot = crate::integrity::snapshot::take(&plan.protected);
     let run_start = crate::integrity::nested::kernel_now();
+    // Written before the sandbox starts: if airlock is killed, the next run
+    // finishes this check.
+    let journal = crate::integrity::journal::Journal::new(&run, run_start, &plan.write, snapshot);
+    let journal_path = journal.write().context("the post-run check's journal")?;
     #[cfg(target_os = "linux")]
     let watch = crate::integrity::watch::start(&plan.protected);
     tracing::debug!(elapsed = ?started.elapsed(), paths = plan.protected.len(), "protected set recorded");
     // Spawned from this (main) thread: see `start`.
-    let sandbox = start(&plan)?;
+    let sandbox = match start(&plan) {
+        Ok(s) => s,
+        Err(e) => {
+            // Nothing ran: there is nothing to check.
+            crate::integrity::journal::remove(&journal_path);
+            return Err(e);
+        }
+    };
     tracing::debug!(elapsed = ?started.elapsed(), "sandbox started");
     crate::approve::sandbox::watch(sandbox.child.id());
+    let interrupted = on_termination(
+        &runtime,
+        sandbox.child.id() as libc::pid_t,
+        sandbox.teardown,
+    )?;
     if let Some(a) = &audit {
         crate::run_audit::begin(a, args, workspace, sandbox.tier);
     }
@@ -261,18 +279,26 @@ fn run_platform(
         });
     }
 
-    let status = wait(sandbox.child, timeout, sandbox.teardown)?;
+    let mut status = wait(sandbox.child, timeout, sandbox.teardown)?;
     tracing::debug!(elapsed = ?started.elapsed(), "sandbox exited");
+    let (signal, sandbox_ns) = interrupted.take();
+    if signal != 0 {
+        // Killed on our behalf: wait for every process of it to be gone,
+        // then check as after any run.
+        if let Some(ns) = sandbox_ns {
+            wait_namespace_empty(&ns, Duration::from_secs(5));
+        }
+        eprintln!("airlock: stopped by signal {signal}; the sandbox was killed");
+        status = Some(128 + signal);
+    }
     #[cfg(target_os = "linux")]
     if let Some(w) = watch {
         w.finish();
     }
     // Every process of the sandbox is gone: nothing can race the check.
-    let mut changes = snapshot.changes();
-    let (nested, failed) =
-        crate::integrity::nested::changes(&plan.write, run_start, &plan.protected);
-    changes.extend(nested);
-    let protected_changes = crate::integrity::quarantine::act(&changes, &run);
+    let checked = crate::integrity::check(&journal.snapshot, &plan.write, run_start, &run);
+    crate::integrity::journal::remove(&journal_path);
+    let (protected_changes, failed) = (checked.outcomes, checked.failed);
     for o in &protected_changes {
         eprintln!(
             "airlock: the sandbox changed a protected path: {}",
@@ -391,6 +417,69 @@ fn wait(
     }
     .context("waiting for the sandbox")?;
     Ok(Some(code(status)))
+}
+
+/// What a termination signal to airlock did: which signal, and the
+/// sandbox's PID namespace as it was just before it was killed.
+struct Interrupted(Arc<std::sync::Mutex<(i32, Option<std::path::PathBuf>)>>);
+
+impl Interrupted {
+    fn take(&self) -> (i32, Option<std::path::PathBuf>) {
+        self.0.lock().map(|g| g.clone()).unwrap_or((0, None))
+    }
+}
+
+/// SIGTERM, SIGHUP and SIGINT to airlock end the sandbox, not airlock: the
+/// post-run check must still run (a hostile command that plants and then
+/// waits for the user's ^C or the harness's timeout gains nothing). The
+/// handlers are registered before this returns, so no signal slips past.
+fn on_termination(
+    runtime: &tokio::runtime::Runtime,
+    helper: libc::pid_t,
+    teardown: libc::c_int,
+) -> Result<Interrupted> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let _guard = runtime.enter();
+    let mut term = signal(SignalKind::terminate()).context("handling SIGTERM")?;
+    let mut hup = signal(SignalKind::hangup()).context("handling SIGHUP")?;
+    let mut int = signal(SignalKind::interrupt()).context("handling SIGINT")?;
+    let state = Arc::new(std::sync::Mutex::new((0, None)));
+    let shared = state.clone();
+    // A pidfd, so a signal that arrives after the helper was reaped (and
+    // its pid reused) reaches nobody.
+    #[cfg(target_os = "linux")]
+    // SAFETY: pidfd_open on our own child; the result is checked.
+    let pidfd = unsafe { libc::syscall(libc::SYS_pidfd_open, helper, 0) } as libc::c_int;
+    runtime.spawn(async move {
+        let sig = tokio::select! {
+            _ = term.recv() => libc::SIGTERM,
+            _ = hup.recv() => libc::SIGHUP,
+            _ = int.recv() => libc::SIGINT,
+        };
+        let ns = pid_namespace_of(helper);
+        if let Ok(mut g) = shared.lock() {
+            *g = (sig, ns);
+        }
+        #[cfg(target_os = "linux")]
+        if pidfd >= 0 {
+            // SAFETY: signalling through the pidfd we opened.
+            unsafe {
+                libc::syscall(
+                    libc::SYS_pidfd_send_signal,
+                    pidfd,
+                    teardown,
+                    std::ptr::null::<libc::c_void>(),
+                    0,
+                )
+            };
+        }
+        #[cfg(not(target_os = "linux"))]
+        // SAFETY: kill(2) on our own child.
+        unsafe {
+            libc::kill(helper, teardown)
+        };
+    });
+    Ok(Interrupted(state))
 }
 
 /// The PID namespace a process's children live in (the sandbox's, once the

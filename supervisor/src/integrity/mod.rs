@@ -2,6 +2,7 @@
 //! its snapshot before a run, and the post-run check that quarantines or
 //! restores whatever the sandbox created or changed in it.
 
+pub mod journal;
 pub mod nested;
 pub mod quarantine;
 pub mod set;
@@ -11,3 +12,52 @@ pub mod watch;
 
 pub use quarantine::Outcome;
 pub use set::Protected;
+
+use std::path::PathBuf;
+use std::time::SystemTime;
+
+/// What the post-run check did, and the roots it could not fully search.
+pub struct Checked {
+    pub outcomes: Vec<Outcome>,
+    pub failed: Vec<String>,
+}
+
+/// The post-run check (SPEC §4.5): what changed in the protected set, and
+/// in repositories below the writable roots, is quarantined or restored.
+/// Call only once every process of the sandbox is gone.
+pub fn check(
+    snap: &snapshot::Snapshot,
+    roots: &[PathBuf],
+    since: SystemTime,
+    run: &str,
+) -> Checked {
+    let mut changes = snap.changes();
+    let known: Vec<Protected> = snap.entries.iter().map(|(p, _)| p.clone()).collect();
+    let (found, failed) = nested::changes(roots, since, &known);
+    changes.extend(found);
+    Checked {
+        outcomes: quarantine::act(&changes, run),
+        failed,
+    }
+}
+
+/// Finish the checks of runs whose airlock was killed before it could.
+pub fn recover() {
+    for (path, j) in journal::abandoned() {
+        eprintln!(
+            "airlock: finishing the post-run check of run {}, whose airlock was killed",
+            crate::sources::escape(&j.run)
+        );
+        let c = check(&j.snapshot, &j.roots, j.since(), &j.run);
+        for o in &c.outcomes {
+            eprintln!(
+                "airlock: the sandbox changed a protected path: {}",
+                crate::sources::escape(&quarantine::describe(o))
+            );
+        }
+        for f in &c.failed {
+            eprintln!("airlock: error: {f}");
+        }
+        journal::remove(&path);
+    }
+}

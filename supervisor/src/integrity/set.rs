@@ -126,7 +126,7 @@ pub const SYSTEM_SURFACE: &[&str] = &[
 ];
 
 /// One protected path and why it is protected.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
 pub struct Protected {
     /// The writable root it lies in: what the post-run check walks from.
     pub root: PathBuf,
@@ -137,6 +137,8 @@ pub struct Protected {
     /// Recorded with its contents (a git directory or a system directory
     /// is recorded as one node: only replacing it counts).
     pub deep: bool,
+    /// A `deny_read` path: its content is never recorded.
+    pub hidden: bool,
 }
 
 impl Protected {
@@ -190,6 +192,81 @@ pub fn git_dir_surface(git_dir: &Path, depth: u32, out: &mut Vec<PathBuf>) {
     }
 }
 
+/// Files and directories a repository's effective configuration brings in:
+/// `core.hooksPath` (husky, `.githooks`) and every `include.path` /
+/// `includeIf.*.path` target, as git itself reads them (all scopes). A
+/// sandbox that rewrites one of them changes what the user's git runs.
+fn git_config_targets(worktree: &Path, home: &Path) -> Vec<PathBuf> {
+    let child = std::process::Command::new("git")
+        .args(["config", "--show-origin", "-z", "--get-regexp"])
+        .arg(r"^(core\.hookspath|include\.path|includeif\..+\.path)$")
+        .current_dir(worktree)
+        .env("GIT_TERMINAL_PROMPT", "0")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn();
+    let Ok(mut child) = child else {
+        return vec![];
+    };
+    // A config that includes something endless must not hang the run.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(2);
+    loop {
+        match child.try_wait() {
+            Ok(Some(_)) => break,
+            Ok(None) if std::time::Instant::now() < deadline => {
+                std::thread::sleep(std::time::Duration::from_millis(2))
+            }
+            _ => {
+                let _ = child.kill();
+                let _ = child.wait();
+                tracing::warn!(
+                    "git config in {} did not answer in time",
+                    worktree.display()
+                );
+                return vec![];
+            }
+        }
+    }
+    let mut out_bytes = vec![];
+    if let Some(mut so) = child.stdout.take() {
+        let _ = std::io::Read::read_to_end(&mut so, &mut out_bytes);
+    }
+    let text = String::from_utf8_lossy(&out_bytes);
+    let items: Vec<&str> = text.split('\0').collect();
+    let mut out = vec![];
+    for pair in items.chunks(2) {
+        let [origin, kv] = pair else { continue };
+        let Some((key, value)) = kv.split_once('\n') else {
+            continue;
+        };
+        let origin = origin.strip_prefix("file:").map(PathBuf::from);
+        let expand = |v: &str| -> PathBuf {
+            match v.strip_prefix("~/") {
+                Some(rest) => home.join(rest),
+                None => PathBuf::from(v),
+            }
+        };
+        let target = expand(value);
+        let abs = if target.is_absolute() {
+            target
+        } else if key.eq_ignore_ascii_case("core.hookspath") {
+            worktree.join(target)
+        } else {
+            // An include is relative to the file that names it.
+            match origin {
+                Some(o) => worktree
+                    .join(o)
+                    .parent()
+                    .map_or(target.clone(), |d| d.join(&target)),
+                None => continue,
+            }
+        };
+        out.push(std::fs::canonicalize(&abs).unwrap_or(abs));
+    }
+    out
+}
+
 pub struct Inputs<'a> {
     /// Canonical writable roots.
     pub roots: &'a [PathBuf],
@@ -206,6 +283,7 @@ pub struct Inputs<'a> {
 /// Every protected path that lies inside a writable root.
 pub fn compute(i: &Inputs) -> Vec<Protected> {
     let mut candidates: Vec<(PathBuf, bool)> = vec![];
+    let hidden = |p: &Path| i.deny_read.iter().any(|d| p.starts_with(d));
     for root in i.roots {
         for name in ROOT_SURFACE {
             candidates.push((root.join(name), *name == ".git"));
@@ -213,6 +291,11 @@ pub fn compute(i: &Inputs) -> Vec<Protected> {
         let dot_git = root.join(".git");
         match git_dir_of(&dot_git) {
             Some(gd) => {
+                candidates.extend(
+                    git_config_targets(root, i.home)
+                        .into_iter()
+                        .map(|p| (p, true)),
+                );
                 let mut s = vec![];
                 git_dir_surface(&gd, 3, &mut s);
                 candidates.extend(s.into_iter().map(|p| (p, true)));
@@ -257,6 +340,7 @@ pub fn compute(i: &Inputs) -> Vec<Protected> {
                 rel,
                 git,
                 deep,
+                hidden: hidden(&p),
             })
         })
         .collect();
@@ -285,6 +369,30 @@ pub fn ancestors_to_pin(targets: &[PathBuf], roots: &[PathBuf]) -> Vec<PathBuf> 
     out.sort();
     out.dedup();
     out
+}
+
+/// A `deny_read` file in a writable root with another hard link: an earlier
+/// run could have made the link (while the name was absent) to read what the
+/// user later writes there. Refused until the extra link is gone.
+pub fn check_deny_read_links(deny_read: &[PathBuf], roots: &[PathBuf]) -> Result<(), String> {
+    use std::os::unix::fs::MetadataExt;
+    for p in deny_read {
+        if root_of(p, roots).is_none() {
+            continue;
+        }
+        if let Ok(m) = std::fs::symlink_metadata(p) {
+            if m.is_file() && m.nlink() > 1 {
+                return Err(format!(
+                    "{} is hidden from the sandbox (deny_read) but has {} hard links; a sandboxed run could have made one to read it. \
+                     Find them with `find <workspace> -samefile {}` and remove the extra links",
+                    p.display(),
+                    m.nlink(),
+                    p.display()
+                ));
+            }
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -348,28 +456,4 @@ mod tests {
         );
         assert_eq!(root_of(Path::new("/x"), &roots), None);
     }
-}
-
-/// A `deny_read` file in a writable root with another hard link: an earlier
-/// run could have made the link (while the name was absent) to read what the
-/// user later writes there. Refused until the extra link is gone.
-pub fn check_deny_read_links(deny_read: &[PathBuf], roots: &[PathBuf]) -> Result<(), String> {
-    use std::os::unix::fs::MetadataExt;
-    for p in deny_read {
-        if root_of(p, roots).is_none() {
-            continue;
-        }
-        if let Ok(m) = std::fs::symlink_metadata(p) {
-            if m.is_file() && m.nlink() > 1 {
-                return Err(format!(
-                    "{} is hidden from the sandbox (deny_read) but has {} hard links; a sandboxed run could have made one to read it. \
-                     Find them with `find <workspace> -samefile {}` and remove the extra links",
-                    p.display(),
-                    m.nlink(),
-                    p.display()
-                ));
-            }
-        }
-    }
-    Ok(())
 }

@@ -20,7 +20,7 @@ const KEEP_BYTES: i64 = 256 * 1024;
 const MAX_NODES: usize = 4096;
 
 /// What one path was.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum State {
     Absent,
     /// An ancestor below the root is not a plain directory (a link, a file):
@@ -38,6 +38,7 @@ pub enum State {
     Dir {
         id: Id,
         mode: u32,
+        #[serde(with = "pairs")]
         entries: BTreeMap<OsString, State>,
         /// More entries than were recorded.
         truncated: bool,
@@ -47,9 +48,35 @@ pub enum State {
     },
 }
 
+/// Directory entries as a list of pairs: JSON keys must be strings, and a
+/// name need not be UTF-8.
+mod pairs {
+    use std::collections::BTreeMap;
+    use std::ffi::OsString;
+
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+    use super::State;
+
+    pub fn serialize<S: Serializer>(
+        m: &BTreeMap<OsString, State>,
+        s: S,
+    ) -> Result<S::Ok, S::Error> {
+        m.iter().collect::<Vec<_>>().serialize(s)
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(
+        d: D,
+    ) -> Result<BTreeMap<OsString, State>, D::Error> {
+        Ok(Vec::<(OsString, State)>::deserialize(d)?
+            .into_iter()
+            .collect())
+    }
+}
+
 /// What identifies one version of an inode: a change to content, name
 /// or metadata moves `ctime`, which user space cannot set back.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Id {
     dev: u64,
     ino: u64,
@@ -118,7 +145,12 @@ fn file_name(rel: &Path) -> &std::ffi::OsStr {
 
 /// Record the entry `name` in `dir` (with a budget of 0, a directory's
 /// entries are not recorded).
-fn record<Fd: AsFd + Copy>(dir: Fd, name: &std::ffi::OsStr, budget: &mut usize) -> State {
+fn record<Fd: AsFd + Copy>(
+    dir: Fd,
+    name: &std::ffi::OsStr,
+    budget: &mut usize,
+    keep: bool,
+) -> State {
     let st = match fstatat(dir, name, nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW) {
         Ok(st) => st,
         Err(_) => return State::Absent,
@@ -129,7 +161,7 @@ fn record<Fd: AsFd + Copy>(dir: Fd, name: &std::ffi::OsStr, budget: &mut usize) 
     let mode = st.st_mode & 0o7777;
     match SFlag::from_bits_truncate(st.st_mode & SFlag::S_IFMT.bits()) {
         SFlag::S_IFREG => {
-            let content = (st.st_size <= KEEP_BYTES)
+            let content = (keep && st.st_size <= KEEP_BYTES)
                 .then(|| {
                     openat(
                         dir,
@@ -162,7 +194,7 @@ fn record<Fd: AsFd + Copy>(dir: Fd, name: &std::ffi::OsStr, budget: &mut usize) 
                         truncated = true;
                         break;
                     }
-                    let s = record(&fd, &n, budget);
+                    let s = record(&fd, &n, budget, keep);
                     entries.insert(n, s);
                 }
             }
@@ -194,7 +226,7 @@ pub fn state_of(p: &Protected) -> State {
     match walk_to_parent(&root, &p.rel) {
         Ok(Parent::Fd(fd)) => {
             let mut budget = if p.deep { MAX_NODES } else { 0 };
-            record(&fd, file_name(&p.rel), &mut budget)
+            record(&fd, file_name(&p.rel), &mut budget, !p.hidden)
         }
         Ok(Parent::Absent) => State::Absent,
         Ok(Parent::Blocked(_)) | Err(_) => State::Blocked,
@@ -202,6 +234,7 @@ pub fn state_of(p: &Protected) -> State {
 }
 
 /// The protected set as it was before the run.
+#[derive(serde::Serialize, serde::Deserialize)]
 pub struct Snapshot {
     pub entries: Vec<(Protected, State)>,
 }
