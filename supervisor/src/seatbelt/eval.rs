@@ -47,10 +47,7 @@ fn parse(text: &str) -> Vec<Sx> {
             '(' => stack.push(vec![]),
             ')' => {
                 let done = stack.pop().expect("unbalanced )");
-                stack
-                    .last_mut()
-                    .expect("unbalanced )")
-                    .push(Sx::List(done));
+                stack.last_mut().expect("unbalanced )").push(Sx::List(done));
             }
             '"' => {
                 let mut s = String::new();
@@ -97,8 +94,7 @@ fn parse(text: &str) -> Vec<Sx> {
             c if c.is_whitespace() => {}
             _ => {
                 let start = i;
-                while i < chars.len() && !chars[i].is_whitespace() && !"()\";".contains(chars[i])
-                {
+                while i < chars.len() && !chars[i].is_whitespace() && !"()\";".contains(chars[i]) {
                     i += 1;
                 }
                 stack
@@ -295,7 +291,10 @@ impl Evaluator {
                 (other, _) => panic!("unknown local {other}"),
             },
             (
-                "global-name" | "target" | "sysctl-name" | "sysctl-name-prefix"
+                "global-name"
+                | "target"
+                | "sysctl-name"
+                | "sysctl-name-prefix"
                 | "ipc-posix-name-prefix",
                 _,
             ) => false,

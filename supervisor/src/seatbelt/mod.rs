@@ -46,7 +46,11 @@ const MACH_SERVICES: &[&str] = &[
 
 /// Certificate trust for Go, Python and Java TLS through the proxy; only
 /// when there is a proxy to talk to.
-const TRUST_SERVICES: &[&str] = &["com.apple.trustd", "com.apple.trustd.agent", "com.apple.ocspd"];
+const TRUST_SERVICES: &[&str] = &[
+    "com.apple.trustd",
+    "com.apple.trustd.agent",
+    "com.apple.ocspd",
+];
 
 /// sysctls read by node, python, cargo, go and the JVM (CPU counts, page
 /// size, OS version, boot time).
@@ -104,6 +108,10 @@ const DENIED_OPERATIONS: &[&str] = &[
     "file-mount",
     "file-unmount",
 ];
+
+/// A name in the run's TMPDIR that its profile denies reading: with "may
+/// create files in TMPDIR", it identifies the run's processes (macos.rs).
+pub const RUN_MARKER: &str = ".airlock-run";
 
 /// What `policy profile` shows where a run would name its own directory.
 pub const TMPDIR_PLACEHOLDER: &str = "<per-run directory, created at start>";
@@ -262,22 +270,14 @@ pub fn profile(plan: &Plan, proxy_port: Option<u16>) -> Profile {
     } else {
         t.push_str("(allow file-read*\n");
         for r in &plan.read {
-            let _ = writeln!(
-                t,
-                "  (subpath {})",
-                p.add("READ", r.display().to_string())
-            );
+            let _ = writeln!(t, "  (subpath {})", p.add("READ", r.display().to_string()));
         }
         t.push_str(")\n(allow file-read-metadata)\n");
     }
 
     t.push_str("\n;; writes: the writable roots and this run's own TMPDIR; not the\n;; shared /private/tmp or /private/var/folders\n(allow file-write*\n");
     for w in &plan.write {
-        let _ = writeln!(
-            t,
-            "  (subpath {})",
-            p.add("WRITE", w.display().to_string())
-        );
+        let _ = writeln!(t, "  (subpath {})", p.add("WRITE", w.display().to_string()));
     }
     let tmpdir = m
         .tmpdir
@@ -375,12 +375,7 @@ pub fn profile(plan: &Plan, proxy_port: Option<u16>) -> Profile {
         t.push_str(")\n");
     }
 
-    let all: Vec<PathBuf> = prot
-        .deny_read
-        .iter()
-        .chain(&prot.write)
-        .cloned()
-        .collect();
+    let all: Vec<PathBuf> = prot.deny_read.iter().chain(&prot.write).cloned().collect();
     let ancestors = ancestors(&all, &plan.write);
     if !ancestors.is_empty() {
         t.push_str("\n;; ancestors of protected paths, up to /: no rename, no removal, no\n;; creation in their place\n(deny file-write-unlink file-write-create\n");
@@ -389,6 +384,12 @@ pub fn profile(plan: &Plan, proxy_port: Option<u16>) -> Profile {
         }
         t.push_str(")\n");
     }
+
+    let _ = writeln!(
+        t,
+        "\n;; identifies this run's processes when it ends (see macos.rs)\n(deny file-read* (literal {}))",
+        p.add("RUN_MARKER", format!("{tmpdir}/{RUN_MARKER}"))
+    );
 
     t.push_str("\n;; never, whatever was allowed above\n");
     for op in DENIED_OPERATIONS {

@@ -52,13 +52,12 @@ impl MacosPlan {
         for (list, is_write) in [(&policy.deny_read, false), (&policy.deny_write, true)] {
             for e in list {
                 match resolve_path(&e.value, home, workspace) {
-                    Some(p) => {
-                        // `plan::build` keeps the resolved target; keep the
-                        // link (and any linked ancestor) here.
-                        if std::fs::canonicalize(&p).is_ok_and(|real| real != p) {
-                            links.push(p);
-                        }
+                    // `plan::build` keeps the resolved target; keep the
+                    // link (or the path through a linked ancestor) here.
+                    Some(p) if std::fs::canonicalize(&p).is_ok_and(|real| real != p) => {
+                        links.push(p)
                     }
+                    Some(_) => {}
                     None if is_write => {
                         deny_write_globs.push(absolute_glob(&e.value, home, workspace))
                     }

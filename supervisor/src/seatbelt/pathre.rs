@@ -139,13 +139,7 @@ pub const GIT_CONTROL: &[&str] = &[
 /// Files in a working tree that a host tool obeys when the user later
 /// works there, at any depth: git's submodule list, direnv's `.envrc`,
 /// editor task settings, airlock's own project policy.
-pub const TREE_CONTROL: &[&str] = &[
-    ".gitmodules",
-    ".envrc",
-    ".vscode",
-    ".idea",
-    "airlock.toml",
-];
+pub const TREE_CONTROL: &[&str] = &[".gitmodules", ".envrc", ".vscode", ".idea", "airlock.toml"];
 
 /// `.git` itself at any depth below `root`: creating it (as a directory,
 /// as a `gitdir:` pointer file, as a symlink, or by renaming something into

@@ -131,7 +131,10 @@ fn golden_npm_project() {
 
 #[test]
 fn golden_offline_narrow_read() {
-    golden("offline-narrow-read", &profile(&offline_narrow_read(), None));
+    golden(
+        "offline-narrow-read",
+        &profile(&offline_narrow_read(), None),
+    );
 }
 
 #[test]
@@ -182,7 +185,12 @@ const MOVE_OPS: &[&str] = &["file-write-unlink", "file-write-create"];
 
 #[test]
 fn properties_hold_for_the_goldens() {
-    for p in [npm_project(), offline_narrow_read(), hostile(), host_with_switches()] {
+    for p in [
+        npm_project(),
+        offline_narrow_read(),
+        hostile(),
+        host_with_switches(),
+    ] {
         check(&p, Some(3128));
     }
 }
@@ -208,7 +216,11 @@ fn deny_read_cannot_be_read_renamed_or_linked() {
     // The rest of the workspace is the agent's.
     assert!(can(&e, "file-read-data", "/Users/dev/project/.envrc"));
     assert!(can(&e, "file-read-data", "/Users/dev/project/.env.example"));
-    assert!(can(&e, "file-write-data", "/Users/dev/project/.env.example"));
+    assert!(can(
+        &e,
+        "file-write-data",
+        "/Users/dev/project/.env.example"
+    ));
     assert!(can(&e, "file-write-unlink", "/Users/dev/project/src/a.js"));
 }
 
@@ -476,17 +488,18 @@ fn globs_match_what_they_say_whatever_their_characters() {
     assert!(can(&h, "file-read-data", "/Users/dev/x\\y/z/k"));
     // deny_write globs are enforced, not dropped.
     let w = ev(&host_with_switches());
-    assert!(!can(&w, "file-write-create", "/Users/dev/Desktop/run.command"));
+    assert!(!can(
+        &w,
+        "file-write-create",
+        "/Users/dev/Desktop/run.command"
+    ));
     assert!(!can(&w, "file-write-create", "/Users/dev/run.command"));
     assert!(can(&w, "file-write-create", "/Users/dev/run.commands"));
 }
 
 #[test]
 fn glob_regexes() {
-    assert_eq!(
-        pathre::glob("/a.b/*/c"),
-        "^/[Aa]\\.[Bb]/[^/]*/[Cc](/|$)"
-    );
+    assert_eq!(pathre::glob("/a.b/*/c"), "^/[Aa]\\.[Bb]/[^/]*/[Cc](/|$)");
     assert_eq!(pathre::glob("/x/**"), "^/[Xx](/|$)");
     assert_eq!(pathre::glob("/x/**/y"), "^/[Xx]/([^/]*/)*[Yy](/|$)");
     assert_eq!(pathre::glob("/\"?"), "^/\"[^/](/|$)");
@@ -596,7 +609,6 @@ proptest! {
         prop_assert!(!re.is_match(&spelled("seg", "x")));
     }
 }
-
 
 #[test]
 fn non_ascii_letters_match_in_either_case() {
