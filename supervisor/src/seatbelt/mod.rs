@@ -12,12 +12,15 @@
 
 mod options;
 pub mod pathre;
+mod verify;
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
 pub use options::MacosPlan;
+#[cfg_attr(not(target_os = "macos"), allow(unused_imports))]
+pub use verify::VERIFY_ON_A_MAC;
 
 use crate::plan::{Net, Plan};
 

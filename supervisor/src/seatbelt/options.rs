@@ -79,3 +79,36 @@ impl MacosPlan {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use airlock_policy::{load_str, Fragment, Layer, Policy};
+
+    use super::*;
+
+    #[test]
+    fn links_globs_and_switches_come_from_the_policy() {
+        let dir = tempfile::tempdir().unwrap();
+        let home = std::fs::canonicalize(dir.path()).unwrap();
+        let ws = home.join("project");
+        std::fs::create_dir_all(home.join("dotfiles")).unwrap();
+        std::fs::create_dir_all(&ws).unwrap();
+        std::fs::write(home.join("dotfiles/zshrc"), "").unwrap();
+        std::os::unix::fs::symlink(home.join("dotfiles/zshrc"), home.join(".zshrc")).unwrap();
+        let text = "[filesystem]\ndeny_write = [\"~/.zshrc\", \"**/*.command\", \".git/hooks\"]\n[macos]\ndnssd = true\nkeychain = false\n";
+        let file = load_str(text, "p.toml", Layer::Project).unwrap();
+        let policy = Policy::build(
+            vec![Fragment::empty(Layer::BuiltIn, "none"), file],
+            &airlock_policy::preset::Offline,
+        );
+        let m = MacosPlan::from_policy(&policy, &home, &ws);
+        assert_eq!(m.links, vec![home.join(".zshrc")]);
+        assert_eq!(
+            m.deny_write_globs,
+            vec![format!("{}/**/*.command", ws.display())]
+        );
+        assert!(m.dnssd && !m.keychain);
+        assert_eq!(m.switches.len(), 1);
+        assert!(m.switches[0].contains("dnssd") && m.switches[0].contains("p.toml:4"));
+    }
+}
