@@ -161,10 +161,16 @@ fn check(plan: &Plan, port: Option<u16>) -> Evaluator {
     }
     assert!(!prof.text.contains("network*"));
     // No path or regex text is inlined: only parameter names are.
+    let rules: String = prof
+        .text
+        .lines()
+        .filter(|l| !l.starts_with(";;"))
+        .collect::<Vec<_>>()
+        .join("\n");
     for (_, v) in &prof.params {
         if v.len() > 3 {
             assert!(
-                !prof.text.contains(v.as_str()),
+                !rules.contains(v.as_str()),
                 "{v:?} inlined into the profile"
             );
         }
@@ -314,6 +320,18 @@ fn shared_temporary_directories_are_not_writable_but_tmpdir_is() {
     ] {
         assert!(!can(&e, "file-write-create", p), "{p} writable");
     }
+    // A workspace under /private/tmp cannot be renamed away.
+    let mut under_tmp = npm_project();
+    under_tmp.write = vec![PathBuf::from("/private/tmp/ws")];
+    let t = ev(&under_tmp);
+    for op in MOVE_OPS {
+        assert!(!can(&t, op, "/private/tmp/ws"), "{op} workspace");
+    }
+    assert!(can(&t, "file-write-unlink", "/private/tmp/ws/build"));
+    // What macos.rs asks of every process to find this run's: may create
+    // in TMPDIR, may not read the marker there.
+    assert!(can(&e, "file-write-create", &format!("{TMP}/probe")));
+    assert!(!can(&e, "file-read-data", &format!("{TMP}/{RUN_MARKER}")));
     let mine = format!("{TMP}/cc-123.o");
     assert!(can(&e, "file-write-create", &mine));
     assert!(can(&e, "file-read-data", &mine));
@@ -445,6 +463,8 @@ fn home_as_workspace_grows_the_protected_set() {
     }
     for op in MOVE_OPS {
         assert!(!can(&e, op, "/Users/dev/Library"), "{op} ~/Library");
+        // `mv ~/.ssh ~/k`
+        assert!(!can(&e, op, "/Users/dev/.ssh"), "{op} ~/.ssh");
     }
     assert!(can(&e, "file-write-create", "/Users/dev/src/app/main.go"));
 }
