@@ -46,6 +46,10 @@ pub struct Fragment {
     pub memory: Option<Located<u64>>,
     pub pids: Option<Located<u32>>,
     pub audit_log: Option<Located<String>>,
+    /// `[macos] keychain`: the login keychain inside the Seatbelt sandbox.
+    pub macos_keychain: Option<Located<bool>>,
+    /// `[macos] dnssd`: the system resolver inside the Seatbelt sandbox.
+    pub macos_dnssd: Option<Located<bool>>,
 }
 
 impl Fragment {
@@ -80,6 +84,8 @@ impl Fragment {
             memory: None,
             pids: None,
             audit_log: None,
+            macos_keychain: None,
+            macos_dnssd: None,
         }
     }
 

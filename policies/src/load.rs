@@ -296,6 +296,10 @@ pub fn load_str(text: &str, path: &str, layer: Layer) -> Result<Fragment, Vec<Di
     f.memory = cx.parsed(&file.limits.memory, "limits.memory", parse_size);
     f.pids = cx.count(&file.limits.pids, "limits.pids");
     f.audit_log = file.audit.log.as_ref().map(|t| cx.text(t));
+    let flag =
+        |v: &Option<toml::Spanned<bool>>| v.as_ref().map(|v| cx.locate(*v.get_ref(), &v.span()));
+    f.macos_keychain = flag(&file.macos.keychain);
+    f.macos_dnssd = flag(&file.macos.dnssd);
 
     if cx.errors.is_empty() {
         Ok(f)
@@ -377,6 +381,22 @@ pids = 4096
         );
         assert_eq!(f.request_rules[0].allow.len(), 2);
         assert_eq!(f.memory.unwrap().value, 8 << 30);
+    }
+
+    #[test]
+    fn macos_switches_load_with_their_line_and_reject_unknown_keys() {
+        let f = load_str("[macos]\nkeychain = true\n", "p.toml", Layer::Project).unwrap();
+        let k = f.macos_keychain.unwrap();
+        assert!(k.value);
+        assert_eq!(
+            k.origin,
+            Origin::File {
+                path: "p.toml".into(),
+                line: 2
+            }
+        );
+        assert!(f.macos_dnssd.is_none());
+        assert!(errs("[macos]\nbonjour = true\n")[0].contains("bonjour"));
     }
 
     #[test]

@@ -50,6 +50,10 @@ pub struct Policy {
     pub memory: Option<Located<u64>>,
     pub pids: Option<Located<u32>>,
     pub audit_log: Option<Located<String>>,
+    /// `[macos] keychain` and `dnssd`: opt-in Seatbelt grants, with where
+    /// they were turned on.
+    pub macos_keychain: Option<Located<bool>>,
+    pub macos_dnssd: Option<Located<bool>>,
     /// What each requested preset resolved to on this machine.
     pub presets: Vec<Resolved>,
     /// Lower layers that tried to loosen the managed policy.
@@ -274,6 +278,8 @@ impl Policy {
             memory: last(&frags, |f| &f.memory),
             pids: last(&frags, |f| &f.pids),
             audit_log: last(&frags, |f| &f.audit_log),
+            macos_keychain: last(&frags, |f| &f.macos_keychain),
+            macos_dnssd: last(&frags, |f| &f.macos_dnssd),
             presets,
             conflicts,
         }

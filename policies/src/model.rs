@@ -26,6 +26,8 @@ pub struct PolicyFile {
     pub limits: LimitsSection,
     #[serde(default)]
     pub audit: AuditSection,
+    #[serde(default)]
+    pub macos: MacosSection,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -118,4 +120,14 @@ pub struct LimitsSection {
 #[serde(deny_unknown_fields)]
 pub struct AuditSection {
     pub log: Option<Text>,
+}
+
+/// Grants only the macOS Seatbelt profile knows; both off by default
+/// because each is a way around the sandbox (the keychain's secrets, DNS
+/// that the proxy never sees).
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MacosSection {
+    pub keychain: Option<Spanned<bool>>,
+    pub dnssd: Option<Spanned<bool>>,
 }

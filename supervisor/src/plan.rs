@@ -55,6 +55,9 @@ pub struct Plan {
     /// proxy on this host loopback port (`None` with `--network none`).
     #[serde(default)]
     pub degraded: Option<Option<u16>>,
+    /// What only the macOS Seatbelt profile uses (SPEC §4.2).
+    #[serde(default)]
+    pub macos: crate::seatbelt::MacosPlan,
 }
 
 /// `~` is the home directory; relative paths are relative to the workspace;
@@ -87,7 +90,7 @@ pub fn resolve_path(raw: &str, home: &Path, workspace: &Path) -> Option<PathBuf>
 }
 
 /// A glob made absolute the way `resolve_path` makes paths absolute.
-fn absolute_glob(raw: &str, home: &Path, workspace: &Path) -> String {
+pub(crate) fn absolute_glob(raw: &str, home: &Path, workspace: &Path) -> String {
     if let Some(rest) = raw.strip_prefix("~/") {
         format!("{}/{rest}", home.display())
     } else if raw.starts_with('/') {
@@ -258,6 +261,7 @@ pub fn build(policy: &Policy, o: &Options) -> Plan {
         unsupported,
         allow_degraded: o.allow_degraded,
         degraded: None,
+        macos: crate::seatbelt::MacosPlan::from_policy(policy, o.home, o.workspace),
     }
 }
 

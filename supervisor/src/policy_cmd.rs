@@ -307,6 +307,10 @@ pub fn profile(args: &PolicyArgs, target: &str) -> Result<ExitCode> {
                 ";; the proxy port is chosen at run time; shown here as {}",
                 crate::plan::SANDBOX_PROXY_PORT
             );
+            say!(";; TMPDIR is a private directory created for each run");
+            for sw in &plan.macos.switches {
+                say!(";; warning: {sw}: this opens a way around the sandbox");
+            }
             say!("{}", prof.text);
             say!(";; -D parameters:");
             for (k, v) in &prof.params {

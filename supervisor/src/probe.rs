@@ -112,6 +112,7 @@ fn probe_plan(argv: &[&str], env: BTreeMap<String, String>) -> Plan {
         unsupported: vec![],
         allow_degraded: false,
         degraded: None,
+        macos: Default::default(),
     }
 }
 

@@ -102,6 +102,9 @@ struct Started {
     teardown: libc::c_int,
     /// Setup errors and exec failures the sandbox reported.
     messages: Box<dyn Fn() -> Vec<String>>,
+    /// Once the command has exited: kill and wait for whatever it left
+    /// running, before any post-run check (SPEC §4.5).
+    finish: Box<dyn FnOnce()>,
 }
 
 /// Start the sandbox. Runs on the main thread: on Linux the helper's
@@ -157,6 +160,8 @@ fn start(plan: &plan::Plan) -> Result<Started> {
             libc::SIGKILL
         },
         messages: Box::new(move || channel.messages()),
+        // The PID namespace ends with its init, taking every process along.
+        finish: Box::new(|| ()),
     })
 }
 
@@ -177,15 +182,16 @@ fn start(plan: &plan::Plan) -> Result<Started> {
         .as_ref()
         .and_then(|l| l.local_addr().ok())
         .map(|a| a.port());
-    let profile = crate::seatbelt::profile(&plan, port);
-    let child = crate::macos::spawn(&plan, &profile)?;
+    let running = crate::macos::start(&plan, port)?;
+    let finish = running.finisher();
     Ok(Started {
-        child,
+        child: running.child,
         listener,
         identity: Arc::new(airlock_proxy::SourceAddressOnly),
         tier: "macos-seatbelt",
         teardown: libc::SIGKILL,
         messages: Box::new(Vec::new),
+        finish: Box::new(finish),
     })
 }
 
@@ -279,7 +285,9 @@ fn run_platform(
         });
     }
 
-    let mut status = wait(sandbox.child, timeout, sandbox.teardown)?;
+    let status = wait(sandbox.child, timeout, sandbox.teardown);
+    (sandbox.finish)();
+    let mut status = status?;
     tracing::debug!(elapsed = ?started.elapsed(), "sandbox exited");
     let (signal, sandbox_ns) = interrupted.take();
     if signal != 0 {
