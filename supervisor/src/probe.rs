@@ -2,6 +2,7 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+#[cfg(target_os = "linux")]
 use std::time::Duration;
 
 use airlock_policy::Probe;
@@ -117,6 +118,7 @@ fn probe_plan(argv: &[&str], env: BTreeMap<String, String>) -> Plan {
 }
 
 /// How long a probe may take before it is killed.
+#[cfg(target_os = "linux")]
 const PROBE_TIMEOUT: Duration = Duration::from_secs(20);
 
 #[cfg(target_os = "linux")]
