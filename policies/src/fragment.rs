@@ -25,6 +25,7 @@ pub struct Fragment {
     pub read: Option<Vec<Located<String>>>,
     pub deny_read: Vec<Located<String>>,
     pub deny_write: Vec<Located<String>>,
+    pub unix_sockets: Vec<Located<String>>,
     pub mode: Option<Located<NetworkMode>>,
     pub allow: Vec<Rule>,
     pub deny: Vec<Rule>,
@@ -45,6 +46,7 @@ pub struct Fragment {
     pub timeout: Option<Located<Duration>>,
     pub memory: Option<Located<u64>>,
     pub pids: Option<Located<u32>>,
+    pub tmp: Option<Located<u64>>,
     pub audit_log: Option<Located<String>>,
 }
 
@@ -59,6 +61,7 @@ impl Fragment {
             read: None,
             deny_read: vec![],
             deny_write: vec![],
+            unix_sockets: vec![],
             mode: None,
             allow: vec![],
             deny: vec![],
@@ -79,6 +82,7 @@ impl Fragment {
             timeout: None,
             memory: None,
             pids: None,
+            tmp: None,
             audit_log: None,
         }
     }

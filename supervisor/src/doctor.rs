@@ -19,7 +19,14 @@ pub struct Findings {
     pub approvals: String,
     pub tier: String,
     pub fix: Option<String>,
+    /// Each `[limits]` entry and how this machine enforces it (SPEC §4.6).
+    pub limits: Vec<String>,
+    /// What the degraded tier does not cover (SPEC §4.4).
+    pub degraded_residual_risk: String,
 }
+
+/// The degraded tier's known gaps, for `doctor` and the run's warning.
+pub const DEGRADED_RESIDUAL_RISK: &str = "the degraded tier's Landlock rule allows TCP connect by port, not address:      the command can reach any listener on the proxy's port at any address (another loopback address,      or a remote host if it gets there). There are no namespaces: pids and memory limits and unix      socket masking come only from RLIMIT_NPROC and from refusing socket(AF_UNIX)";
 
 #[cfg_attr(not(target_os = "linux"), allow(dead_code))]
 fn read(path: &str) -> Option<String> {
@@ -143,6 +150,8 @@ pub fn findings() -> Findings {
         approvals,
         tier,
         fix,
+        limits: crate::linux::limits::describe(),
+        degraded_residual_risk: DEGRADED_RESIDUAL_RISK.to_string(),
     }
 }
 
@@ -159,6 +168,8 @@ pub fn findings() -> Findings {
         approvals: "on".into(),
         tier: "none".into(),
         fix: Some("airlock run is not built for this platform yet".into()),
+        limits: vec![],
+        degraded_residual_risk: DEGRADED_RESIDUAL_RISK.to_string(),
     }
 }
 
@@ -201,6 +212,10 @@ pub fn run(json: bool) -> Result<ExitCode> {
         if let Some(fix) = &f.fix {
             say!("fix:               {fix}");
         }
+        for l in &f.limits {
+            say!("limit:             {l}");
+        }
+        say!("degraded tier risk: {}", f.degraded_residual_risk);
     }
     Ok(ExitCode::SUCCESS)
 }

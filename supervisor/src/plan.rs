@@ -47,6 +47,36 @@ pub struct Plan {
     /// proxy on this host loopback port (`None` with `--network none`).
     #[serde(default)]
     pub degraded: Option<Option<u16>>,
+    /// Host pathname sockets left connectable (`[filesystem] unix_sockets`).
+    #[serde(default)]
+    pub unix_sockets: Vec<PathBuf>,
+    #[serde(default)]
+    pub limits: Limits,
+}
+
+/// `[limits]` as the sandbox enforces them (SPEC §4.6).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Limits {
+    pub pids: u32,
+    /// Whether a policy set `pids` (then failing to enforce it is an error).
+    pub pids_configured: bool,
+    pub memory: Option<u64>,
+    /// Bytes of the private /tmp and /dev/shm each.
+    pub tmp: u64,
+}
+
+pub const DEFAULT_PIDS: u32 = 4096;
+pub const DEFAULT_TMP: u64 = 1 << 30;
+
+impl Default for Limits {
+    fn default() -> Limits {
+        Limits {
+            pids: DEFAULT_PIDS,
+            pids_configured: false,
+            memory: None,
+            tmp: DEFAULT_TMP,
+        }
+    }
 }
 
 /// `~` is the home directory; relative paths are relative to the workspace;
@@ -164,6 +194,7 @@ pub fn build(policy: &Policy, o: &Options) -> Plan {
     {
         deny_write.push(real(dir));
     }
+    let unix_sockets = paths(&policy.unix_sockets, "unix_sockets");
     let mut write: Vec<PathBuf> = paths(&policy.write, "write");
     let workspace = real(o.workspace.to_path_buf());
     if o.read_only {
@@ -215,6 +246,13 @@ pub fn build(policy: &Policy, o: &Options) -> Plan {
         unsupported,
         allow_degraded: o.allow_degraded,
         degraded: None,
+        unix_sockets,
+        limits: Limits {
+            pids: policy.pids.as_ref().map_or(DEFAULT_PIDS, |p| p.value),
+            pids_configured: policy.pids.is_some(),
+            memory: policy.memory.as_ref().map(|m| m.value),
+            tmp: policy.tmp.as_ref().map_or(DEFAULT_TMP, |t| t.value),
+        },
     }
 }
 

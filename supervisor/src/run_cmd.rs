@@ -33,11 +33,12 @@ pub fn run(args: &RunArgs) -> Result<ExitCode> {
         ),
         None => policy.timeout.as_ref().map(|t| t.value),
     };
+    // Linux enforces them (or refuses to run); Seatbelt has no such limits.
     for (what, set) in [
         ("limits.memory", policy.memory.is_some()),
         ("limits.pids", policy.pids.is_some()),
     ] {
-        if set {
+        if set && cfg!(target_os = "macos") {
             eprintln!("airlock: warning: {what} is not enforced yet in this build");
         }
     }

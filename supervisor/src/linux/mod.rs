@@ -7,9 +7,11 @@ pub mod degraded;
 pub mod helper;
 pub mod init;
 pub mod landlock;
+pub mod limits;
 pub mod mounts;
 pub mod netns;
 pub mod seccomp;
+pub mod sockets;
 
 use std::io::{BufRead, BufReader, Write};
 use std::os::fd::{AsRawFd, OwnedFd};
