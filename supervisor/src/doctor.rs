@@ -26,7 +26,13 @@ pub struct Findings {
 }
 
 /// The degraded tier's known gaps, for `doctor` and the run's warning.
-pub const DEGRADED_RESIDUAL_RISK: &str = "the degraded tier's Landlock rule allows TCP connect by port, not address:      the command can reach any listener on the proxy's port at any address (another loopback address,      or a remote host if it gets there). There are no namespaces: pids and memory limits and unix      socket masking come only from RLIMIT_NPROC and from refusing socket(AF_UNIX)";
+pub const DEGRADED_RESIDUAL_RISK: &str = concat!(
+    "Landlock allows TCP connect by port, not by address: the command can reach any listener ",
+    "on the proxy's port at any address (another loopback address, or a remote host); ",
+    "without a mount namespace, host unix sockets are kept out only by refusing socket(AF_UNIX), ",
+    "and /tmp, /dev/shm and other terminals are withheld (TMPDIR is private), not replaced; ",
+    "the pids limit counts on top of the user's other processes"
+);
 
 #[cfg_attr(not(target_os = "linux"), allow(dead_code))]
 fn read(path: &str) -> Option<String> {

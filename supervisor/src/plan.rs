@@ -45,13 +45,28 @@ pub struct Plan {
     pub allow_degraded: bool,
     /// Set when the degraded tier runs (SPEC §4.4): no namespaces, the
     /// proxy on this host loopback port (`None` with `--network none`).
-    #[serde(default)]
+    #[serde(default, with = "degraded_serde")]
     pub degraded: Option<Option<u16>>,
     /// Host pathname sockets left connectable (`[filesystem] unix_sockets`).
     #[serde(default)]
     pub unix_sockets: Vec<PathBuf>,
     #[serde(default)]
     pub limits: Limits,
+}
+
+/// `Some(None)` (the degraded tier with `--network none`) must not travel
+/// as JSON `null`, which reads back as `None` (the full tier): it goes as
+/// `[null]`.
+mod degraded_serde {
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+    pub fn serialize<S: Serializer>(v: &Option<Option<u16>>, s: S) -> Result<S::Ok, S::Error> {
+        v.map(|port| (port,)).serialize(s)
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Option<u16>>, D::Error> {
+        Ok(Option::<(Option<u16>,)>::deserialize(d)?.map(|(port,)| port))
+    }
 }
 
 /// `[limits]` as the sandbox enforces them (SPEC §4.6).
@@ -259,6 +274,21 @@ pub fn build(policy: &Policy, o: &Options) -> Plan {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_degraded_tier_without_a_port_survives_the_trip() {
+        for d in [None, Some(None), Some(Some(4000))] {
+            let mut v = serde_json::json!({});
+            v["degraded"] = serde_json::to_value(d.map(|p: Option<u16>| (p,))).unwrap();
+            #[derive(Deserialize)]
+            struct T {
+                #[serde(default, with = "degraded_serde")]
+                degraded: Option<Option<u16>>,
+            }
+            let t: T = serde_json::from_value(v).unwrap();
+            assert_eq!(t.degraded, d);
+        }
+    }
 
     #[test]
     fn paths_resolve_against_home_and_workspace() {

@@ -117,7 +117,10 @@ fn start(plan: &plan::Plan) -> Result<Started> {
                 bail!("--network host has no degraded tier: it is already unconfined networking")
             }
         };
-        eprintln!("airlock: warning: user namespaces are unavailable; running the degraded tier (--allow-degraded)");
+        eprintln!(
+            "airlock: warning: user namespaces are unavailable; running the degraded tier (--allow-degraded): {}",
+            crate::doctor::DEGRADED_RESIDUAL_RISK
+        );
         plan.degraded = Some(port);
     }
     let (child, fd, channel) = Sandbox::start(&plan)?.into_parts();
