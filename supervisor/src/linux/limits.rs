@@ -88,6 +88,21 @@ impl Drop for Cgroup {
     }
 }
 
+/// Swap must not stretch a memory limit: cgroup v2's memory.swap.max, or
+/// v1's memory.memsw.limit_in_bytes (memory plus swap), where they exist.
+fn no_swap(dir: &Path, v2: bool, bytes: &str) -> Result<()> {
+    let (file, value) = if v2 {
+        ("memory.swap.max", "0")
+    } else {
+        ("memory.memsw.limit_in_bytes", bytes)
+    };
+    let path = dir.join(file);
+    if path.exists() {
+        fs::write(&path, value).with_context(|| format!("writing {}", path.display()))?;
+    }
+    Ok(())
+}
+
 fn join(controller: &str, file: (&str, &str), value: &str) -> Result<(PathBuf, PathBuf)> {
     let (parent, v2) = cgroup_dir(controller)
         .with_context(|| format!("no {controller} cgroup is available to this user"))?;
@@ -96,6 +111,10 @@ fn join(controller: &str, file: (&str, &str), value: &str) -> Result<(PathBuf, P
     let name = if v2 { file.0 } else { file.1 };
     let done = fs::write(dir.join(name), value)
         .with_context(|| format!("writing {}", dir.join(name).display()))
+        .and_then(|_| match controller {
+            "memory" => no_swap(&dir, v2, value),
+            _ => Ok(()),
+        })
         .and_then(|_| {
             fs::write(dir.join("cgroup.procs"), b"0")
                 .with_context(|| format!("joining {}", dir.display()))

@@ -31,6 +31,8 @@ fn plan(
         unsupported: vec![],
         allow_degraded: false,
         degraded: None,
+        unix_sockets: vec![],
+        limits: Default::default(),
     }
 }
 
