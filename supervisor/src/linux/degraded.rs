@@ -11,6 +11,12 @@
 //! /dev/ptmx and the terminal the command was given stay reachable.
 //! Consequences: a program that writes to /tmp by name, or uses POSIX
 //! shared memory or semaphores, or opens a new pty's slave, fails here.
+//!
+//! Landlock grants by hierarchy, so a denied path that exists inside a
+//! writable root (`.git/config`) splits that root: its other entries stay
+//! writable, but no new name can be created at the root itself (any right
+//! granted there would reach the denied path too). Absent denied paths do
+//! not split (the post-run check of SPEC §4.5 covers their creation).
 use std::io::Write;
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};

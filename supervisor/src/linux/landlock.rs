@@ -272,5 +272,10 @@ mod tests {
             carve(std::slice::from_ref(&root), &[]).0,
             vec![root.clone()]
         );
+        // An absent denied path does not split the root (the workspace stays writable).
+        assert_eq!(
+            carve(std::slice::from_ref(&root), &[root.join("b/.envrc")]).0,
+            vec![root.clone()]
+        );
     }
 }
