@@ -148,7 +148,10 @@ fn inherited_descriptors_do_not_cross() {
                 !out.stdout.contains(SECRET) && !out.stderr.contains(SECRET),
                 "{ctx}"
             );
-            assert!(got.is_empty(), "the inherited socket carried {got:?}\n{ctx}");
+            assert!(
+                got.is_empty(),
+                "the inherited socket carried {got:?}\n{ctx}"
+            );
             // 3 is ls's own directory handle.
             assert!(has_line(&out, "fds: 0 1 2 3"), "{ctx}");
             assert!(has_line(&out, "neighbour"), "{ctx}");
@@ -187,10 +190,7 @@ fn host_unix_sockets_are_unreachable_unless_listed() {
                 .collect();
             policy(
                 &f,
-                &format!(
-                    "[filesystem]\nunix_sockets = [\"{}\"]\n",
-                    granted.display()
-                ),
+                &format!("[filesystem]\nunix_sockets = [\"{}\"]\n", granted.display()),
             );
             let mut script = String::new();
             for s in socks.iter().chain([&granted]) {
@@ -209,7 +209,13 @@ from multiprocessing import Manager\n\
 m = Manager(); d = m.dict(); d[\"k\"] = 7; print(\"manager:\", d[\"k\"])\n'",
                 );
             }
-            let out = run(&mut command(&f, Tier::Full, user, &["--network", net], &script));
+            let out = run(&mut command(
+                &f,
+                Tier::Full,
+                user,
+                &["--network", net],
+                &script,
+            ));
             let ctx = format!("--network {net} as_user={user}\n{}", show(&out));
             let results: Vec<&str> = out
                 .stdout
@@ -253,9 +259,21 @@ fn setuid_bits_cannot_be_planted() {
                  install -m 4755 /bin/sh rootbash2; {} setid; ls -l rootbash",
                 probe()
             );
-            let out = run(&mut command(&f, tier, user, &["--network", "none"], &script));
+            let out = run(&mut command(
+                &f,
+                tier,
+                user,
+                &["--network", "none"],
+                &script,
+            ));
             let ctx = format!("{tier:?} as_user={user}\n{}", show(&out));
-            for name in ["rootbash", "rootbash2", "setid-file", "setid-created", "setid-dir"] {
+            for name in [
+                "rootbash",
+                "rootbash2",
+                "setid-file",
+                "setid-created",
+                "setid-dir",
+            ] {
                 if let Ok(m) = std::fs::metadata(f.ws.join(name)) {
                     assert_eq!(m.permissions().mode() & 0o6000, 0, "{name}\n{ctx}");
                 }
@@ -276,7 +294,11 @@ fn setuid_bits_cannot_be_planted() {
             ] {
                 assert!(has_line(&out, refused), "{refused}\n{ctx}");
             }
-            for allowed in ["fchmod_plain: ok", "chmod_plain: ok", "open_creat_plain: ok"] {
+            for allowed in [
+                "fchmod_plain: ok",
+                "chmod_plain: ok",
+                "open_creat_plain: ok",
+            ] {
                 assert!(has_line(&out, allowed), "{allowed}\n{ctx}");
             }
         }
@@ -340,7 +362,11 @@ fn unknown_syscalls_get_enosys_and_another_abi_is_killed() {
                 ),
             ));
             let ctx = format!("{tier:?} as_user={user}\n{}", show(&out));
-            for l in ["syscall_467: ENOSYS", "syscall_1000: ENOSYS", "syscall_400: ENOSYS"] {
+            for l in [
+                "syscall_467: ENOSYS",
+                "syscall_1000: ENOSYS",
+                "syscall_400: ENOSYS",
+            ] {
                 assert!(has_line(&out, l), "{l}\n{ctx}");
             }
             if cfg!(target_arch = "x86_64") {
@@ -382,7 +408,13 @@ fn the_pids_limit_caps_a_fork_loop() {
             let f = fixture();
             policy(&f, "[limits]\npids = 50\n");
             let started = Instant::now();
-            let out = run(&mut command(&f, tier, user, &["--network", "none"], FORK_LOOP));
+            let out = run(&mut command(
+                &f,
+                tier,
+                user,
+                &["--network", "none"],
+                FORK_LOOP,
+            ));
             let ctx = format!("{tier:?} as_user={user}\n{}", show(&out));
             let forked: usize = out
                 .stdout
@@ -396,7 +428,13 @@ fn the_pids_limit_caps_a_fork_loop() {
             // Without the limit the same loop reaches its own cap.
             if tier == Tier::Full && !user {
                 let f = fixture();
-                let out = run(&mut command(&f, tier, user, &["--network", "none"], FORK_LOOP));
+                let out = run(&mut command(
+                    &f,
+                    tier,
+                    user,
+                    &["--network", "none"],
+                    FORK_LOOP,
+                ));
                 assert!(has_line(&out, "forked: 200"), "{}", show(&out));
             }
         }
@@ -489,7 +527,13 @@ fn the_degraded_tier_keeps_host_tmp_and_other_terminals_out() {
              (exec 3<>{pts}) 2>/dev/null || echo no-other-pty; echo done",
             t = host_tmp.display()
         );
-        let out = run(&mut command(&f, Tier::Degraded, user, &["--network", "none"], &script));
+        let out = run(&mut command(
+            &f,
+            Tier::Degraded,
+            user,
+            &["--network", "none"],
+            &script,
+        ));
         let _ = std::fs::remove_file(&host_tmp);
         let ctx = format!("as_user={user}\n{}", show(&out));
         assert!(!out.stdout.contains(SECRET), "{ctx}");
@@ -528,7 +572,11 @@ fn npm_install_works_in_the_degraded_tier() {
         .unwrap();
     assert!(packed.status.success(), "{packed:?}");
     let tgz = pkg.path().join("airlock-fixture-1.0.0.tgz");
-    let _ = Command::new("chmod").arg("-R").arg("a+rX").arg(pkg.path()).status();
+    let _ = Command::new("chmod")
+        .arg("-R")
+        .arg("a+rX")
+        .arg(pkg.path())
+        .status();
     for user in users() {
         let f = fixture();
         f.write("package.json", r#"{"name":"ws","version":"1.0.0"}"#);
@@ -538,7 +586,13 @@ fn npm_install_works_in_the_degraded_tier() {
              node -e 'console.log(\"required:\", require(\"airlock-fixture\"))'",
             tgz.display()
         );
-        let out = run(&mut command(&f, Tier::Degraded, user, &["--network", "none"], &script));
+        let out = run(&mut command(
+            &f,
+            Tier::Degraded,
+            user,
+            &["--network", "none"],
+            &script,
+        ));
         let ctx = format!("as_user={user}\n{}", show(&out));
         assert!(has_line(&out, "required: 42"), "{ctx}");
         assert!(f.ws.join("node_modules/airlock-fixture").is_dir(), "{ctx}");
@@ -549,11 +603,24 @@ fn npm_install_works_in_the_degraded_tier() {
 fn doctor_lists_the_limits_and_the_degraded_risk() {
     let home = Home::new();
     let out = run(airlock(home.path()).arg("doctor"));
-    assert!(out.stdout.contains("limit:             pids"), "{}", show(&out));
-    assert!(out.stdout.contains("limit:             memory"), "{}", show(&out));
-    assert!(out.stdout.contains("limit:             tmp"), "{}", show(&out));
     assert!(
-        out.stdout.contains("degraded tier risk:") && out.stdout.contains("by port, not by address"),
+        out.stdout.contains("limit:             pids"),
+        "{}",
+        show(&out)
+    );
+    assert!(
+        out.stdout.contains("limit:             memory"),
+        "{}",
+        show(&out)
+    );
+    assert!(
+        out.stdout.contains("limit:             tmp"),
+        "{}",
+        show(&out)
+    );
+    assert!(
+        out.stdout.contains("degraded tier risk:")
+            && out.stdout.contains("by port, not by address"),
         "{}",
         show(&out)
     );

@@ -66,7 +66,13 @@ fn files_secrets_and_writes() {
     std::fs::write(f.ws.join(".git/config"), "[core]\n").unwrap();
     let out = degraded(&f, &["--network", "none"], &script);
     assert!(!out.stdout.contains(SECRET), "{}", show(&out));
-    for want in ["ordinary", "listed-home", "wrote-ws", "wrote-tmp", "no-host-tmp"] {
+    for want in [
+        "ordinary",
+        "listed-home",
+        "wrote-ws",
+        "wrote-tmp",
+        "no-host-tmp",
+    ] {
         assert!(out.stdout.contains(want), "{want}\n{}", show(&out));
     }
     assert!(!outside.path().join("planted").exists());

@@ -152,7 +152,15 @@ pub fn run(plan: &Plan, channel: &mut UnixStream, proxy_port: Option<u16>) -> Re
 
 fn set_parent_death_signal() -> Result<()> {
     // SAFETY: prctl with integer arguments.
-    if unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, init::TEARDOWN as libc::c_int, 0, 0, 0) } != 0
+    if unsafe {
+        libc::prctl(
+            libc::PR_SET_PDEATHSIG,
+            init::TEARDOWN as libc::c_int,
+            0,
+            0,
+            0,
+        )
+    } != 0
     {
         return Err(std::io::Error::last_os_error()).context("setting the parent-death signal");
     }

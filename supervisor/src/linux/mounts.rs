@@ -121,7 +121,11 @@ pub fn setup(plan: &Plan) -> Result<()> {
         .collect();
 
     let size = super::limits::tmpfs_size(&plan.limits);
-    tmpfs(Path::new("/tmp"), &format!("mode=1777,{size}"), MsFlags::empty())?;
+    tmpfs(
+        Path::new("/tmp"),
+        &format!("mode=1777,{size}"),
+        MsFlags::empty(),
+    )?;
     for (path, fd, is_dir) in &tmp_roots {
         bind_handle(fd, path, *is_dir)?;
     }

@@ -97,15 +97,23 @@ pub fn keep(plan: &Plan) -> Vec<Kept> {
 }
 
 fn bind(src: &Path, target: &Path) -> Result<()> {
-    mount(Some(src), target, None::<&str>, MsFlags::MS_BIND, None::<&str>)
-        .with_context(|| format!("covering the host socket {}", target.display()))
+    mount(
+        Some(src),
+        target,
+        None::<&str>,
+        MsFlags::MS_BIND,
+        None::<&str>,
+    )
+    .with_context(|| format!("covering the host socket {}", target.display()))
 }
 
 /// Cover every host socket still visible, then bind the granted ones back.
 /// Call at the end of `mounts::setup`, once /dev/null is the sandbox's own.
 pub fn mask(kept: Vec<Kept>) -> Result<()> {
     let started = Instant::now();
-    let host = HOST.get().context("the host's unix sockets were not listed")?;
+    let host = HOST
+        .get()
+        .context("the host's unix sockets were not listed")?;
     let mut covered = 0;
     for p in host {
         let Some(id) = socket_id(p) else { continue };
@@ -121,15 +129,20 @@ pub fn mask(kept: Vec<Kept>) -> Result<()> {
         }
         // Hidden by the tmpfs over /tmp, /run or /dev/shm: bind it back.
         if let Some(parent) = k.path.parent() {
-            fs::create_dir_all(parent)
-                .with_context(|| format!("creating {}", parent.display()))?;
+            fs::create_dir_all(parent).with_context(|| format!("creating {}", parent.display()))?;
         }
         if fs::symlink_metadata(&k.path).is_err() {
             fs::write(&k.path, b"").with_context(|| format!("creating {}", k.path.display()))?;
         }
         let src = PathBuf::from(format!("/proc/self/fd/{}", k.fd.as_raw_fd()));
-        mount(Some(&src), &k.path, None::<&str>, MsFlags::MS_BIND, None::<&str>)
-            .with_context(|| format!("binding the granted socket {}", k.path.display()))?;
+        mount(
+            Some(&src),
+            &k.path,
+            None::<&str>,
+            MsFlags::MS_BIND,
+            None::<&str>,
+        )
+        .with_context(|| format!("binding the granted socket {}", k.path.display()))?;
     }
     tracing::debug!(covered, granted = kept.len(), elapsed = ?started.elapsed(), "host unix sockets masked");
     Ok(())

@@ -155,7 +155,12 @@ fn protocols() {
     let (stream, dgram) = (libc::SOCK_STREAM, libc::SOCK_DGRAM);
     for (name, fam, ty, proto) in [
         ("tcp", inet, stream, 0),
-        ("tcp_explicit", inet6, stream | libc::SOCK_CLOEXEC, libc::IPPROTO_TCP),
+        (
+            "tcp_explicit",
+            inet6,
+            stream | libc::SOCK_CLOEXEC,
+            libc::IPPROTO_TCP,
+        ),
         ("udp", inet, dgram, 0),
         ("mptcp", inet, stream, 262),
         ("mptcp6", inet6, stream | libc::SOCK_NONBLOCK, 262),
