@@ -13,6 +13,7 @@
 //! by `doctor` and logged.
 
 use std::fs;
+use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
@@ -73,17 +74,47 @@ fn cgroup_dir(controller: &str) -> Option<(PathBuf, bool)> {
     Some((root.join(path.trim_start_matches('/')), false))
 }
 
-/// A cgroup the helper moved itself into; removed when dropped.
+/// The sandbox's cgroups, made by the helper, which itself stays outside
+/// (so it can remove them when the sandbox is gone).
 pub struct Cgroup {
-    dirs: Vec<(PathBuf, PathBuf)>,
+    dirs: Vec<PathBuf>,
 }
 
 impl Drop for Cgroup {
     fn drop(&mut self) {
-        for (parent, dir) in &self.dirs {
-            // Step back out, so the now empty cgroup can go.
-            let _ = fs::write(parent.join("cgroup.procs"), b"0");
+        for dir in &self.dirs {
             let _ = fs::remove_dir(dir);
+        }
+    }
+}
+
+impl Cgroup {
+    /// Move `pid` (a child waiting at its `Gate`) into every cgroup.
+    /// Migration waits for an RCU grace period (milliseconds), which is
+    /// why the child does its own setup meanwhile instead of waiting here.
+    pub fn add(&self, pid: libc::pid_t) -> Result<()> {
+        for dir in &self.dirs {
+            fs::write(dir.join("cgroup.procs"), pid.to_string())
+                .with_context(|| format!("moving the sandbox into {}", dir.display()))?;
+        }
+        Ok(())
+    }
+}
+
+/// Remove the empty cgroups of helpers that died without cleaning up (a
+/// SIGKILLed supervisor takes its helper along at once). rmdir fails on a
+/// cgroup that still has tasks, and a live helper's pid is skipped.
+fn sweep(parent: &Path) {
+    let Ok(entries) = fs::read_dir(parent) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let name = e.file_name();
+        let Some(pid) = name.to_str().and_then(|n| n.strip_prefix("airlock-")) else {
+            continue;
+        };
+        if pid.parse::<u32>().is_ok() && !Path::new("/proc").join(pid).exists() {
+            let _ = fs::remove_dir(e.path());
         }
     }
 }
@@ -103,9 +134,10 @@ fn no_swap(dir: &Path, v2: bool, bytes: &str) -> Result<()> {
     Ok(())
 }
 
-fn join(controller: &str, file: (&str, &str), value: &str) -> Result<(PathBuf, PathBuf)> {
+fn create(controller: &str, file: (&str, &str), value: &str) -> Result<PathBuf> {
     let (parent, v2) = cgroup_dir(controller)
         .with_context(|| format!("no {controller} cgroup is available to this user"))?;
+    sweep(&parent);
     let dir = parent.join(format!("airlock-{}", std::process::id()));
     fs::create_dir(&dir).with_context(|| format!("creating {}", dir.display()))?;
     let name = if v2 { file.0 } else { file.1 };
@@ -114,24 +146,20 @@ fn join(controller: &str, file: (&str, &str), value: &str) -> Result<(PathBuf, P
         .and_then(|_| match controller {
             "memory" => no_swap(&dir, v2, value),
             _ => Ok(()),
-        })
-        .and_then(|_| {
-            fs::write(dir.join("cgroup.procs"), b"0")
-                .with_context(|| format!("joining {}", dir.display()))
         });
     if let Err(e) = done {
         let _ = fs::remove_dir(&dir);
         return Err(e);
     }
-    Ok((parent, dir))
+    Ok(dir)
 }
 
 /// Before the namespaces: the cgroups that carry `memory`, and `pids` for
-/// root. Returns the cgroups to leave when the sandbox is gone.
-pub fn enter_cgroups(limits: &Limits) -> Result<Cgroup> {
+/// root (the kernel exempts uid 0 from RLIMIT_NPROC).
+pub fn create_cgroups(limits: &Limits) -> Result<Cgroup> {
     let mut cg = Cgroup { dirs: vec![] };
     if let Some(bytes) = limits.memory {
-        let dir = join(
+        let dir = create(
             "memory",
             ("memory.max", "memory.limit_in_bytes"),
             &bytes.to_string(),
@@ -142,7 +170,7 @@ pub fn enter_cgroups(limits: &Limits) -> Result<Cgroup> {
         cg.dirs.push(dir);
     }
     if is_root() {
-        match join("pids", ("pids.max", "pids.max"), &limits.pids.to_string()) {
+        match create("pids", ("pids.max", "pids.max"), &limits.pids.to_string()) {
             Ok(dir) => cg.dirs.push(dir),
             Err(e) if limits.pids_configured => {
                 bail!("limits.pids cannot be enforced for root here: {e:#} (the kernel exempts uid 0 from RLIMIT_NPROC; it needs a pids cgroup)")
@@ -151,6 +179,38 @@ pub fn enter_cgroups(limits: &Limits) -> Result<Cgroup> {
         }
     }
     Ok(cg)
+}
+
+/// A one-byte pipe: a child does its setup, then waits here until its
+/// parent has placed it in the cgroups (EOF means the parent could not).
+pub struct Gate {
+    read: OwnedFd,
+    write: OwnedFd,
+}
+
+impl Gate {
+    pub fn new() -> Result<Gate> {
+        let (read, write) =
+            nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).context("creating a pipe")?;
+        Ok(Gate { read, write })
+    }
+
+    /// In the child.
+    pub fn wait(self) -> Result<()> {
+        drop(self.write);
+        let mut byte = [0u8; 1];
+        match nix::unistd::read(&self.read, &mut byte) {
+            Ok(1) => Ok(()),
+            _ => bail!("the sandbox could not be placed in its cgroups"),
+        }
+    }
+
+    /// In the parent, once the child is placed.
+    pub fn open(self) -> Result<()> {
+        drop(self.read);
+        nix::unistd::write(&self.write, b"1").context("releasing the sandbox")?;
+        Ok(())
+    }
 }
 
 /// Right after the user namespace is created: RLIMIT_NPROC, counted in it.
