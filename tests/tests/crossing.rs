@@ -625,3 +625,25 @@ fn doctor_lists_the_limits_and_the_degraded_risk() {
         show(&out)
     );
 }
+
+#[test]
+fn the_sandbox_cannot_reach_airlocks_own_approval_socket() {
+    for user in users() {
+        let f = fixture();
+        let sock = f.home.join("approve.sock");
+        let ask = format!("socket:{}", sock.display());
+        let out = run(&mut command(
+            &f,
+            Tier::Full,
+            user,
+            &["--ask", &ask],
+            &format!(
+                "test -S {s} && echo visible; {p} connect-unix {s}",
+                s = sock.display(),
+                p = probe()
+            ),
+        ));
+        let ctx = format!("as_user={user}\n{}", show(&out));
+        assert!(has_line(&out, "connect_unix: ECONNREFUSED"), "{ctx}");
+    }
+}
