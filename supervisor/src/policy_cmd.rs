@@ -248,7 +248,11 @@ pub fn profile(args: &PolicyArgs, target: &str) -> Result<ExitCode> {
             say!(
                 "pids      {}{}",
                 plan.limits.pids,
-                if plan.limits.pids_configured { "" } else { " (default)" }
+                if plan.limits.pids_configured {
+                    ""
+                } else {
+                    " (default)"
+                }
             );
             match plan.limits.memory {
                 Some(m) => say!("memory    {m} bytes (cgroup)"),

@@ -99,7 +99,7 @@ fn own_tasks() -> u64 {
 }
 
 /// The watcher: outside the Landlock domain, so that it can remove the
-/// private TMPDIR and leave the cgroups when the run ends. It forwards the
+/// private TMPDIR when the run ends. It forwards the
 /// teardown signal to init and, as a subreaper too, kills whatever
 /// survives init.
 pub fn run(plan: &Plan, channel: &mut UnixStream, proxy_port: Option<u16>) -> Result<i32> {
@@ -108,7 +108,7 @@ pub fn run(plan: &Plan, channel: &mut UnixStream, proxy_port: Option<u16>) -> Re
     let mask = init::block_signals()?;
     set_parent_death_signal()?;
     subreaper()?;
-    let cgroups = limits::create_cgroups(&plan.limits)?;
+    limits::wait_until_placed(channel)?;
     let tmp = PrivateTmp::new()?;
     let mut plan = plan.clone();
     for var in ["TMPDIR", "TMP", "TEMP"] {
@@ -116,11 +116,10 @@ pub fn run(plan: &Plan, channel: &mut UnixStream, proxy_port: Option<u16>) -> Re
     }
     // SAFETY: getpid has no preconditions.
     let watcher = unsafe { libc::getpid() };
-    let gate = limits::Gate::new()?;
     // SAFETY: the helper is single-threaded; the child runs init and exits.
     let child = match unsafe { fork() }.context("starting the sandbox's init")? {
         ForkResult::Child => {
-            let code = match sandbox_init(&plan, &tmp.0, channel, proxy_port, watcher, gate) {
+            let code = match sandbox_init(&plan, &tmp.0, channel, proxy_port, watcher) {
                 Ok(code) => code,
                 Err(e) => {
                     let _ = writeln!(channel, "error: {e:#}");
@@ -132,11 +131,6 @@ pub fn run(plan: &Plan, channel: &mut UnixStream, proxy_port: Option<u16>) -> Re
         }
         ForkResult::Parent { child } => child,
     };
-    if let Err(e) = cgroups.add(child.as_raw()).and_then(|_| gate.open()) {
-        let _ = kill(child, nix::sys::signal::Signal::SIGKILL);
-        let _ = waitpid(child, None);
-        return Err(e);
-    }
     let code = loop {
         let sig = mask.wait().context("waiting for signals")?;
         if sig == init::TEARDOWN {
@@ -152,7 +146,6 @@ pub fn run(plan: &Plan, channel: &mut UnixStream, proxy_port: Option<u16>) -> Re
     // Whatever init left behind (if the command killed it) is ours now.
     init::kill_descendants();
     drop(tmp);
-    drop(cgroups);
     Ok(code)
 }
 
@@ -188,7 +181,6 @@ fn sandbox_init(
     channel: &mut UnixStream,
     proxy_port: Option<u16>,
     watcher: libc::pid_t,
-    gate: limits::Gate,
 ) -> Result<i32> {
     set_parent_death_signal()?;
     // SAFETY: getppid has no preconditions.
@@ -220,6 +212,5 @@ fn sandbox_init(
     landlock::restrict_degraded(&read, &listable, &write, proxy_port)?;
     seccomp::install(true)?;
     super::helper::close_on_exec(channel)?;
-    gate.wait()?;
     init::run(plan, channel, init::Reap::Subreaper)
 }

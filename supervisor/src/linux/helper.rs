@@ -89,8 +89,6 @@ fn build_and_run(channel: &mut UnixStream, supervisor: libc::pid_t) -> Result<i3
     let (uid, gid) = (getuid().as_raw(), getgid().as_raw());
     // Before the network namespace hides them: the host's unix sockets.
     sockets::snapshot()?;
-    // Before the namespaces: cgroups for memory (and pids, for root).
-    let cgroups = limits::create_cgroups(&plan.limits)?;
 
     // 1. Namespaces: user (our ids mapped), mount, PID, IPC, and network
     //    unless the user asked for the host's.
@@ -115,11 +113,13 @@ fn build_and_run(channel: &mut UnixStream, supervisor: libc::pid_t) -> Result<i3
         netns::send_fd(channel, listener.as_fd())?;
     }
 
-    let gate = limits::Gate::new()?;
+    // Nothing starts before the supervisor has put us in the cgroups.
+    limits::wait_until_placed(channel)?;
+
     // SAFETY: the helper is single-threaded.
-    let child = match unsafe { fork() }.context("starting the sandbox's init")? {
+    match unsafe { fork() }.context("starting the sandbox's init")? {
         ForkResult::Child => {
-            let code = match pid1(&plan, channel, gate) {
+            let code = match pid1(&plan, channel) {
                 Ok(code) => code,
                 Err(e) => {
                     let _ = writeln!(channel, "error: {e:#}");
@@ -128,27 +128,20 @@ fn build_and_run(channel: &mut UnixStream, supervisor: libc::pid_t) -> Result<i3
             };
             std::process::exit(code)
         }
-        ForkResult::Parent { child } => child,
-    };
-    // While init sets the sandbox up, put it in the cgroups.
-    if let Err(e) = cgroups.add(child.as_raw()).and_then(|_| gate.open()) {
-        let _ = nix::sys::signal::kill(child, nix::sys::signal::Signal::SIGKILL);
-        let _ = waitpid(child, None);
-        return Err(e);
-    }
-    loop {
-        match waitpid(child, None) {
-            Ok(WaitStatus::Exited(_, code)) => return Ok(code),
-            Ok(WaitStatus::Signaled(_, sig, _)) => return Ok(128 + sig as i32),
-            Ok(_) => continue,
-            Err(nix::errno::Errno::EINTR) => continue,
-            Err(e) => return Err(e).context("waiting for the sandbox's init"),
-        }
+        ForkResult::Parent { child } => loop {
+            match waitpid(child, None) {
+                Ok(WaitStatus::Exited(_, code)) => return Ok(code),
+                Ok(WaitStatus::Signaled(_, sig, _)) => return Ok(128 + sig as i32),
+                Ok(_) => continue,
+                Err(nix::errno::Errno::EINTR) => continue,
+                Err(e) => return Err(e).context("waiting for the sandbox's init"),
+            }
+        },
     }
 }
 
 /// Steps 3 to 7, as PID 1 of the new PID namespace.
-fn pid1(plan: &Plan, channel: &mut UnixStream, gate: limits::Gate) -> Result<i32> {
+fn pid1(plan: &Plan, channel: &mut UnixStream) -> Result<i32> {
     // Our parent (the helper) lives outside this PID namespace: it is pid 0 here.
     caps::die_with_parent(0)?;
     // 3. Mounts.
@@ -160,10 +153,8 @@ fn pid1(plan: &Plan, channel: &mut UnixStream, gate: limits::Gate) -> Result<i32
     landlock::restrict(&plan.read, &plan.write, plan.allow_degraded)?;
     // 6. seccomp.
     seccomp::install(false)?;
-    // 7. Init: the command must not inherit the channel, nor start
-    //    before the helper has put the sandbox in its cgroups.
+    // 7. Init: the command must not inherit the channel.
     close_on_exec(channel)?;
-    gate.wait()?;
     init::run(plan, channel, init::Reap::Namespace)
 }
 

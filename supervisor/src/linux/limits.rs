@@ -8,12 +8,13 @@
 //! - memory: a cgroup's memory.max (v2) or memory.limit_in_bytes (v1).
 //! - tmp: the size of the private /tmp and /dev/shm tmpfs (mounts.rs).
 //!
-//! A limit the policy sets that cannot be enforced is an error; the pids
+//! The supervisor makes the cgroups and moves the helper in while the
+//! helper builds the namespaces; the helper waits for that before it
+//! forks. A limit the policy sets that cannot be enforced is an error; the pids
 //! default that cannot be enforced (root without a usable cgroup) is said
 //! by `doctor` and logged.
 
 use std::fs;
-use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
@@ -74,8 +75,8 @@ fn cgroup_dir(controller: &str) -> Option<(PathBuf, bool)> {
     Some((root.join(path.trim_start_matches('/')), false))
 }
 
-/// The sandbox's cgroups, made by the helper, which itself stays outside
-/// (so it can remove them when the sandbox is gone).
+/// The sandbox's cgroups, made by the supervisor, which stays outside and
+/// removes them when the run is over (the helper has exited by then).
 pub struct Cgroup {
     dirs: Vec<PathBuf>,
 }
@@ -89,9 +90,7 @@ impl Drop for Cgroup {
 }
 
 impl Cgroup {
-    /// Move `pid` (a child waiting at its `Gate`) into every cgroup.
-    /// Migration waits for an RCU grace period (milliseconds), which is
-    /// why the child does its own setup meanwhile instead of waiting here.
+    /// Move `pid` (the helper, before it forks anything) into every cgroup.
     pub fn add(&self, pid: libc::pid_t) -> Result<()> {
         for dir in &self.dirs {
             fs::write(dir.join("cgroup.procs"), pid.to_string())
@@ -181,35 +180,13 @@ pub fn create_cgroups(limits: &Limits) -> Result<Cgroup> {
     Ok(cg)
 }
 
-/// A one-byte pipe: a child does its setup, then waits here until its
-/// parent has placed it in the cgroups (EOF means the parent could not).
-pub struct Gate {
-    read: OwnedFd,
-    write: OwnedFd,
-}
-
-impl Gate {
-    pub fn new() -> Result<Gate> {
-        let (read, write) =
-            nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).context("creating a pipe")?;
-        Ok(Gate { read, write })
-    }
-
-    /// In the child.
-    pub fn wait(self) -> Result<()> {
-        drop(self.write);
-        let mut byte = [0u8; 1];
-        match nix::unistd::read(&self.read, &mut byte) {
-            Ok(1) => Ok(()),
-            _ => bail!("the sandbox could not be placed in its cgroups"),
-        }
-    }
-
-    /// In the parent, once the child is placed.
-    pub fn open(self) -> Result<()> {
-        drop(self.read);
-        nix::unistd::write(&self.write, b"1").context("releasing the sandbox")?;
-        Ok(())
+/// In the helper, before it starts anything: wait until the supervisor
+/// has placed it in the cgroups (`Sandbox::start`).
+pub fn wait_until_placed(channel: &mut std::os::unix::net::UnixStream) -> Result<()> {
+    let mut byte = [0u8; 1];
+    match std::io::Read::read_exact(channel, &mut byte) {
+        Ok(()) if byte == *b"1" => Ok(()),
+        _ => bail!("the sandbox could not be placed in its cgroups"),
     }
 }
 
