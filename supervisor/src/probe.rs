@@ -114,6 +114,8 @@ fn probe_plan(argv: &[&str], env: BTreeMap<String, String>) -> Plan {
         allow_degraded: false,
         degraded: None,
         macos: Default::default(),
+        unix_sockets: vec![],
+        limits: Default::default(),
     }
 }
 

@@ -42,11 +42,12 @@ pub fn run(args: &RunArgs) -> Result<ExitCode> {
         ),
         None => policy.timeout.as_ref().map(|t| t.value),
     };
+    // Linux enforces them (or refuses to run); Seatbelt has no such limits.
     for (what, set) in [
         ("limits.memory", policy.memory.is_some()),
         ("limits.pids", policy.pids.is_some()),
     ] {
-        if set {
+        if set && cfg!(target_os = "macos") {
             eprintln!("airlock: warning: {what} is not enforced yet in this build");
         }
     }
@@ -140,7 +141,10 @@ fn start(plan: &plan::Plan) -> Result<Started> {
                 bail!("--network host has no degraded tier: it is already unconfined networking")
             }
         };
-        eprintln!("airlock: warning: user namespaces are unavailable; running the degraded tier (--allow-degraded)");
+        eprintln!(
+            "airlock: warning: user namespaces are unavailable; running the degraded tier (--allow-degraded): {}",
+            crate::doctor::DEGRADED_RESIDUAL_RISK
+        );
         plan.degraded = Some(port);
     }
     let (child, fd, channel) = Sandbox::start(&plan)?.into_parts();

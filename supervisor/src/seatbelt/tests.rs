@@ -47,6 +47,8 @@ fn plan(
             terminal: Some(PathBuf::from(TTY)),
             ..MacosPlan::default()
         },
+        unix_sockets: vec![],
+        limits: Default::default(),
     }
 }
 
