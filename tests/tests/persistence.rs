@@ -914,3 +914,45 @@ fn a_hard_link_to_a_hidden_file_is_refused() {
         assert!(!out.stdout.contains("s3cret"));
     }
 }
+
+/// The degraded tier has no mount namespace: the workspace root stays
+/// writable (a git checkout gets its `node_modules`), and the post-run
+/// check restores or quarantines what the command changed in the
+/// protected set.
+#[test]
+fn the_degraded_tier_restores_the_protected_set_after_the_run() {
+    if !git_available() {
+        eprintln!("skipped: git is not installed");
+        return;
+    }
+    for who in Who::all() {
+        let f = repo(who);
+        let marker = f.home.join("PWNED");
+        let config_before = std::fs::read(f.ws.join(".git/config")).unwrap();
+        let mut c = f.command(
+            &["--allow-degraded", "--network", "none"],
+            &format!(
+                "mkdir node_modules && echo ok > node_modules/x && echo made; \
+                 printf '[core]\\n\\tfsmonitor = touch {m}\\n' >> .git/config; \
+                 printf '#!/bin/sh\\ntouch {m}\\n' > .git/hooks/pre-commit; chmod +x .git/hooks/pre-commit; echo '' > .envrc",
+                m = marker.display()
+            ),
+        );
+        c.env("AIRLOCK_FORCE_TIER", "degraded");
+        let out = run(&mut who.wrap(c));
+        assert!(out.stdout.contains("made"), "{who:?}: {}", show(&out));
+        assert_eq!(
+            std::fs::read(f.ws.join(".git/config")).unwrap(),
+            config_before,
+            "{who:?}: {}",
+            show(&out)
+        );
+        assert!(
+            !f.ws.join(".git/hooks/pre-commit").exists(),
+            "{who:?}: {}",
+            show(&out)
+        );
+        assert!(!f.ws.join(".envrc").exists(), "{who:?}: {}", show(&out));
+        host_git_runs_nothing(&f, who, &f.ws, &marker);
+    }
+}

@@ -198,11 +198,29 @@ fn sandbox_init(
     caps::no_new_privs()?;
     let withheld = [Path::new("/tmp"), Path::new("/dev")].map(PathBuf::from);
     let hidden_read: Vec<PathBuf> = plan.deny_read.iter().cloned().chain(withheld).collect();
+    // Landlock grants by tree: carving a protected file out of a writable
+    // root would leave the root itself unwritable (no `node_modules` in a
+    // git checkout). So the project's protected set stays writable here and
+    // the post-run check (SPEC §4.5) quarantines or restores what changed;
+    // airlock's own files (trust store, journals, CA, managed policy) and
+    // hidden paths are carved out as before.
+    let own: Vec<PathBuf> = crate::sources::user_policy_path()
+        .and_then(|p| p.parent().map(PathBuf::from))
+        .into_iter()
+        .chain(airlock_ca::default_dir())
+        .chain([crate::sources::managed_policy_path().0])
+        .collect();
     let hidden_write: Vec<PathBuf> = plan
         .deny_read
         .iter()
-        .chain(plan.deny_write.iter())
         .cloned()
+        .chain(
+            plan.deny_write
+                .iter()
+                .filter(|p| own.iter().any(|o| p.starts_with(o)))
+                .cloned(),
+        )
+        .chain(own.iter().cloned())
         .collect();
     let (read, listable) = landlock::carve(&plan.read, &hidden_read);
     let (mut write, _) = landlock::carve(&plan.write, &hidden_write);
