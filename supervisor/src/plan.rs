@@ -42,6 +42,9 @@ pub struct Plan {
     /// replaced, because a protection lies below them: made mount points.
     #[serde(default)]
     pub pin: Vec<PathBuf>,
+    /// airlock's own outputs (audit log, report) inside writable roots.
+    #[serde(default)]
+    pub own_outputs: Vec<PathBuf>,
     /// The protected set, with the writable root each path lies in.
     #[serde(skip)]
     pub protected: Vec<crate::integrity::Protected>,
@@ -302,6 +305,7 @@ pub fn build(policy: &Policy, o: &Options) -> Plan {
         deny_read,
         deny_write,
         pin,
+        own_outputs: vec![],
         protected,
         deny_read_globs: globs,
         unsupported,

@@ -108,6 +108,7 @@ fn probe_plan(argv: &[&str], env: BTreeMap<String, String>) -> Plan {
         deny_read,
         deny_write: vec![],
         pin: vec![],
+        own_outputs: vec![],
         protected: vec![],
         deny_read_globs: vec![],
         unsupported: vec![],

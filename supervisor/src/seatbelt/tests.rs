@@ -36,6 +36,7 @@ fn plan(
         deny_read: paths(deny_read),
         deny_write: paths(deny_write),
         pin: vec![],
+        own_outputs: vec![],
         protected: vec![],
         deny_read_globs: globs.iter().map(|s| s.to_string()).collect(),
         unsupported: vec![],
