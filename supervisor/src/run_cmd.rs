@@ -281,7 +281,9 @@ fn run_platform(
     let journal = crate::integrity::journal::Journal::new(&run, run_start, &plan.write, snapshot);
     let journal_path = journal.write().context("the post-run check's journal")?;
     #[cfg(target_os = "linux")]
-    let watch = crate::integrity::watch::start(&plan.protected);
+    let killer = Arc::new(std::sync::OnceLock::new());
+    #[cfg(target_os = "linux")]
+    let watch = crate::integrity::watch::start(&plan.protected, killer.clone());
     tracing::debug!(elapsed = ?started.elapsed(), paths = plan.protected.len(), "protected set recorded");
     // Spawned from this (main) thread: see `start`.
     let sandbox = match start(&plan) {
@@ -299,6 +301,22 @@ fn run_platform(
         sandbox.child.id() as libc::pid_t,
         sandbox.teardown,
     )?;
+    #[cfg(target_os = "linux")]
+    {
+        // SAFETY: pidfd_open on our own child; the result is checked.
+        let fd =
+            unsafe { libc::syscall(libc::SYS_pidfd_open, sandbox.child.id() as libc::pid_t, 0) };
+        let pidfd = (fd >= 0).then(|| {
+            // SAFETY: a fresh descriptor we own.
+            unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd as i32) }
+        });
+        let _ = killer.set(crate::integrity::watch::Killer {
+            pidfd,
+            signal: sandbox.teardown,
+        });
+    }
+    #[cfg(not(target_os = "linux"))]
+    let _ = &killer;
     if let Some(a) = &audit {
         crate::run_audit::begin(a, args, workspace, sandbox.tier);
     }

@@ -991,3 +991,37 @@ fn the_audit_log_and_report_in_the_workspace_cannot_be_forged() {
         assert!(report.contains("exit_code"), "{who:?}: {report}");
     }
 }
+
+/// A name that points an existing repository at code the sandbox controls
+/// (`.git/commondir`) would run on the host's next `git status` even while
+/// the run goes on (an IDE polls it): the sandbox is stopped at once.
+#[test]
+fn redirecting_an_existing_repository_stops_the_sandbox_at_once() {
+    if !git_available() {
+        eprintln!("skipped: git is not installed");
+        return;
+    }
+    for who in Who::all() {
+        let f = repo(who);
+        let t = std::time::Instant::now();
+        let out = sandboxed(
+            &f,
+            who,
+            &["--network", "none"],
+            "mkdir -p shared/objects shared/refs; echo ../shared > .git/commondir; sleep 20; echo still-running",
+        );
+        assert!(t.elapsed().as_secs() < 15, "{who:?}: {}", show(&out));
+        assert!(
+            !out.stdout.contains("still-running"),
+            "{who:?}: {}",
+            show(&out)
+        );
+        assert_ne!(out.code, 0, "{who:?}: {}", show(&out));
+        assert!(
+            out.stderr.contains("the sandbox was stopped"),
+            "{who:?}: {}",
+            show(&out)
+        );
+        assert!(!f.ws.join(".git/commondir").exists(), "{who:?}");
+    }
+}

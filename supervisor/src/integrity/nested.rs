@@ -232,6 +232,7 @@ pub fn changes(
                         kind: ChangeKind::Created,
                         before: State::Absent,
                         git: true,
+                        hidden: false,
                     });
                 }
             }

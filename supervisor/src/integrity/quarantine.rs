@@ -263,6 +263,21 @@ fn act_one(c: &Change, run: &str) -> Outcome {
         }
     };
     let name = rel.file_name().unwrap_or(rel.as_os_str()).to_os_string();
+    if c.hidden && c.kind == ChangeKind::Created && rel == c.rel {
+        // A hidden name that appeared (a `.env` the user wrote during the
+        // run, say) is left alone unless it is linked elsewhere, which is how
+        // a sandbox would read what is later written there.
+        let linked = nix::sys::stat::fstatat(
+            &parent,
+            name.as_os_str(),
+            nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW,
+        )
+        .is_ok_and(|st| st.st_nlink > 1);
+        if !linked {
+            outcome.action = "reported".into();
+            return outcome;
+        }
+    }
     if c.kind != ChangeKind::Removed {
         let moved = if rel == Path::new(AIRLOCK_DIR) {
             // The sandbox made or replaced `.airlock` itself: move it aside

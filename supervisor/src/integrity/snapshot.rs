@@ -275,6 +275,9 @@ pub struct Change {
     pub kind: ChangeKind,
     pub before: State,
     pub git: bool,
+    /// A `deny_read` path: a new one is the user's as likely as the
+    /// sandbox's, and is moved only when it has another hard link.
+    pub hidden: bool,
 }
 
 fn same_node(a: &State, b: &State) -> bool {
@@ -298,6 +301,7 @@ fn diff(root: &Path, rel: &Path, git: bool, before: &State, after: &State, out: 
         kind,
         before: before.clone(),
         git,
+        hidden: false,
     };
     match (before, after) {
         (State::Absent | State::Blocked, State::Absent | State::Blocked) => {}
@@ -340,7 +344,11 @@ impl Snapshot {
         let mut out = vec![];
         for (p, before) in &self.entries {
             let after = state_of(p);
+            let from = out.len();
             diff(&p.root, &p.rel, p.git, before, &after, &mut out);
+            for c in &mut out[from..] {
+                c.hidden = p.hidden;
+            }
         }
         // A path and its parent can both be in the set: keep the shallowest.
         out.sort_by(|a, b| (&a.root, &a.rel).cmp(&(&b.root, &b.rel)));
