@@ -11,7 +11,7 @@ use nix::sched::{unshare, CloneFlags};
 use nix::sys::wait::{waitpid, WaitStatus};
 use nix::unistd::{fork, getgid, getuid, ForkResult};
 
-use super::{caps, init, landlock, mounts, netns, seccomp};
+use super::{caps, capture, init, landlock, mounts, netns, seccomp};
 use crate::plan::{Net, Plan, SANDBOX_PROXY_PORT};
 
 /// Entry point of `airlock __sandbox-helper <fd>`; never returns.
@@ -77,6 +77,8 @@ fn build_and_run(channel: &mut UnixStream, supervisor: libc::pid_t) -> Result<i3
     if plan.net == Net::Proxy {
         let listener = netns::bind_proxy_listener(SANDBOX_PROXY_PORT)?;
         netns::send_fd(channel, listener.as_fd())?;
+        // Transparent capture and DNS (SPEC §5.5), or why not.
+        capture::send(channel, &capture::setup())?;
     }
 
     // SAFETY: the helper is single-threaded.

@@ -131,6 +131,10 @@ pub fn setup(plan: &Plan) -> Result<()> {
             tmpfs(p, "mode=0755", MsFlags::empty())?;
         }
     }
+    // Name resolution goes to airlock's DNS server, when capture is on.
+    if let Err(e) = super::capture::resolv_conf() {
+        eprintln!("airlock: warning: {e:#}");
+    }
 
     tmpfs(Path::new("/dev"), "mode=0755", MsFlags::MS_NOEXEC)?;
     for (name, fd) in &devices {
