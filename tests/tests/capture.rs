@@ -380,7 +380,10 @@ fn refused_destinations_fail_at_once_and_show_in_the_report() {
     }
     let f = Fixture::new_in(&base());
     let report = f.home.join("report.json");
+    // The sandbox cannot take the route (or the rules) away first.
     let script = "\
+        ip route del default; echo route-rc=$?\n\
+        ip -6 route del default; echo route6-rc=$?\n\
         curl -sS --noproxy '*' -m 10 -D - http://198.51.100.7/ | grep -i x-airlock-reason\n\
         curl -sS --noproxy '*' -m 10 'https://[2001:db8::7]:443/'; echo v6-rc=$?\n\
         python3 udp.py\n";
@@ -460,4 +463,20 @@ fn the_explicit_proxy_and_local_loopback_still_work() {
         show(&out)
     );
     assert!(out.stdout.contains("local=200"), "{}", show(&out));
+}
+
+#[test]
+fn doctor_says_capture_works_here() {
+    // This machine type has nf_tables (SPEC §5.5); elsewhere doctor names
+    // what is missing and `run` keeps the explicit proxy only.
+    let home = Home::new();
+    let out = run(airlock(home.path()).args(["doctor", "--json"]));
+    let v: serde_json::Value = serde_json::from_str(&out.stdout).unwrap();
+    assert!(
+        v["capture"]
+            .as_str()
+            .is_some_and(|c| c.starts_with("yes (probed)")),
+        "{}",
+        show(&out)
+    );
 }

@@ -397,3 +397,41 @@ pub fn serve(
         Err(e) => tracing::error!("cannot serve the sandbox's DNS: {e}"),
     }
 }
+
+/// For `doctor`: set capture up for real in a throwaway user and network
+/// namespace. `Err` says why `run` would keep the explicit proxy only.
+pub fn probe() -> std::result::Result<(), String> {
+    use nix::sched::{unshare, CloneFlags};
+    use nix::sys::wait::{waitpid, WaitStatus};
+    use nix::unistd::{fork, ForkResult};
+    let (ours, theirs) = UnixStream::pair().map_err(|e| e.to_string())?;
+    // SAFETY: doctor is single-threaded here; the child only sets up and exits.
+    match unsafe { fork() } {
+        Ok(ForkResult::Child) => {
+            let result = unshare(CloneFlags::CLONE_NEWUSER | CloneFlags::CLONE_NEWNET)
+                .map_err(super::explain_unshare)
+                .and_then(|_| super::netns::loopback_up())
+                .and_then(|_| setup().map(drop));
+            let code = match result {
+                Ok(()) => 0,
+                Err(e) => {
+                    let _ = std::io::Write::write_all(&mut &theirs, format!("{e:#}").as_bytes());
+                    1
+                }
+            };
+            // SAFETY: leave the forked child at once.
+            unsafe { libc::_exit(code) }
+        }
+        Ok(ForkResult::Parent { child }) => {
+            drop(theirs);
+            let mut why = String::new();
+            let _ = std::io::Read::read_to_string(&mut &ours, &mut why);
+            match waitpid(child, None) {
+                Ok(WaitStatus::Exited(_, 0)) => Ok(()),
+                Ok(_) if !why.is_empty() => Err(why),
+                other => Err(format!("the probe ended unexpectedly: {other:?}")),
+            }
+        }
+        Err(e) => Err(format!("cannot fork the probe: {e}")),
+    }
+}
