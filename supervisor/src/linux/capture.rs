@@ -55,24 +55,20 @@ pub struct Capture {
     pub dns_tcp: TcpListener,
 }
 
-/// Route, rules and sockets. Call in the new network namespace, with
-/// loopback up, while the helper still holds its namespace capabilities.
+/// Sockets, route and rules, in one go (for `doctor`).
 pub fn setup() -> Result<Capture> {
+    let c = bind()?;
+    install(&c)?;
+    Ok(c)
+}
+
+/// Bind the capture and DNS sockets. Call in the new network namespace,
+/// with loopback up; cheap, so it runs before PID 1 is forked (whose mount
+/// setup then points resolv.conf at the DNS socket).
+pub fn bind() -> Result<Capture> {
     // IPv6 may be disabled in this kernel; then only IPv4 is captured and
     // IPv6 connects keep failing with ENETUNREACH, which is closed too.
-    let v6 = TcpListener::bind((Ipv6Addr::LOCALHOST, CAPTURE_PORT)).ok();
-    // SAFETY: a NUL-terminated constant name.
-    let lo = unsafe { libc::if_nametoindex(c"lo".as_ptr()) };
-    if lo == 0 {
-        return Err(std::io::Error::last_os_error()).context("finding lo");
-    }
-    netlink::default_route(lo, Ipv4Addr::LOCALHOST.into())
-        .context("adding the default route via lo")?;
-    if v6.is_some() {
-        netlink::default_route(lo, Ipv6Addr::LOCALHOST.into())
-            .context("adding the IPv6 default route via lo")?;
-    }
-    rules(v6.is_some()).context("installing the nf_tables capture rules")?;
+    let tcp6 = TcpListener::bind((Ipv6Addr::LOCALHOST, CAPTURE_PORT)).ok();
     let tcp4 = TcpListener::bind((Ipv4Addr::LOCALHOST, CAPTURE_PORT))
         .context("binding the capture listener")?;
     let dns_udp = UdpSocket::bind((Ipv4Addr::LOCALHOST, DNS_PORT))
@@ -82,10 +78,65 @@ pub fn setup() -> Result<Capture> {
     DNS_READY.store(true, Ordering::SeqCst);
     Ok(Capture {
         tcp4,
-        tcp6: v6,
+        tcp6,
         dns_udp,
         dns_tcp,
     })
+}
+
+/// The route via `lo` and the nf_tables rules. This is the slow part (about
+/// a millisecond of kernel work), so the helper does it while PID 1 sets up
+/// mounts, Landlock and seccomp; PID 1 waits for it before the command
+/// starts (see `Gate`).
+pub fn install(c: &Capture) -> Result<()> {
+    // SAFETY: a NUL-terminated constant name.
+    let lo = unsafe { libc::if_nametoindex(c"lo".as_ptr()) };
+    if lo == 0 {
+        return Err(std::io::Error::last_os_error()).context("finding lo");
+    }
+    netlink::default_route(lo, Ipv4Addr::LOCALHOST.into())
+        .context("adding the default route via lo")?;
+    if c.tcp6.is_some() {
+        netlink::default_route(lo, Ipv6Addr::LOCALHOST.into())
+            .context("adding the IPv6 default route via lo")?;
+    }
+    rules(c.tcp6.is_some()).context("installing the nf_tables capture rules")
+}
+
+/// Holds PID 1 back until the helper has installed capture (or given up):
+/// the command must not start while connects could still fail for want of
+/// a route. A pipe: the helper closes its end when done, or by dying.
+pub struct Gate {
+    read: OwnedFd,
+    write: Option<OwnedFd>,
+}
+
+impl Gate {
+    pub fn new() -> Result<Gate> {
+        let (read, write) =
+            nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).context("capture gate")?;
+        Ok(Gate {
+            read,
+            write: Some(write),
+        })
+    }
+
+    /// In the helper, once capture is installed.
+    pub fn open(&mut self) {
+        self.write = None;
+    }
+
+    /// In PID 1: drop the helper's end, then wait for it to be closed.
+    pub fn wait(mut self) {
+        self.write = None;
+        let mut byte = [0u8; 1];
+        loop {
+            match nix::unistd::read(&self.read, &mut byte) {
+                Err(nix::errno::Errno::EINTR) => continue,
+                _ => return,
+            }
+        }
+    }
 }
 
 const IPPROTO_TCP: u8 = 6;
