@@ -244,3 +244,28 @@ async fn send<'a, R: ResponseHandler>(
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_remembered_per_address_newest_first() {
+        let names = Names::default();
+        let ip: IpAddr = "93.184.215.14".parse().unwrap();
+        let a = Host::parse("a.example").unwrap();
+        let b = Host::parse("b.example").unwrap();
+        assert!(names.lookup(ip).is_empty());
+        names.remember(ip, &a);
+        names.remember(ip, &b);
+        names.remember(ip, &a);
+        assert_eq!(names.lookup(ip), vec![a.clone(), b.clone()]);
+        // An IPv4-mapped IPv6 address is the same destination.
+        let mapped: IpAddr = "::ffff:93.184.215.14".parse().unwrap();
+        assert_eq!(names.lookup(mapped), vec![a, b]);
+        for i in 0..20 {
+            names.remember(ip, &Host::parse(&format!("n{i}.example")).unwrap());
+        }
+        assert_eq!(names.lookup(ip).len(), NAMES_PER_ADDRESS);
+    }
+}
