@@ -186,6 +186,14 @@ fn check_clients(s: &Setup, out: &Out, path: &str) {
         captured >= 4,
         "each client's connection is a transparent decision\n{events:#?}"
     );
+    // Attributed to the sandboxed process, as for the explicit proxy.
+    assert!(
+        events
+            .iter()
+            .any(|e| e["protocol"] == "transparent"
+                && e["command"]["argv"][0].as_str() == Some("curl")),
+        "{events:#?}"
+    );
 }
 
 #[test]

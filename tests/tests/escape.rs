@@ -488,7 +488,9 @@ fn metadata_address_is_unreachable() {
         out.stdout
             .lines()
             .any(|l| l.starts_with("connect_tcp: ") && l != "connect_tcp: ok")
-            || out.stderr.contains("169.254.169.254:80 (private-address) x2"),
+            || out
+                .stderr
+                .contains("169.254.169.254:80 (private-address) x2"),
         "{}",
         lines(&out)
     );

@@ -329,6 +329,22 @@ pub fn recv(channel: &UnixStream) -> Result<std::result::Result<Received, String
     }
 }
 
+/// Where a link in `dir` pointing at `to` leads, with `.` and `..` folded
+/// lexically (`../run/systemd/resolve/stub-resolv.conf` is the usual one).
+fn link_target(dir: &Path, to: &Path) -> std::path::PathBuf {
+    let mut out = std::path::PathBuf::from("/");
+    for c in dir.join(to).components() {
+        match c {
+            std::path::Component::ParentDir => {
+                out.pop();
+            }
+            std::path::Component::Normal(n) => out.push(n),
+            _ => {}
+        }
+    }
+    out
+}
+
 const RESOLV_CONF: &str = "nameserver 127.0.0.1\noptions edns0 trust-ad\n";
 
 /// Point the sandbox's `/etc/resolv.conf` at airlock's DNS server, when it
@@ -346,12 +362,12 @@ pub fn resolv_conf() -> Result<()> {
     // follows it); we never create files outside our own tmpfs.
     let etc = Path::new("/etc/resolv.conf");
     let target = match std::fs::read_link(etc) {
-        Ok(to) => Some(Path::new("/etc").join(to)),
+        Ok(to) => Some(link_target(Path::new("/etc"), &to)),
         Err(_) => None,
     };
     if let Some(t) = &target {
         let under_run = t.starts_with("/run/") || t.starts_with("/var/run/");
-        if !t.exists() && under_run && !t.components().any(|c| c.as_os_str() == "..") {
+        if !t.exists() && under_run {
             if let Some(parent) = t.parent() {
                 std::fs::create_dir_all(parent)
                     .with_context(|| format!("creating {}", parent.display()))?;
@@ -484,5 +500,29 @@ pub fn probe() -> std::result::Result<(), String> {
             }
         }
         Err(e) => Err(format!("cannot fork the probe: {e}")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn resolv_conf_links_are_followed_lexically() {
+        let etc = Path::new("/etc");
+        for (to, want) in [
+            (
+                "../run/systemd/resolve/stub-resolv.conf",
+                "/run/systemd/resolve/stub-resolv.conf",
+            ),
+            ("/run/resolvconf/resolv.conf", "/run/resolvconf/resolv.conf"),
+            (
+                "resolvconf/run/resolv.conf",
+                "/etc/resolvconf/run/resolv.conf",
+            ),
+            ("../../../run/./x/../resolv.conf", "/run/resolv.conf"),
+        ] {
+            assert_eq!(link_target(etc, Path::new(to)), Path::new(want), "{to}");
+        }
     }
 }
