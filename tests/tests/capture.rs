@@ -488,3 +488,97 @@ fn doctor_says_capture_works_here() {
         show(&out)
     );
 }
+
+/// A socket approver that answers every question with `verdict` and
+/// counts the questions.
+fn approver(path: PathBuf, verdict: &'static str) -> Arc<Mutex<Vec<serde_json::Value>>> {
+    use std::io::{BufRead, BufReader};
+    let seen = Arc::new(Mutex::new(vec![]));
+    let log = seen.clone();
+    std::thread::spawn(move || {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        let stream = loop {
+            match std::os::unix::net::UnixStream::connect(&path) {
+                Ok(s) => break s,
+                Err(_) if std::time::Instant::now() < deadline => {
+                    std::thread::sleep(std::time::Duration::from_millis(10))
+                }
+                Err(_) => return,
+            }
+        };
+        let mut w = stream.try_clone().unwrap();
+        for line in BufReader::new(stream).lines().map_while(Result::ok) {
+            let msg: serde_json::Value = serde_json::from_str(&line).unwrap();
+            if msg["type"] == "ask" {
+                log.lock().unwrap().push(msg.clone());
+                let answer =
+                    serde_json::json!({"type": "answer", "id": msg["id"], "verdict": verdict});
+                let _ = std::io::Write::write_all(&mut w, format!("{answer}\n").as_bytes());
+            }
+        }
+    });
+    seen
+}
+
+#[test]
+fn a_captured_connection_to_an_unknown_host_is_asked_about_once() {
+    for (verdict, reached) in [("allow-once", true), ("deny", false)] {
+        let f = Fixture::new_in(&base());
+        let origin = Origin::start_on("127.0.0.2:0", "origin");
+        // No allow rule: unknown, asked at connect time. The policy pins the
+        // name, so the approval may reach its private test address.
+        let policy = f.write(
+            "~/policy.toml",
+            "[network]\nunknown = \"ask\"\nallow_private = [\"127.0.0.0/8\"]\n\n\
+             [network.resolve]\n\"ask.test\" = \"127.0.0.2\"\n",
+        );
+        let sock = f.home.join("approve.sock");
+        let report = f.home.join("report.json");
+        let seen = approver(sock.clone(), verdict);
+        let ask = format!("socket:{}", sock.display());
+        let script = format!(
+            "echo getent: $(getent hosts ask.test)\n\
+             curl -sS --noproxy '*' -m 10 http://ask.test:{}/asked; echo rc=$?\n",
+            origin.port()
+        );
+        let out = run(&mut f.command(
+            &[
+                "-p",
+                policy.to_str().unwrap(),
+                "--ask",
+                &ask,
+                "--report",
+                report.to_str().unwrap(),
+            ],
+            &script,
+        ));
+        assert!(
+            out.stdout.contains("getent: 127.0.0.2 ask.test"),
+            "the name is answered at lookup, without a question\n{}",
+            show(&out)
+        );
+        let questions = seen.lock().unwrap().clone();
+        assert_eq!(questions.len(), 1, "{questions:#?}\n{}", show(&out));
+        assert_eq!(questions[0]["host"], "ask.test");
+        assert_eq!(questions[0]["port"], origin.port());
+        assert_eq!(
+            out.stdout.contains("origin GET /asked host=ask.test"),
+            reached,
+            "{verdict}\n{}",
+            show(&out)
+        );
+        assert_eq!(origin.hits(), usize::from(reached), "{}", show(&out));
+        if !reached {
+            let report: serde_json::Value =
+                serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
+            assert!(
+                report["blocked"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .any(|b| b["host"] == "ask.test" && b["reason"] == "approval-denied"),
+                "{report:#}"
+            );
+        }
+    }
+}
