@@ -183,7 +183,7 @@ impl RequestHandler for Handler {
         };
         match answer(&self.engine, &host).await {
             Answer::Refused(decision) => {
-                let conn = self.engine.open(request.src());
+                let conn = self.engine.open_unattributed(request.src());
                 let detail = format!(
                     "the sandbox's DNS refused to resolve it ({})",
                     decision.reason.as_str()

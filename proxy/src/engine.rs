@@ -229,6 +229,17 @@ impl Engine {
         }
     }
 
+    /// A connection id with no attribution: a DNS query over UDP, whose
+    /// source port could match an unrelated TCP socket's.
+    pub(crate) fn open_unattributed(&self, peer: SocketAddr) -> Conn {
+        Conn {
+            id: self.next_conn.fetch_add(1, Ordering::Relaxed),
+            peer,
+            client: None,
+            started: Instant::now(),
+        }
+    }
+
     /// A tunnel slot, or `None` when `max_tunnels` are open.
     pub fn tunnel_permit(&self) -> Option<OwnedSemaphorePermit> {
         self.tunnels.clone().try_acquire_owned().ok()

@@ -202,6 +202,11 @@ async fn client(engine: Arc<Engine>, stream: TcpStream, peer: SocketAddr) {
             return;
         }
     };
+    // The slot first: connections waiting for their first bytes count.
+    let Some(permit) = engine.tunnel_permit() else {
+        let _ = socket2::SockRef::from(&stream).set_linger(Some(Duration::ZERO));
+        return;
+    };
     let names = engine.names.lookup(orig.ip());
     let first = if names.len() == 1 {
         FirstBytes::default()
@@ -212,6 +217,7 @@ async fn client(engine: Arc<Engine>, stream: TcpStream, peer: SocketAddr) {
     let host = choose(&names, first.name, orig.ip());
     let target = Target::new(host, orig.port());
     handle(engine, conn, stream, target, orig, http).await;
+    drop(permit);
 }
 
 async fn handle(
@@ -222,10 +228,6 @@ async fn handle(
     orig: SocketAddr,
     http: bool,
 ) {
-    let Some(_permit) = engine.tunnel_permit() else {
-        let _ = socket2::SockRef::from(&stream).set_linger(Some(Duration::ZERO));
-        return;
-    };
     let inspect = match engine.inspection(&target) {
         Ok(b) => b,
         Err(r) => {

@@ -105,7 +105,27 @@ impl Socket {
             return Err(io::Error::last_os_error());
         }
         // SAFETY: we own this fresh descriptor.
-        Ok(Socket(unsafe { OwnedFd::from_raw_fd(fd) }))
+        let sock = Socket(unsafe { OwnedFd::from_raw_fd(fd) });
+        // The kernel answers at once; never let a missing ack hang the
+        // sandbox's start.
+        let tv = libc::timeval {
+            tv_sec: 2,
+            tv_usec: 0,
+        };
+        // SAFETY: setsockopt with a timeval of the right size.
+        let r = unsafe {
+            libc::setsockopt(
+                sock.0.as_raw_fd(),
+                libc::SOL_SOCKET,
+                libc::SO_RCVTIMEO,
+                (&tv as *const libc::timeval).cast(),
+                std::mem::size_of::<libc::timeval>() as libc::socklen_t,
+            )
+        };
+        if r != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(sock)
     }
 
     /// Send the messages in one datagram (a batch must arrive whole) and
