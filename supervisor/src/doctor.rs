@@ -26,7 +26,20 @@ pub struct Findings {
     /// can confirm, with the check to run.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub verify_on_a_mac: Vec<String>,
+    /// Each `[limits]` entry and how this machine enforces it (SPEC §4.6).
+    pub limits: Vec<String>,
+    /// What the degraded tier does not cover (SPEC §4.4).
+    pub degraded_residual_risk: String,
 }
+
+/// The degraded tier's known gaps, for `doctor` and the run's warning.
+pub const DEGRADED_RESIDUAL_RISK: &str = concat!(
+    "Landlock allows TCP connect by port, not by address: the command can reach any listener ",
+    "on the proxy's port at any address (another loopback address, or a remote host); ",
+    "without a mount namespace, host unix sockets are kept out only by refusing socket(AF_UNIX), ",
+    "and /tmp, /dev/shm and other terminals are withheld (TMPDIR is private), not replaced; ",
+    "the pids limit counts on top of the user's other processes"
+);
 
 #[cfg_attr(not(target_os = "linux"), allow(dead_code))]
 fn read(path: &str) -> Option<String> {
@@ -162,6 +175,8 @@ pub fn findings() -> Findings {
         tier,
         fix,
         verify_on_a_mac: vec![],
+        limits: crate::linux::limits::describe(),
+        degraded_residual_risk: DEGRADED_RESIDUAL_RISK.to_string(),
     }
 }
 
@@ -200,6 +215,10 @@ pub fn findings() -> Findings {
             .iter()
             .map(|(what, check)| format!("{what}: {check}"))
             .collect(),
+        limits: vec![
+            "[limits] are not enforced on macOS yet: a configured limit is warned about".into(),
+        ],
+        degraded_residual_risk: DEGRADED_RESIDUAL_RISK.to_string(),
     }
 }
 
@@ -218,6 +237,8 @@ pub fn findings() -> Findings {
         tier: "none".into(),
         fix: Some("airlock run is not built for this platform yet".into()),
         verify_on_a_mac: vec![],
+        limits: vec![],
+        degraded_residual_risk: DEGRADED_RESIDUAL_RISK.to_string(),
     }
 }
 
@@ -267,6 +288,10 @@ pub fn run(json: bool) -> Result<ExitCode> {
                 say!("  - {v}");
             }
         }
+        for l in &f.limits {
+            say!("limit:             {l}");
+        }
+        say!("degraded tier risk: {}", f.degraded_residual_risk);
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -42,11 +42,12 @@ pub fn run(args: &RunArgs) -> Result<ExitCode> {
         ),
         None => policy.timeout.as_ref().map(|t| t.value),
     };
+    // Linux enforces them (or refuses to run); Seatbelt has no such limits.
     for (what, set) in [
         ("limits.memory", policy.memory.is_some()),
         ("limits.pids", policy.pids.is_some()),
     ] {
-        if set {
+        if set && cfg!(target_os = "macos") {
             eprintln!("airlock: warning: {what} is not enforced yet in this build");
         }
     }
@@ -70,7 +71,7 @@ pub fn run(args: &RunArgs) -> Result<ExitCode> {
             .mode(0o700)
             .create(dir);
     }
-    let plan = plan::build(
+    let mut plan = plan::build(
         &policy,
         &Options {
             argv: &args.command,
@@ -86,6 +87,36 @@ pub fn run(args: &RunArgs) -> Result<ExitCode> {
     tracing::debug!(elapsed = ?started.elapsed(), "plan built");
     crate::integrity::set::check_deny_read_links(&plan.deny_read, &plan.write)
         .map_err(anyhow::Error::msg)?;
+    // The audit log and the report are airlock's: inside a writable root
+    // they are read-only to the sandbox (opened before it starts, so they
+    // exist by then) and their directories pinned, so it can neither forge,
+    // truncate nor replace them.
+    let own_outputs: Vec<std::path::PathBuf> = policy
+        .audit_log
+        .iter()
+        .map(|a| std::path::PathBuf::from(&a.value))
+        .chain(args.report.iter().cloned())
+        .filter_map(|p| {
+            let abs = if p.is_absolute() {
+                p
+            } else {
+                std::env::current_dir().ok()?.join(p)
+            };
+            let parent = std::fs::canonicalize(abs.parent()?).ok()?;
+            Some(parent.join(abs.file_name()?))
+        })
+        .filter(|p| plan.write.iter().any(|w| p.starts_with(w)))
+        .collect();
+    if !own_outputs.is_empty() {
+        plan.deny_write.extend(own_outputs.iter().cloned());
+        plan.own_outputs = own_outputs.clone();
+        plan.pin.extend(crate::integrity::set::ancestors_to_pin(
+            &own_outputs,
+            &plan.write,
+        ));
+        plan.pin.sort();
+        plan.pin.dedup();
+    }
     for u in &plan.unsupported {
         eprintln!("airlock: warning: {u} cannot be enforced by mounts (only plain paths and a trailing /**)");
     }
@@ -143,7 +174,18 @@ fn start(plan: &plan::Plan) -> Result<Started> {
                 bail!("--network host has no degraded tier: it is already unconfined networking")
             }
         };
-        eprintln!("airlock: warning: user namespaces are unavailable; running the degraded tier (--allow-degraded)");
+        if let Some(out) = plan.own_outputs.first() {
+            // No mount namespace to make them read-only, and carving them
+            // out with Landlock would make the workspace root unwritable.
+            bail!(
+                "the degraded tier cannot keep the sandbox away from {}: put the audit log and the report outside the writable roots",
+                crate::sources::shown(out)
+            );
+        }
+        eprintln!(
+            "airlock: warning: user namespaces are unavailable; running the degraded tier (--allow-degraded): {}",
+            crate::doctor::DEGRADED_RESIDUAL_RISK
+        );
         plan.degraded = Some(port);
     }
     let mut sandbox = Sandbox::start(&plan)?;

@@ -192,7 +192,7 @@ fn restore<Fd: AsFd + Copy>(dir: Fd, name: &OsStr, state: &State) -> bool {
             dir,
             name,
             OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
-            Mode::from_bits_truncate(*mode & 0o777),
+            Mode::from_bits_truncate(libc::mode_t::try_from(*mode & 0o777).unwrap_or(0o600)),
         )
         .ok()
         .map(std::fs::File::from)
@@ -204,7 +204,13 @@ fn restore<Fd: AsFd + Copy>(dir: Fd, name: &OsStr, state: &State) -> bool {
             truncated: false,
             ..
         } => {
-            if mkdirat(dir, name, Mode::from_bits_truncate(*mode & 0o777)).is_err() {
+            if mkdirat(
+                dir,
+                name,
+                Mode::from_bits_truncate(libc::mode_t::try_from(*mode & 0o777).unwrap_or(0o600)),
+            )
+            .is_err()
+            {
                 return false;
             }
             let Ok(sub) = open_dir(dir, Path::new(name)) else {

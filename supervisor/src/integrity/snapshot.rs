@@ -85,9 +85,11 @@ pub struct Id {
 }
 
 impl Id {
+    // `st_dev` is an i32 on macOS.
+    #[allow(clippy::unnecessary_cast)]
     fn of(st: &FileStat) -> Id {
         Id {
-            dev: st.st_dev,
+            dev: st.st_dev as u64,
             ino: st.st_ino,
             ctime: (st.st_ctime, st.st_ctime_nsec),
             size: st.st_size,
@@ -143,6 +145,8 @@ fn file_name(rel: &Path) -> &std::ffi::OsStr {
     rel.file_name().unwrap_or(rel.as_os_str())
 }
 
+// `st_mode` is a u16 on macOS.
+#[allow(clippy::useless_conversion)]
 /// Record the entry `name` in `dir` (with a budget of 0, a directory's
 /// entries are not recorded).
 fn record<Fd: AsFd + Copy>(
@@ -158,7 +162,7 @@ fn record<Fd: AsFd + Copy>(
     let deep = *budget > 0;
     *budget = budget.saturating_sub(1);
     let id = Id::of(&st);
-    let mode = st.st_mode & 0o7777;
+    let mode = u32::from(st.st_mode) & 0o7777;
     match SFlag::from_bits_truncate(st.st_mode & SFlag::S_IFMT.bits()) {
         SFlag::S_IFREG => {
             let content = (keep && st.st_size <= KEEP_BYTES)
