@@ -11,7 +11,7 @@ use nix::sched::{unshare, CloneFlags};
 use nix::sys::wait::{waitpid, WaitStatus};
 use nix::unistd::{fork, getgid, getuid, ForkResult};
 
-use super::{capture, caps, init, landlock, limits, mounts, netns, seccomp, sockets};
+use super::{caps, capture, init, landlock, limits, mounts, netns, seccomp, sockets};
 use crate::plan::{Net, Plan, SANDBOX_PROXY_PORT};
 
 /// Entry point of `airlock __sandbox-helper <fd>`; never returns.
