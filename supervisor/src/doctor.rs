@@ -17,6 +17,9 @@ pub struct Findings {
     pub apparmor_restricts_userns: bool,
     pub wsl: Option<u8>,
     pub approvals: String,
+    /// Transparent capture and the sandbox's DNS (SPEC §5.5): "yes
+    /// (probed)", or why not.
+    pub capture: String,
     pub tier: String,
     pub fix: Option<String>,
     /// macOS: what the Seatbelt profile promises that only a run on a Mac
@@ -128,6 +131,16 @@ pub fn findings() -> Findings {
     } else {
         ("linux-namespaces (full)".to_string(), None)
     };
+    let capture = match &user_namespaces {
+        Err(_) => "no: needs user namespaces".into(),
+        Ok(()) => match crate::linux::capture::probe() {
+            Ok(()) => {
+                "yes (probed): programs that ignore the proxy variables go through the policy too"
+                    .into()
+            }
+            Err(e) => format!("no: {e}; `run` keeps the explicit proxy only"),
+        },
+    };
     let (managed, _) = crate::sources::managed_policy_path();
     let approvals = match crate::sources::load_file(&managed, airlock_policy::Layer::Managed, false)
     {
@@ -158,6 +171,7 @@ pub fn findings() -> Findings {
             == Some("1"),
         wsl,
         approvals,
+        capture,
         tier,
         fix,
         verify_on_a_mac: vec![],
@@ -190,6 +204,7 @@ pub fn findings() -> Findings {
         apparmor_restricts_userns: false,
         wsl: None,
         approvals: "on".into(),
+        capture: "no: transparent capture is Linux only".into(),
         tier: if ready {
             "macos-seatbelt (its profile is verified as text on Linux only: see below)".into()
         } else {
@@ -218,6 +233,7 @@ pub fn findings() -> Findings {
         apparmor_restricts_userns: false,
         wsl: None,
         approvals: "on".into(),
+        capture: "no".into(),
         tier: "none".into(),
         fix: Some("airlock run is not built for this platform yet".into()),
         verify_on_a_mac: vec![],
@@ -261,6 +277,7 @@ pub fn run(json: bool) -> Result<ExitCode> {
             f.wsl.map_or("no".to_string(), |v| format!("WSL{v}"))
         );
         say!("approvals:         {}", f.approvals);
+        say!("capture:           {}", f.capture);
         say!("tier for `run`:    {}", f.tier);
         if let Some(fix) = &f.fix {
             say!("fix:               {fix}");

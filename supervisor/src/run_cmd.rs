@@ -136,6 +136,9 @@ struct Started {
     /// Once the command has exited: kill and wait for whatever it left
     /// running, before any post-run check (SPEC §4.5).
     finish: Box<dyn FnOnce()>,
+    /// Transparent capture's sockets, or why it is off (SPEC §5.5).
+    #[cfg(target_os = "linux")]
+    capture: Option<Result<crate::linux::capture::Received, String>>,
 }
 
 /// Start the sandbox. Runs on the main thread: on Linux the helper's
@@ -185,7 +188,9 @@ fn start(plan: &plan::Plan) -> Result<Started> {
         );
         plan.degraded = Some(port);
     }
-    let (child, fd, channel) = Sandbox::start(&plan)?.into_parts();
+    let mut sandbox = Sandbox::start(&plan)?;
+    let capture = sandbox.capture.take();
+    let (child, fd, channel) = sandbox.into_parts();
     let anchor = child.id();
     Ok(Started {
         child,
@@ -204,6 +209,7 @@ fn start(plan: &plan::Plan) -> Result<Started> {
         messages: Box::new(move || channel.messages()),
         // The PID namespace ends with its init, taking every process along.
         finish: Box::new(|| ()),
+        capture,
     })
 }
 
@@ -344,6 +350,9 @@ fn run_platform(
             }
         });
     }
+
+    #[cfg(target_os = "linux")]
+    crate::linux::capture::serve(&runtime, &engine, sandbox.capture);
 
     let status = wait(sandbox.child, timeout, sandbox.teardown);
     (sandbox.finish)();

@@ -11,7 +11,7 @@ use nix::sched::{unshare, CloneFlags};
 use nix::sys::wait::{waitpid, WaitStatus};
 use nix::unistd::{fork, getgid, getuid, ForkResult};
 
-use super::{caps, init, landlock, limits, mounts, netns, seccomp, sockets};
+use super::{caps, capture, init, landlock, limits, mounts, netns, seccomp, sockets};
 use crate::plan::{Net, Plan, SANDBOX_PROXY_PORT};
 
 /// Entry point of `airlock __sandbox-helper <fd>`; never returns.
@@ -108,10 +108,14 @@ fn build_and_run(channel: &mut UnixStream, supervisor: libc::pid_t) -> Result<i3
     if plan.net != Net::Host {
         netns::loopback_up()?;
     }
+    let mut captured = None;
     if plan.net == Net::Proxy {
         let listener = netns::bind_proxy_listener(SANDBOX_PROXY_PORT)?;
         netns::send_fd(channel, listener.as_fd())?;
+        // Transparent capture (SPEC §5.5): sockets now, rules after the fork.
+        captured = Some(capture::bind());
     }
+    let mut gate = capture::Gate::new()?;
 
     // Nothing starts before the supervisor has put us in the cgroups.
     limits::wait_until_placed(channel)?;
@@ -119,7 +123,8 @@ fn build_and_run(channel: &mut UnixStream, supervisor: libc::pid_t) -> Result<i3
     // SAFETY: the helper is single-threaded.
     match unsafe { fork() }.context("starting the sandbox's init")? {
         ForkResult::Child => {
-            let code = match pid1(&plan, channel) {
+            drop(captured);
+            let code = match pid1(&plan, channel, gate) {
                 Ok(code) => code,
                 Err(e) => {
                     let _ = writeln!(channel, "error: {e:#}");
@@ -129,6 +134,11 @@ fn build_and_run(channel: &mut UnixStream, supervisor: libc::pid_t) -> Result<i3
             std::process::exit(code)
         }
         ForkResult::Parent { child } => loop {
+            if let Some(c) = captured.take() {
+                let c = c.and_then(|c| capture::install(&c).map(|_| c));
+                capture::send(channel, &c)?;
+            }
+            gate.open();
             match waitpid(child, None) {
                 Ok(WaitStatus::Exited(_, code)) => return Ok(code),
                 Ok(WaitStatus::Signaled(_, sig, _)) => return Ok(128 + sig as i32),
@@ -141,7 +151,7 @@ fn build_and_run(channel: &mut UnixStream, supervisor: libc::pid_t) -> Result<i3
 }
 
 /// Steps 3 to 7, as PID 1 of the new PID namespace.
-fn pid1(plan: &Plan, channel: &mut UnixStream) -> Result<i32> {
+fn pid1(plan: &Plan, channel: &mut UnixStream, gate: capture::Gate) -> Result<i32> {
     // Our parent (the helper) lives outside this PID namespace: it is pid 0 here.
     caps::die_with_parent(0)?;
     // 3. Mounts.
@@ -151,6 +161,8 @@ fn pid1(plan: &Plan, channel: &mut UnixStream) -> Result<i32> {
     caps::no_new_privs()?;
     // 5. Landlock.
     landlock::restrict(&plan.read, &plan.write, plan.allow_degraded)?;
+    // Capture is in place (or off) before the command can connect.
+    gate.wait();
     // 6. seccomp.
     seccomp::install(false)?;
     // 7. Init: the command must not inherit the channel.

@@ -3,12 +3,14 @@
 
 pub mod attribution;
 pub mod caps;
+pub mod capture;
 pub mod degraded;
 pub mod helper;
 pub mod init;
 pub mod landlock;
 pub mod limits;
 pub mod mounts;
+pub mod netlink;
 pub mod netns;
 pub mod seccomp;
 pub mod sockets;
@@ -47,6 +49,8 @@ pub fn explain_unshare(e: nix::errno::Errno) -> anyhow::Error {
 pub struct Sandbox {
     pub child: Child,
     pub listener: Option<OwnedFd>,
+    /// Transparent capture's sockets (SPEC §5.5), or why it is off.
+    pub capture: Option<std::result::Result<capture::Received, String>>,
     channel: UnixStream,
     cgroups: limits::Cgroup,
 }
@@ -120,9 +124,14 @@ impl Sandbox {
         } else {
             None
         };
+        let capture = match listener {
+            Some(_) => Some(capture::recv(&channel)?),
+            None => None,
+        };
         Ok(Sandbox {
             child,
             listener,
+            capture,
             channel,
             cgroups,
         })

@@ -137,6 +137,10 @@ pub fn setup(plan: &Plan) -> Result<()> {
             tmpfs(p, "mode=0755", MsFlags::empty())?;
         }
     }
+    // Name resolution goes to airlock's DNS server, when capture is on.
+    if let Err(e) = super::capture::resolv_conf() {
+        eprintln!("airlock: warning: {e:#}");
+    }
 
     let dev_opts = format!("mode=0755,{}", super::limits::DEV_SIZE);
     tmpfs(Path::new("/dev"), &dev_opts, MsFlags::MS_NOEXEC)?;
