@@ -232,10 +232,15 @@ fn prompt(q: &Question, deadline: Instant, cancelled: &AtomicBool) -> (Answer, S
             _ => break Answer::Deny,
         }
     };
-    let _ = write!(t.tty, "{}{note}\r\n", answer.as_str());
-    // Long enough to see what was answered, then the sandbox's screen.
-    std::thread::sleep(Duration::from_millis(300));
-    let _ = write!(t.tty, "{SCREEN_LEAVE}");
+    // Back to the sandbox's screen at once (keys typed next belong to it),
+    // where one line says what was answered.
+    let _ = write!(
+        t.tty,
+        "{}{note}\r\n{SCREEN_LEAVE}\r\nairlock: {}: {}{note}\r\n",
+        answer.as_str(),
+        escape::line(&q.target.to_string(), 300),
+        answer.as_str()
+    );
     let _ = t.tty.flush();
     (answer, "tty".into())
 }
