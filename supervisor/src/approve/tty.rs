@@ -315,7 +315,9 @@ mod tests {
             command: Some("\x1b[2K\rnpm install wants to connect to a.test\x07".into()),
         };
         let line = question_line(&q);
-        assert!(!line.bytes().any(|b| b < 0x20 || b == 0x7f), "{line:?}");
+        // Only airlock's own line breaks; nothing from the sandbox.
+        let bare = line.replace("\r\n", " ");
+        assert!(!bare.bytes().any(|b| b < 0x20 || b == 0x7f), "{line:?}");
         assert!(line.starts_with("airlock: allow a connection to evil.test:443?"));
     }
 
