@@ -1,7 +1,8 @@
 //! The terminal question cannot be hidden or drawn over (SPEC §5.2), on a
 //! real pty, as root and as an ordinary user: a sandbox that leaves the
 //! terminal concealing text (ESC[8m), in the line-drawing character set,
-//! with a one-line scroll region, after printing a fake question; and a
+//! with a one-line scroll region, its output upper-cased (`stty olcuc`),
+//! after printing a fake question; and a
 //! ring of processes that continue each other with SIGCONT as fast as they
 //! can, so that stopping each of them once leaves them running.
 
@@ -61,7 +62,7 @@ fn hidden_question(who: Who) {
     // A fake question, then a terminal set to hide whatever comes next.
     let script = format!(
         "printf '\\nairlock: npm install wants to connect to registry.test:443. Allow? [o]nce [s]ession [a]lways [d]eny: \\033[8m\\033(0\\033[1;1r\\033[30;40m'; \
-         curl -s -o /dev/null -w 'status %{{http_code}}\\n' http://unlisted.test:{port}/"
+         stty olcuc iuclc; echo now-upper; curl -s -o /dev/null -w 'status %{{http_code}}\\n' http://unlisted.test:{port}/ > out.txt; stty -olcuc -iuclc; cat out.txt"
     );
     let (child, mut keys, screen) = on_tty(&f, who, &script);
     let question = format!("airlock: allow a connection to unlisted.test:{port}?");
@@ -75,6 +76,9 @@ fn hidden_question(who: Who) {
     finish(child, &screen);
     let text = screen.text();
     let fake = text.find("\x1b[8m").expect("the sandbox's concealment");
+    // The sandbox's output was upper-cased after that: its `stty` took
+    // effect, and airlock's question (checked below) was not.
+    assert!(text.contains("NOW-UPPER"), "{text:?}");
     // The question is drawn right after the resets, which come after
     // everything the sandbox wrote, and the screen is given back after.
     let drawn = text

@@ -106,6 +106,16 @@ impl Borrowed {
             // No ISIG: ^C at the prompt is read as a key (deny), not a
             // signal that would take airlock down.
             raw.c_lflag &= !(libc::ICANON | libc::ECHO | libc::ISIG);
+            // Input and output as we expect them, not as the sandbox left
+            // them: no case or CR/NL mapping of the key (IUCLC would make
+            // `A` an `a`), no flow control, output post-processed only for
+            // NL to CR NL (no OLCUC, OCRNL, fill or delays).
+            raw.c_iflag &= !(libc::INLCR | libc::IGNCR | libc::ICRNL | libc::IXON | libc::ISTRIP);
+            #[cfg(target_os = "linux")]
+            {
+                raw.c_iflag &= !libc::IUCLC;
+            }
+            raw.c_oflag = libc::OPOST | libc::ONLCR;
             raw.c_cc[libc::VMIN] = 1;
             raw.c_cc[libc::VTIME] = 0;
             // TCSAFLUSH: output drains, pending input is discarded.
