@@ -116,19 +116,33 @@ impl Stopped {
 /// One process as a walk saw it: its scheduler state letter and how many
 /// times it has been switched out. A stopped process is in state T and its
 /// switch counts do not move; one that ran in between, even one that
-/// stopped itself again after continuing another, has switched out.
+/// stopped itself again after continuing another, has switched out. A
+/// process in uninterruptible sleep (D: a vfork parent whose child we
+/// stopped before it exec'd) cannot stop until it leaves the kernel, but
+/// with SIGSTOP pending it stops there, before running any code of its own:
+/// it reads as 'T' too.
 fn snapshot(pid: i32) -> Option<(char, u64)> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     let state = stat[stat.rfind(')')? + 1..].split_whitespace().next()?;
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    let switches = status
-        .lines()
-        .filter(|l| {
-            l.starts_with("voluntary_ctxt_switches") || l.starts_with("nonvoluntary_ctxt_switches")
-        })
-        .filter_map(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
+    let field = |name: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))
+            .map(str::trim)
+    };
+    let switches = ["voluntary_ctxt_switches", "nonvoluntary_ctxt_switches"]
+        .iter()
+        .filter_map(|n| field(n)?.parse::<u64>().ok())
         .sum();
-    state.chars().next().map(|c| (c, switches))
+    let stop_pending = field("ShdPnd")
+        .and_then(|m| u64::from_str_radix(m, 16).ok())
+        .is_some_and(|m| m & (1 << (libc::SIGSTOP - 1)) != 0);
+    let state = match state.chars().next()? {
+        'D' if stop_pending => 'T',
+        c => c,
+    };
+    Some((state, switches))
 }
 
 fn is_stopped(state: char) -> bool {
@@ -217,5 +231,31 @@ impl Drop for Stopped {
         for (_, fd) in self.procs.iter().rev() {
             pidfd_signal(fd, libc::SIGCONT);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_stopped_process_reads_as_stopped_and_still() {
+        let mut child = std::process::Command::new("sleep")
+            .arg("10")
+            .spawn()
+            .expect("sleep");
+        let pid = child.id() as i32;
+        let fd = pidfd_open(pid).expect("pidfd");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        let (running, _) = snapshot(pid).expect("snapshot");
+        assert!(!is_stopped(running), "{running}");
+        assert!(pidfd_signal(&fd, libc::SIGSTOP));
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        let first = snapshot(pid).expect("snapshot");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        assert!(is_stopped(first.0), "{first:?}");
+        assert_eq!(snapshot(pid), Some(first));
+        let _ = child.kill();
+        let _ = child.wait();
     }
 }
