@@ -208,6 +208,12 @@ pub fn inspects(policy: &Policy, target: &Target) -> bool {
             .credentials
             .iter()
             .any(|c| c.host.matches(target) == PatternMatch::Yes)
+        // A request rule implies inspection as a credential does: a tunnel
+        // to its host that were not opened would carry requests no rule saw.
+        || policy
+            .request_rules
+            .iter()
+            .any(|r| r.host.matches(target) == PatternMatch::Yes)
 }
 
 /// The one-line advice of SPEC §5.1 and §7, for a refusal whose address

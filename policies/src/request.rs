@@ -69,11 +69,16 @@ pub fn normalize_path(path_and_query: &str) -> Result<String, String> {
         return Err("the path holds a backslash, which some origins read as /".into());
     }
     let bytes = path.as_bytes();
+    // Every escape decoded, to check the path is UTF-8 as an origin that
+    // decodes everything would see it: overlong forms (%C0%AE is `.` to a
+    // lax decoder) and other invalid sequences are refused.
+    let mut every: Vec<u8> = Vec::with_capacity(path.len());
     let mut decoded = String::with_capacity(path.len());
     let mut i = 0;
     while i < bytes.len() {
         if bytes[i] != b'%' {
             decoded.push(bytes[i] as char);
+            every.push(bytes[i]);
             i += 1;
             continue;
         }
@@ -84,6 +89,7 @@ pub fn normalize_path(path_and_query: &str) -> Result<String, String> {
             return Err("the path holds a malformed %-escape".into());
         };
         let byte = u8::from_str_radix(hex, 16).map_err(|e| e.to_string())?;
+        every.push(byte);
         match byte {
             b'/' | b'\\' => {
                 return Err(format!(
@@ -108,7 +114,27 @@ pub fn normalize_path(path_and_query: &str) -> Result<String, String> {
         }
         i += 3;
     }
+    if std::str::from_utf8(&every).is_err() {
+        return Err("the path holds invalid or overlong UTF-8 escapes".into());
+    }
     let raw: Vec<&str> = decoded.split('/').skip(1).collect();
+    for seg in &raw {
+        // `..;x` is `..` to servers that drop path parameters (Tomcat and
+        // its kin) and a plain name to this matcher: ambiguous, refused.
+        let upper = seg.to_ascii_uppercase();
+        let cut = [seg.find(';'), upper.find("%3B")]
+            .into_iter()
+            .flatten()
+            .min();
+        if let Some(cut) = cut {
+            if matches!(&seg[..cut], "." | "..") {
+                return Err(format!(
+                    "the path segment {seg:?} is a dot segment with parameters, which some origins resolve as {:?}",
+                    &seg[..cut]
+                ));
+            }
+        }
+    }
     let mut out: Vec<&str> = vec![];
     for seg in &raw {
         match *seg {
@@ -226,6 +252,9 @@ mod tests {
         );
         assert_eq!(n("/a/%7e%20b").unwrap(), "/a/~%20b");
         assert_eq!(n("/").unwrap(), "/");
+        // Parameters on an ordinary segment, and real UTF-8, are fine.
+        assert_eq!(n("/repos/acme/x;v=1").unwrap(), "/repos/acme/x;v=1");
+        assert_eq!(n("/a/%C3%A9").unwrap(), "/a/%C3%A9");
         for bad in [
             "/repos/acme/..%2f..%2fadmin",
             "/repos/acme/%2F..",
@@ -238,6 +267,15 @@ mod tests {
             "/../etc",
             "/a/%2e%2e/%2e%2e/b",
             "relative",
+            "/repos/acme/..;/..;/admin",
+            "/repos/acme/..;x=1/..;/admin",
+            "/repos/acme/.;/x",
+            "/repos/acme/%2e%2e;/%2e%2e;/admin",
+            "/repos/acme/..%3b/..%3B/admin",
+            "/repos/acme/%C0%AE%C0%AE/admin",
+            "/repos/acme/%c0%ae%c0%ae/%c0%ae%c0%ae/admin",
+            "/repos/acme/%E0%80%AE/x",
+            "/repos/acme/%ff/x",
         ] {
             assert!(n(bad).is_err(), "{bad} should be refused");
         }

@@ -305,6 +305,15 @@ async fn forward(
         }
     };
     let upgrade = is_upgrade(req.headers());
+    let upgrade_to = upgrade.then(|| {
+        req.headers()
+            .get_all(header::UPGRADE)
+            .iter()
+            .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned())
+            .collect::<Vec<_>>()
+            .join(",")
+    });
+    let had_body = crate::rules::has_body(req.body());
     strip_hop_by_hop(req.headers_mut(), upgrade);
     let host_value = match HeaderValue::from_str(&authority) {
         Ok(v) => v,
@@ -332,6 +341,19 @@ async fn forward(
     };
     // Request rules apply to plain HTTP too (SPEC §5.3): nothing needs
     // decrypting to read this request.
+    if let Err(refusal) = crate::rules::check_framing(
+        &engine,
+        &target,
+        req.method().as_str(),
+        had_body,
+        upgrade_to.as_deref(),
+    ) {
+        return full(
+            engine
+                .refused(&conn, Protocol::Http, *refusal, None)
+                .response(),
+        );
+    }
     match crate::rules::check(&engine, &target, req.method().as_str(), &path) {
         Ok(None) => {}
         Ok(Some(normalised)) => path = normalised,
@@ -358,8 +380,12 @@ async fn forward(
     }
     let client_upgrade = upgrade.then(|| hyper::upgrade::on(&mut req));
     let sent = upstream.sender.send_request(req).await;
-    if upgrade {
-        // The connection now belongs to the upgraded stream.
+    // An upgraded connection now belongs to the upgraded stream. One that
+    // carried a body is not used again: had the origin read less or more
+    // of it than we framed, the next request would be parsed from the
+    // middle of it (request smuggling). A failed or cut-short exchange
+    // closes the connection in hyper itself.
+    if upgrade || had_body || sent.is_err() {
         *slot = None;
     }
     drop(slot);

@@ -127,12 +127,29 @@ fn rejected_our_certificate(e: &std::io::Error) -> bool {
 }
 
 enum Sender {
-    H1(Mutex<hyper::client::conn::http1::SendRequest<Body>>),
+    H1(hyper::client::conn::http1::SendRequest<Body>),
     H2(hyper::client::conn::http2::SendRequest<Body>),
 }
 
 /// The upstream side: a TLS connection to the checked address, or why not.
 type Upstream = Result<Sender, String>;
+
+/// The tunnel's upstream connection. `None`: the last one was retired (an
+/// HTTP/1.1 exchange that carried a body, or failed) and the next request
+/// dials a fresh one, decided again like the first. Held locked across an
+/// HTTP/1.1 exchange, which is one at a time anyway.
+type Slot = Arc<Mutex<Option<Upstream>>>;
+
+/// A fresh upstream for `target`: decided and dialled by the engine, then TLS.
+async fn redial(engine: &Arc<Engine>, conn: &Conn, target: &Target) -> Upstream {
+    let Some(cfg) = engine.inspect_config() else {
+        return Err("no inspection config".into());
+    };
+    match engine.connect(conn, target, Protocol::Connect).await {
+        Ok(d) => connect_upstream(cfg, d.stream, target).await,
+        Err(r) => Err(format!("redialling the upstream: {}", r.detail)),
+    }
+}
 
 async fn connect_upstream(cfg: &InspectConfig, tcp: TcpStream, target: &Target) -> Upstream {
     let name = match &target.host {
@@ -156,7 +173,7 @@ async fn connect_upstream(cfg: &InspectConfig, tcp: TcpStream, target: &Target) 
             .await
             .map_err(|e| format!("HTTP/1.1 to the upstream failed: {e}"))?;
         tokio::spawn(conn);
-        Ok(Sender::H1(Mutex::new(send)))
+        Ok(Sender::H1(send))
     }
 }
 
@@ -178,6 +195,17 @@ pub async fn serve<C: Stream>(
     let start = match acceptor.await {
         Ok(s) => s,
         Err(e) => {
+            if crate::rules::has_rules(&engine, &target) {
+                // A rule host's tunnel must carry TLS we can open: plain
+                // HTTP inside CONNECT or SOCKS would pass its rules unread.
+                let why = format!("the tunnel did not start TLS ({e}); its requests cannot be checked against the request rules for this host (send plain http:// requests in absolute form)");
+                engine.refused(
+                    &conn,
+                    Protocol::Connect,
+                    Refusal::new(Reason::RequestRule, &target, why),
+                    None,
+                );
+            }
             engine.closed(
                 &conn,
                 &target,
@@ -236,10 +264,11 @@ pub async fn serve<C: Stream>(
             return;
         }
     };
-    let upstream = Arc::new(connect_upstream(cfg, upstream, &target).await);
-    if let Err(e) = upstream.as_ref() {
+    let first = connect_upstream(cfg, upstream, &target).await;
+    if let Err(e) = &first {
         tracing::warn!(conn = conn.id, %target, "{e}");
     }
+    let upstream: Slot = Arc::new(Mutex::new(Some(first)));
     let service = {
         let (engine, conn, target) = (engine.clone(), conn.clone(), target.clone());
         hyper::service::service_fn(move |req| {
@@ -289,10 +318,11 @@ async fn handle(
     engine: Arc<Engine>,
     conn: Conn,
     target: Target,
-    upstream: Arc<Upstream>,
+    upstream: Slot,
     mut req: Request<Incoming>,
 ) -> Response<Body> {
     let method = req.method().clone();
+    let had_body = crate::rules::has_body(req.body());
     let mut path = req
         .uri()
         .path_and_query()
@@ -313,7 +343,11 @@ async fn handle(
             return full(engine.refused(&conn, Protocol::Connect, r, None).response());
         }
     }
-    match crate::rules::check(&engine, &target, method.as_str(), &path) {
+    // Upgrade headers are dropped below (hop-by-hop), so only the body
+    // needs checking here.
+    let checked = crate::rules::check_framing(&engine, &target, method.as_str(), had_body, None)
+        .and_then(|()| crate::rules::check(&engine, &target, method.as_str(), &path));
+    match checked {
         Ok(None) => {}
         Ok(Some(normalised)) => path = normalised,
         Err(refusal) => {
@@ -325,13 +359,20 @@ async fn handle(
         }
     }
     let url = format!("https://{}{}", authority_of(&target), path);
-    let upstream = match upstream.as_ref() {
-        Ok(u) => u,
-        Err(e) => {
-            let r = Refusal::new(Reason::UpstreamUnreachable, &target, e.clone());
-            return full(engine.refused(&conn, Protocol::Connect, r, None).response());
-        }
+    let mut slot = upstream.lock().await;
+    if slot.is_none() {
+        *slot = Some(redial(&engine, &conn, &target).await);
+    }
+    let broken = match slot.as_ref() {
+        Some(Err(e)) => Some(e.clone()),
+        _ => None,
     };
+    if let Some(e) = broken {
+        // Tried again by the next request.
+        *slot = None;
+        let r = Refusal::new(Reason::UpstreamUnreachable, &target, e);
+        return full(engine.refused(&conn, Protocol::Connect, r, None).response());
+    }
     crate::http::strip_hop_by_hop(req.headers_mut(), false);
     if let Some(cfg) = engine.inspect_config() {
         for c in &cfg.credentials {
@@ -348,28 +389,47 @@ async fn handle(
     let up_bytes = Arc::new(AtomicU64::new(0));
     let (mut parts, body) = req.into_parts();
     let body = Counting::new(body, up_bytes.clone(), None).boxed();
-    let sent = match upstream {
-        Sender::H1(send) => {
+    let sent = match slot.as_mut() {
+        Some(Ok(Sender::H1(send))) => {
             parts.uri = path.parse().unwrap_or_else(|_| Uri::from_static("/"));
             parts.version = http::Version::HTTP_11;
             if let Ok(v) = HeaderValue::from_str(&authority_of(&target)) {
                 parts.headers.insert(header::HOST, v);
             }
-            let mut send = send.lock().await;
+            let sent = match send.ready().await {
+                Ok(()) => send.send_request(Request::from_parts(parts, body)).await,
+                Err(e) => Err(e),
+            };
+            // An HTTP/1.1 connection that carried a body is not used again:
+            // had the origin read less or more of it than we framed, the
+            // next request (with the credential) would be parsed from the
+            // middle of it. A failed one is not either.
+            if had_body || sent.is_err() {
+                *slot = None;
+            }
+            drop(slot);
+            sent
+        }
+        Some(Ok(Sender::H2(send))) => {
+            parts.uri = url.parse().unwrap_or_else(|_| Uri::from_static("/"));
+            parts.version = http::Version::HTTP_2;
+            parts.headers.remove(header::HOST);
+            let mut send = send.clone();
+            drop(slot);
             match send.ready().await {
                 Ok(()) => send.send_request(Request::from_parts(parts, body)).await,
                 Err(e) => Err(e),
             }
         }
-        Sender::H2(send) => {
-            parts.uri = url.parse().unwrap_or_else(|_| Uri::from_static("/"));
-            parts.version = http::Version::HTTP_2;
-            parts.headers.remove(header::HOST);
-            let mut send = send.clone();
-            match send.ready().await {
-                Ok(()) => send.send_request(Request::from_parts(parts, body)).await,
-                Err(e) => Err(e),
-            }
+        _ => {
+            return full(
+                Refusal::new(
+                    Reason::UpstreamUnreachable,
+                    &target,
+                    "no upstream connection",
+                )
+                .response(),
+            )
         }
     };
     let resp = match sent {

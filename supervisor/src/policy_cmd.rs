@@ -75,14 +75,11 @@ pub fn check(files: &[PathBuf], managed: bool) -> Result<ExitCode> {
 }
 
 /// Request rules and credentials that can never apply: no allow rule
-/// covers their host and port, or (for HTTPS) the host is not inspected.
+/// covers their host and port. (A rule's host is always inspected: the
+/// rule implies it, as a credential does.)
 pub fn never_apply(policy: &Policy) -> Vec<String> {
     let mut out = vec![];
     let allowed = |p: &airlock_policy::Pattern| policy.allow.iter().any(|a| a.value.overlaps(p));
-    let inspected = |p: &airlock_policy::Pattern| {
-        policy.inspect.iter().any(|i| i.value.overlaps(p))
-            || policy.credentials.iter().any(|c| c.host.overlaps(p))
-    };
     let asks = policy.asks();
     for r in &policy.request_rules {
         let at = &r.origin.origin;
@@ -91,11 +88,6 @@ pub fn never_apply(policy: &Policy) -> Vec<String> {
                 "{at}: the request rule for {:?} can never apply: no allow rule covers that host and port{}",
                 r.host.text,
                 if asks { " (only an approval would)" } else { "" }
-            ));
-        } else if !inspected(&r.host) {
-            out.push(format!(
-                "{at}: the request rule for {:?} applies to plain http:// only: the host is not inspected, so its HTTPS requests cannot be read (add it to [network].inspect)",
-                r.host.text
             ));
         }
     }

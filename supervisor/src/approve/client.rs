@@ -122,16 +122,17 @@ fn read_answer(raw: &RawStdin) -> Result<Read1> {
     Ok(Read1::Verdict(verdict_for_line(&input)))
 }
 
+/// The host first; the sandbox's argv after it, shortened, on its own
+/// labelled line, so no argv can push the host out of sight.
 fn question(msg: &Value) -> String {
-    let who = msg["command"].as_str().map_or_else(
-        || "a sandboxed command".to_string(),
-        |c| escape::line(c, 300),
-    );
+    let who = msg["command"]
+        .as_str()
+        .map_or_else(|| "(unknown)".to_string(), |c| escape::line(c, 60));
     let host = escape::line(msg["host"].as_str().unwrap_or("?"), 300);
     let port = msg["port"]
         .as_u64()
         .map_or("?".to_string(), |p| p.to_string());
-    format!("{who} wants {host}:{port}. [o]nce [s]ession [a]lways [d]eny: ")
+    format!("\nconnect to {host}:{port}?\n  command: {who}\n  [o]nce [s]ession [a]lways [d]eny: ")
 }
 
 pub fn run(path: &Path) -> Result<ExitCode> {
@@ -232,6 +233,7 @@ mod tests {
     fn questions_are_escaped() {
         let q = question(&json!({"id": "1", "host": "h.test", "port": 443,
             "command": "\u{1b}[2K\rnpm install wants a.test"}));
-        assert!(!q.bytes().any(|b| b < 0x20), "{q:?}");
+        assert!(!q.bytes().any(|b| b < 0x20 && b != b'\n'), "{q:?}");
+        assert!(q.starts_with("\nconnect to h.test:443?\n"), "{q:?}");
     }
 }

@@ -113,48 +113,117 @@ impl Stopped {
     }
 }
 
-/// SIGSTOP every process of the sandbox, walking again until a walk finds
-/// no process that is not stopped yet (a fork during the walk is caught by
-/// the next one). Signals go through pidfds opened while the process was
-/// seen as a member and re-checked after opening, so a recycled pid never
-/// stops a process outside the sandbox.
-pub fn stop_all() -> Stopped {
-    let mut done: HashSet<i32> = HashSet::new();
-    let mut procs = vec![];
-    for _ in 0..100 {
+/// One process as a walk saw it: its scheduler state letter and how many
+/// times it has been switched out. A stopped process is in state T and its
+/// switch counts do not move; one that ran in between, even one that
+/// stopped itself again after continuing another, has switched out. A
+/// process in uninterruptible sleep (D: a vfork parent whose child we
+/// stopped before it exec'd) cannot stop until it leaves the kernel, but
+/// with SIGSTOP pending it stops there, before running any code of its own:
+/// it reads as 'T' too.
+fn snapshot(pid: i32) -> Option<(char, u64)> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let state = stat[stat.rfind(')')? + 1..].split_whitespace().next()?;
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let field = |name: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))
+            .map(str::trim)
+    };
+    let switches = ["voluntary_ctxt_switches", "nonvoluntary_ctxt_switches"]
+        .iter()
+        .filter_map(|n| field(n)?.parse::<u64>().ok())
+        .sum();
+    let stop_pending = field("ShdPnd")
+        .and_then(|m| u64::from_str_radix(m, 16).ok())
+        .is_some_and(|m| m & (1 << (libc::SIGSTOP - 1)) != 0);
+    let state = match state.chars().next()? {
+        'D' if stop_pending => 'T',
+        c => c,
+    };
+    Some((state, switches))
+}
+
+fn is_stopped(state: char) -> bool {
+    // Zombies and dead processes run nothing either.
+    matches!(state, 'T' | 't' | 'Z' | 'X')
+}
+
+/// Why the sandbox could not be held still: the question is voided.
+#[derive(Debug)]
+pub struct NotStopped(pub String);
+
+/// How many rounds of stopping a question waits for: a sandbox that keeps
+/// continuing itself past these gets no question at all (denied).
+const ROUNDS: usize = 60;
+
+/// SIGSTOP every process of the sandbox and prove it stays stopped: each
+/// round signals every member again (members continue each other with
+/// SIGCONT, so one signal each is not enough) and new ones (forks during
+/// the walk), then two walks a moment apart must find the same members,
+/// every one stopped and not switched in between. Signals go through
+/// pidfds opened while the process was seen as a member and re-checked
+/// after opening, so a recycled pid never stops a process outside the
+/// sandbox. If no round gets there, `NotStopped`: the caller denies.
+pub fn stop_all() -> Result<Stopped, NotStopped> {
+    let mut known: HashSet<i32> = HashSet::new();
+    let mut stopped = Stopped { procs: vec![] };
+    for round in 0..ROUNDS {
         let now = members();
-        let fresh: Vec<i32> = now.iter().copied().filter(|p| !done.contains(p)).collect();
-        if fresh.is_empty() {
-            break;
-        }
         let set: HashSet<i32> = now.iter().copied().collect();
-        for pid in fresh {
-            done.insert(pid);
+        for pid in now {
+            if !known.insert(pid) {
+                continue;
+            }
             let Some(fd) = pidfd_open(pid) else { continue };
             // Still the process we saw: the anchor, or a child of a member.
             let still = Some(pid) == anchor()
-                || parent_of(pid).is_some_and(|pp| set.contains(&pp) || done.contains(&pp));
-            if still && pidfd_signal(&fd, libc::SIGSTOP) {
-                procs.push((pid, fd));
+                || parent_of(pid).is_some_and(|pp| set.contains(&pp) || known.contains(&pp));
+            if still {
+                stopped.procs.push((pid, fd));
             }
         }
-    }
-    // Let the stops land before the terminal is flushed and drawn on.
-    for (pid, _) in &procs {
-        for _ in 0..50 {
-            let state = std::fs::read_to_string(format!("/proc/{pid}/stat"))
-                .ok()
-                .and_then(|s| {
-                    s.rfind(')')
-                        .and_then(|i| s[i + 1..].split_whitespace().next().map(str::to_string))
-                });
-            match state.as_deref() {
-                Some("T") | Some("t") | Some("Z") | Some("X") | None => break,
-                _ => std::thread::sleep(std::time::Duration::from_millis(2)),
-            }
+        for (_, fd) in &stopped.procs {
+            pidfd_signal(fd, libc::SIGSTOP);
+        }
+        // Let the stops land; a little longer each round.
+        std::thread::sleep(std::time::Duration::from_millis(2 + round as u64));
+        if held_still(&known) {
+            return Ok(stopped);
         }
     }
-    Stopped { procs }
+    // `stopped` is dropped here: everything is continued again.
+    Err(NotStopped(format!(
+        "the sandbox's processes kept continuing each other through {ROUNDS} rounds of SIGSTOP"
+    )))
+}
+
+/// Two walks 5 ms apart: the same members, all of them ones we signal,
+/// all stopped, none switched in between.
+fn held_still(known: &HashSet<i32>) -> bool {
+    let walk = || -> Option<Vec<(i32, char, u64)>> {
+        members()
+            .into_iter()
+            .map(|pid| {
+                if !known.contains(&pid) {
+                    return None;
+                }
+                // Gone since the walk: nothing left to run. Present but
+                // unreadable: not known to be stopped.
+                let (state, n) = match snapshot(pid) {
+                    Some(s) => s,
+                    None if !std::path::Path::new(&format!("/proc/{pid}")).exists() => ('X', 0),
+                    None => return None,
+                };
+                is_stopped(state).then_some((pid, state, n))
+            })
+            .collect()
+    };
+    let Some(first) = walk() else { return false };
+    std::thread::sleep(std::time::Duration::from_millis(5));
+    let Some(second) = walk() else { return false };
+    first == second
 }
 
 impl Drop for Stopped {
@@ -162,5 +231,31 @@ impl Drop for Stopped {
         for (_, fd) in self.procs.iter().rev() {
             pidfd_signal(fd, libc::SIGCONT);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_stopped_process_reads_as_stopped_and_still() {
+        let mut child = std::process::Command::new("sleep")
+            .arg("10")
+            .spawn()
+            .expect("sleep");
+        let pid = child.id() as i32;
+        let fd = pidfd_open(pid).expect("pidfd");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        let (running, _) = snapshot(pid).expect("snapshot");
+        assert!(!is_stopped(running), "{running}");
+        assert!(pidfd_signal(&fd, libc::SIGSTOP));
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        let first = snapshot(pid).expect("snapshot");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        assert!(is_stopped(first.0), "{first:?}");
+        assert_eq!(snapshot(pid), Some(first));
+        let _ = child.kill();
+        let _ = child.wait();
     }
 }

@@ -16,6 +16,9 @@ impl Stopped {
     }
 }
 
-pub fn stop_all() -> Stopped {
-    Stopped
+#[derive(Debug)]
+pub struct NotStopped(pub String);
+
+pub fn stop_all() -> Result<Stopped, NotStopped> {
+    Ok(Stopped)
 }

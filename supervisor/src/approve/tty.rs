@@ -12,6 +12,12 @@
 //!   prompt, which is then answered `deny`. Denying rather than asking
 //!   again means a reply the sandbox provoked can only ever refuse.
 //! - What the sandbox controls is shown with control characters escaped.
+//! - The question is drawn on a terminal state the sandbox cannot have
+//!   shaped: the alternate screen, cleared, with attributes, character
+//!   set, scroll region and cursor reset (`SCREEN_ENTER`); a concealed
+//!   (ESC[8m) or fg=bg question, or one scrolled out of a one-line region,
+//!   is not possible. The host comes first, the sandbox's argv after it,
+//!   shortened, on its own labelled line.
 //! - A question whose timeout passed while it waited for the terminal is
 //!   withdrawn, never shown late.
 
@@ -56,8 +62,12 @@ struct Borrowed {
 }
 
 impl Borrowed {
-    fn take() -> std::io::Result<Borrowed> {
-        let tty = OpenOptions::new().read(true).write(true).open("/dev/tty")?;
+    fn take() -> Result<Borrowed, String> {
+        let tty = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open("/dev/tty")
+            .map_err(|e| format!("no terminal to ask on: {e}"))?;
         let fd = tty.as_raw_fd();
         // SAFETY: terminal ioctls and signals on a descriptor and a process
         // group we own; SIGTTOU ignored so a background group may change the
@@ -74,7 +84,17 @@ impl Borrowed {
             }
             // Then every process, background and `setsid` ones included:
             // none may draw over the question or make the terminal type.
-            let stopped = super::sandbox::stop_all();
+            let stopped = match super::sandbox::stop_all() {
+                Ok(s) => s,
+                Err(super::sandbox::NotStopped(why)) => {
+                    // A question the sandbox could draw over is not asked.
+                    if saved_pgrp > 0 && saved_pgrp != libc::getpgrp() {
+                        libc::kill(-saved_pgrp, libc::SIGCONT);
+                    }
+                    libc::signal(libc::SIGTTOU, old_ttou);
+                    return Err(format!("voided: {why}"));
+                }
+            };
             tracing::debug!(
                 processes = stopped.count(),
                 "sandbox stopped for the question"
@@ -86,6 +106,16 @@ impl Borrowed {
             // No ISIG: ^C at the prompt is read as a key (deny), not a
             // signal that would take airlock down.
             raw.c_lflag &= !(libc::ICANON | libc::ECHO | libc::ISIG);
+            // Input and output as we expect them, not as the sandbox left
+            // them: no case or CR/NL mapping of the key (IUCLC would make
+            // `A` an `a`), no flow control, output post-processed only for
+            // NL to CR NL (no OLCUC, OCRNL, fill or delays).
+            raw.c_iflag &= !(libc::INLCR | libc::IGNCR | libc::ICRNL | libc::IXON | libc::ISTRIP);
+            #[cfg(target_os = "linux")]
+            {
+                raw.c_iflag &= !libc::IUCLC;
+            }
+            raw.c_oflag = libc::OPOST | libc::ONLCR;
             raw.c_cc[libc::VMIN] = 1;
             raw.c_cc[libc::VTIME] = 0;
             // TCSAFLUSH: output drains, pending input is discarded.
@@ -139,14 +169,30 @@ pub fn key_answer(bytes: &[u8]) -> Option<Answer> {
     }
 }
 
-/// The question as drawn: everything from the sandbox escaped.
+/// Written before the question: the alternate screen (the sandbox's
+/// screen is kept and comes back after), then every state the sandbox
+/// could have set to hide or disguise text, reset: attributes (ESC[0m:
+/// conceal, colours, reverse), reverse video (DECSCNM), the G0/G1 character
+/// sets and shift-in (ESC(0 line drawing), insert mode, origin mode, the
+/// scroll region, auto-wrap, a hidden cursor; then the screen is cleared.
+pub const SCREEN_ENTER: &str =
+    "\x1b[?1049h\x1b[0m\x1b[?5l\x1b(B\x1b)B\x0f\x1b[4l\x1b[?6l\x1b[r\x1b[?7h\x1b[?25h\x1b[H\x1b[2J";
+/// Written after the answer: back to the screen the sandbox had.
+pub const SCREEN_LEAVE: &str = "\x1b[?1049l";
+
+/// How much of the sandbox's argv the question shows: enough to recognise
+/// the command, too little to push the host out of sight.
+const COMMAND_SHOWN: usize = 60;
+
+/// The question as drawn: the host first, everything from the sandbox
+/// escaped, the command shortened on its own line.
 pub fn question_line(q: &Question) -> String {
     let who = q.command.as_deref().map_or_else(
-        || "a sandboxed command".to_string(),
-        |c| escape::line(c, 300),
+        || "(unknown)".to_string(),
+        |c| escape::line(c, COMMAND_SHOWN),
     );
     format!(
-        "airlock: {who} wants to connect to {}. Allow? [o]nce [s]ession [a]lways [d]eny (one lowercase key; anything else denies): ",
+        "airlock: allow a connection to {}?\r\n  command: {who}\r\n  Allow? [o]nce [s]ession [a]lways [d]eny (one lowercase key; anything else denies): ",
         escape::line(&q.target.to_string(), 300)
     )
 }
@@ -154,11 +200,18 @@ pub fn question_line(q: &Question) -> String {
 fn prompt(q: &Question, deadline: Instant, cancelled: &AtomicBool) -> (Answer, String) {
     let mut t = match Borrowed::take() {
         Ok(t) => t,
-        Err(e) => return (Answer::Deny, format!("no terminal to ask on: {e}")),
+        Err(why) => {
+            eprintln!(
+                "airlock: the question for {} was not asked ({why}); denied",
+                escape::line(&q.target.to_string(), 300)
+            );
+            return (Answer::Deny, why);
+        }
     };
     // Once more after the stops landed: a reply already on its way is gone.
     t.flush();
-    let _ = write!(t.tty, "\r\n{}", question_line(q));
+    let _ = write!(t.tty, "{SCREEN_ENTER}{}", question_line(q));
+    let _ = t.tty.flush();
     let mut note = "";
     let answer = loop {
         let left = deadline.saturating_duration_since(Instant::now());
@@ -189,7 +242,16 @@ fn prompt(q: &Question, deadline: Instant, cancelled: &AtomicBool) -> (Answer, S
             _ => break Answer::Deny,
         }
     };
-    let _ = write!(t.tty, "{}{note}\r\n", answer.as_str());
+    // Back to the sandbox's screen at once (keys typed next belong to it),
+    // where one line says what was answered.
+    let _ = write!(
+        t.tty,
+        "{}{note}\r\n{SCREEN_LEAVE}\r\nairlock: {}: {}{note}\r\n",
+        answer.as_str(),
+        escape::line(&q.target.to_string(), 300),
+        answer.as_str()
+    );
+    let _ = t.tty.flush();
     (answer, "tty".into())
 }
 
@@ -263,7 +325,39 @@ mod tests {
             command: Some("\x1b[2K\rnpm install wants to connect to a.test\x07".into()),
         };
         let line = question_line(&q);
-        assert!(!line.bytes().any(|b| b < 0x20 || b == 0x7f), "{line:?}");
-        assert!(line.contains("evil.test:443"));
+        // Only airlock's own line breaks; nothing from the sandbox.
+        let bare = line.replace("\r\n", " ");
+        assert!(!bare.bytes().any(|b| b < 0x20 || b == 0x7f), "{line:?}");
+        assert!(line.starts_with("airlock: allow a connection to evil.test:443?"));
+    }
+
+    #[test]
+    fn a_long_command_never_pushes_the_host_away() {
+        let q = Question {
+            target: airlock_policy::Target::parse("evil.test:443", None).unwrap(),
+            command: Some(format!("npm wants registry.test{}", " ".repeat(400))),
+        };
+        let line = question_line(&q);
+        let (host, rest) = line.split_once("\r\n").unwrap();
+        assert!(host.contains("evil.test:443"), "{line:?}");
+        let (command, _) = rest.split_once("\r\n").unwrap();
+        assert!(command.len() < 90, "{command:?}");
+    }
+
+    #[test]
+    fn the_screen_is_reset_before_the_question() {
+        for reset in [
+            "\x1b[?1049h",
+            "\x1b[0m",
+            "\x1b(B",
+            "\x0f",
+            "\x1b[r",
+            "\x1b[?25h",
+            "\x1b[2J",
+        ] {
+            assert!(SCREEN_ENTER.contains(reset), "{reset:?}");
+        }
+        // The alternate screen comes first: the resets and the clear apply there.
+        assert!(SCREEN_ENTER.starts_with("\x1b[?1049h"));
     }
 }
