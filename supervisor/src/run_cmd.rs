@@ -369,6 +369,7 @@ fn run_platform(
     #[cfg(target_os = "linux")]
     if let Some(w) = watch {
         w.finish();
+        tracing::debug!(elapsed = ?started.elapsed(), "watch stopped");
     }
     // Every process of the sandbox is gone: nothing can race the check.
     let checked = crate::integrity::check(&journal.snapshot, &plan.write, run_start, &run);

@@ -31,14 +31,16 @@ pub fn check(
     since: SystemTime,
     run: &str,
 ) -> Checked {
+    let t = std::time::Instant::now();
     let mut changes = snap.changes();
+    tracing::debug!(elapsed = ?t.elapsed(), "protected set compared");
     let known: Vec<Protected> = snap.entries.iter().map(|(p, _)| p.clone()).collect();
     let (found, failed) = nested::changes(roots, since, &known);
+    tracing::debug!(elapsed = ?t.elapsed(), ?roots, "nested repositories searched");
     changes.extend(found);
-    Checked {
-        outcomes: quarantine::act(&changes, run),
-        failed,
-    }
+    let outcomes = quarantine::act(&changes, run);
+    tracing::debug!(elapsed = ?t.elapsed(), "changes acted on");
+    Checked { outcomes, failed }
 }
 
 /// Finish the checks of runs whose airlock was killed before it could.
