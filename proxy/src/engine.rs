@@ -11,16 +11,15 @@ use std::time::{Duration, Instant};
 use airlock_policy::{
     check_address, decide_with, Approvals, Decision, Host, Policy, Reason, Target, Verdict,
 };
-use serde_json::json;
 use tokio::net::TcpStream;
 use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
 
 use crate::approve::{Answer, Approver, Question};
-use crate::audit::AuditLog;
 use crate::identity::{Client, ClientIdentity};
 use crate::refusal::Refusal;
 use crate::resolve::Resolver;
 use crate::tunnel::Totals;
+use airlock_audit::{schema, AuditLog, Event};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Protocol {
@@ -178,9 +177,9 @@ impl Engine {
     }
 
     /// Write an audit event, if there is an audit log.
-    pub fn audit_event(&self, event: &str, conn: u64, fields: serde_json::Value) {
+    pub fn audit_event(&self, conn: u64, event: Event) {
         if let Some(a) = &self.audit {
-            a.event(event, conn, fields);
+            a.write(conn, event);
         }
     }
 
@@ -324,11 +323,16 @@ impl Engine {
         }
         let (answer, by) = self.ask_once(conn, target).await;
         if let Some(audit) = &self.audit {
-            audit.event(
-                "approval",
+            audit.write(
                 conn.id,
-                json!({"host": target.host.to_string(), "port": target.port, "question": format!("allow {target}?"),
-                       "answer": answer.as_str(), "by": by, "command": conn.client}),
+                Event::Approval(schema::Approval {
+                    host: target.host.to_string(),
+                    port: target.port,
+                    question: format!("allow {target}?"),
+                    answer: answer.as_str().into(),
+                    by: by.clone(),
+                    command: conn.client.clone(),
+                }),
             );
         }
         tracing::info!(conn = conn.id, %target, answer = answer.as_str(), by, "approval");
@@ -507,14 +511,20 @@ impl Engine {
             "decision"
         );
         if let Some(audit) = &self.audit {
-            audit.event(
-                "decision",
+            audit.write(
                 conn.id,
-                json!({
-                    "host": host, "port": port, "ip": ip.map(|i| i.to_string()),
-                    "decision": d.verdict.as_str(), "reason": d.reason.as_str(),
-                    "rule": rule, "source": source, "protocol": protocol.as_str(),
-                    "command": conn.client, "client": conn.peer.to_string(), "detail": detail,
+                Event::Decision(schema::Decision {
+                    host: host.into(),
+                    port,
+                    ip: ip.map(|i| i.to_string()),
+                    decision: d.verdict.as_str().into(),
+                    reason: d.reason.as_str().into(),
+                    rule,
+                    source,
+                    protocol: protocol.as_str().into(),
+                    command: conn.client.clone(),
+                    client: conn.peer.to_string(),
+                    detail: detail.map(Into::into),
                 }),
             );
         }
@@ -540,12 +550,18 @@ impl Engine {
             "close"
         );
         if let Some(audit) = &self.audit {
-            audit.event(
-                "close",
+            // host, port and command too: each line stands alone (SPEC §6).
+            audit.write(
                 conn.id,
-                // host, port and command too: each line stands alone (SPEC §6).
-                json!({"host": target.host.to_string(), "port": target.port, "command": conn.client,
-                       "bytes_up": totals.up, "bytes_down": totals.down, "duration_ms": duration_ms, "error": error}),
+                Event::Close(schema::Close {
+                    host: target.host.to_string(),
+                    port: target.port,
+                    command: conn.client.clone(),
+                    bytes_up: totals.up,
+                    bytes_down: totals.down,
+                    duration_ms,
+                    error,
+                }),
             );
         }
     }

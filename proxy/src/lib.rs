@@ -4,7 +4,6 @@
 //! listener and knows nothing of namespaces.
 
 pub mod approve;
-pub mod audit;
 mod count;
 pub mod engine;
 pub mod escape;
@@ -14,7 +13,6 @@ pub mod inspect;
 pub mod refusal;
 mod resolve;
 pub mod rules;
-pub mod safe_file;
 pub mod serve;
 pub mod sni;
 pub mod socks;
@@ -22,8 +20,9 @@ pub mod socks;
 mod splice;
 pub mod tunnel;
 
+/// The audit log moved to `airlock-audit`; these keep the old paths.
+pub use airlock_audit::{safe_file, AuditLog};
 pub use approve::{Answer, AnswerFuture, Approver, DenyApprover, Question};
-pub use audit::{AuditLog, ProtectedChange};
 pub use engine::{Approval, Blocked, Engine, EngineConfig, Protocol};
 pub use identity::{Client, ClientIdentity, SourceAddressOnly};
 pub use serve::serve;

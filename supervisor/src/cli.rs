@@ -44,6 +44,15 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Summarise audit logs: per run, per command, per host.
+    Audit {
+        /// Audit logs (rotated or concatenated; read in the order given).
+        #[arg(required = true, value_name = "FILE")]
+        files: Vec<PathBuf>,
+        /// Print the summary as JSON.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 #[derive(ValueEnum, Clone, Copy, Debug)]
@@ -117,6 +126,10 @@ pub struct RunArgs {
     /// Run with the weaker fallback when namespaces are unavailable.
     #[arg(long = "allow-degraded")]
     pub allow_degraded: bool,
+    /// Allow and record unknown hosts, then write a proposed policy to FILE
+    /// (SPEC §5.6). The run is open to any public host: review the file.
+    #[arg(long, value_name = "FILE")]
+    pub learn: Option<PathBuf>,
     /// The command and its arguments.
     #[arg(last = true, required = true, value_name = "COMMAND")]
     pub command: Vec<String>,

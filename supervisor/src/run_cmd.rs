@@ -25,7 +25,7 @@ pub fn run(args: &RunArgs) -> Result<ExitCode> {
     let built = build_policy(&args.policy, &args.write, crate::sources::Named::NeedTrust)?;
     crate::sources::check_workspace_scope(&built.workspace, built.explicit_workspace)?;
     built.require_trusted()?;
-    let (policy, workspace) = (built.policy, built.workspace);
+    let (mut policy, workspace) = (built.policy, built.workspace);
     tracing::debug!(elapsed = ?started.elapsed(), "policy built");
     let net = plan::net_mode(&policy, args.network.as_deref()).map_err(anyhow::Error::msg)?;
     if net == Net::Host {
@@ -35,6 +35,7 @@ pub fn run(args: &RunArgs) -> Result<ExitCode> {
         };
         eprintln!("airlock: warning: {from}: the command reaches the network directly, with no proxy and no policy");
     }
+    let learn = crate::learn::Learn::prepare(args, &mut policy, &workspace, net == Net::Proxy)?;
     let timeout = match &args.timeout {
         Some(t) => Some(
             airlock_policy::units::parse_duration(t)
@@ -89,7 +90,7 @@ pub fn run(args: &RunArgs) -> Result<ExitCode> {
     for u in &plan.unsupported {
         eprintln!("airlock: warning: {u} cannot be enforced by mounts (only plain paths and a trailing /**)");
     }
-    run_platform(args, policy, plan, timeout, started, &workspace)
+    run_platform(args, policy, plan, timeout, started, &workspace, learn)
 }
 
 /// A sandbox that has been started, whatever the platform.
@@ -207,6 +208,7 @@ fn run_platform(
     timeout: Option<Duration>,
     started: Instant,
     workspace: &std::path::Path,
+    learn: Option<crate::learn::Learn>,
 ) -> Result<ExitCode> {
     let run = run_id();
     // Opened before the command runs, without following links (SPEC §3.5).
@@ -229,7 +231,15 @@ fn run_platform(
         .enable_all()
         .build()
         .context("cannot start the async runtime")?;
-    let approver = crate::approve::approver_in(&runtime, args.policy.ask.as_deref(), &policy)?;
+    // Learn mode records through the audit log and answers for itself.
+    let audit = match &learn {
+        Some(l) => Some(l.audit(audit, &run)),
+        None => audit,
+    };
+    let approver = match &learn {
+        Some(l) => l.approver(),
+        None => crate::approve::approver_in(&runtime, args.policy.ask.as_deref(), &policy)?,
+    };
     tracing::debug!(elapsed = ?started.elapsed(), "runtime and approver ready");
     // The protected set as it is before the sandbox can touch it.
     let snapshot = crate::integrity::snapshot::take(&plan.protected);
@@ -357,6 +367,12 @@ fn run_platform(
     }
     let duration_ms = started.elapsed().as_millis() as u64;
     engine.audit_end(code, duration_ms);
+    if let Some(l) = &learn {
+        if let Err(e) = l.finish() {
+            eprintln!("airlock: error: the learned policy was not written: {e:#}");
+            code = 125;
+        }
+    }
     if let Some(file) = report_file {
         report::write(
             file,
