@@ -46,6 +46,7 @@ pub struct Fragment {
     pub memory: Option<Located<u64>>,
     pub pids: Option<Located<u32>>,
     pub audit_log: Option<Located<String>>,
+    pub audit_otlp: Option<Located<String>>,
     /// `[macos] keychain`: the login keychain inside the Seatbelt sandbox.
     pub macos_keychain: Option<Located<bool>>,
     /// `[macos] dnssd`: the system resolver inside the Seatbelt sandbox.
@@ -84,6 +85,7 @@ impl Fragment {
             memory: None,
             pids: None,
             audit_log: None,
+            audit_otlp: None,
             macos_keychain: None,
             macos_dnssd: None,
         }

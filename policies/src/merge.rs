@@ -50,6 +50,8 @@ pub struct Policy {
     pub memory: Option<Located<u64>>,
     pub pids: Option<Located<u32>>,
     pub audit_log: Option<Located<String>>,
+    /// `[audit] otlp`: where audit events are exported as OTLP logs.
+    pub audit_otlp: Option<Located<String>>,
     /// `[macos] keychain` and `dnssd`: opt-in Seatbelt grants, with where
     /// they were turned on.
     pub macos_keychain: Option<Located<bool>>,
@@ -278,6 +280,7 @@ impl Policy {
             memory: last(&frags, |f| &f.memory),
             pids: last(&frags, |f| &f.pids),
             audit_log: last(&frags, |f| &f.audit_log),
+            audit_otlp: last(&frags, |f| &f.audit_otlp),
             macos_keychain: last(&frags, |f| &f.macos_keychain),
             macos_dnssd: last(&frags, |f| &f.macos_dnssd),
             presets,

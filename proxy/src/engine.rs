@@ -5,7 +5,7 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 use std::time::{Duration, Instant};
 
 use airlock_policy::{
@@ -77,9 +77,16 @@ pub struct EngineConfig {
     pub inspect: Option<crate::inspect::InspectConfig>,
 }
 
-pub struct Engine {
+/// The policy and the static DNS answers it implies: replaced together on
+/// reload, read once per decision so one connection sees one policy.
+struct Live {
     policy: Arc<Policy>,
-    resolver: Resolver,
+    resolver: Arc<Resolver>,
+}
+
+pub struct Engine {
+    live: RwLock<Arc<Live>>,
+    dns_server: Option<SocketAddr>,
     audit: Option<AuditLog>,
     approver: Arc<dyn Approver>,
     identity: Arc<dyn ClientIdentity>,
@@ -95,6 +102,7 @@ pub struct Engine {
     /// refusal resolved to).
     blocked: Mutex<BTreeMap<BlockedKey, (u64, Option<IpAddr>)>>,
     approvals: Mutex<Vec<Approval>>,
+    metrics: crate::metrics::Metrics,
 }
 
 /// What the exit report tallies blocked connections by.
@@ -129,16 +137,13 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 
 impl Engine {
     pub fn new(cfg: EngineConfig) -> Arc<Engine> {
-        let resolve = cfg
-            .policy
-            .resolve
-            .iter()
-            .map(|(h, ip)| (h.clone(), ip.value))
-            .collect();
+        let max_tunnels = cfg.policy.max_tunnels as usize;
+        let tunnels = Arc::new(Semaphore::new(max_tunnels));
         Arc::new(Engine {
-            resolver: Resolver::new(resolve, cfg.dns_server),
-            tunnels: Arc::new(Semaphore::new(cfg.policy.max_tunnels as usize)),
-            policy: cfg.policy,
+            metrics: crate::metrics::Metrics::new(tunnels.clone(), max_tunnels),
+            tunnels,
+            live: RwLock::new(Arc::new(Live::new(cfg.policy, cfg.dns_server))),
+            dns_server: cfg.dns_server,
             audit: cfg.audit,
             approver: cfg.approver,
             identity: cfg.identity,
@@ -152,8 +157,26 @@ impl Engine {
         })
     }
 
-    pub fn policy(&self) -> &Policy {
-        &self.policy
+    /// The policy in force now (a reload may replace it at any time).
+    pub fn policy(&self) -> Arc<Policy> {
+        self.live().policy.clone()
+    }
+
+    pub fn metrics(&self) -> &crate::metrics::Metrics {
+        &self.metrics
+    }
+
+    fn live(&self) -> Arc<Live> {
+        self.live.read().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// Replace the policy (`airlock proxy` on SIGHUP). Open tunnels keep
+    /// running: they were decided under the old one. New connections,
+    /// questions and address checks use the new one; the tunnel limit and
+    /// the TLS inspection set-up stay as they were at start.
+    pub fn reload(&self, policy: Arc<Policy>) {
+        let live = Arc::new(Live::new(policy, self.dns_server));
+        *self.live.write().unwrap_or_else(|p| p.into_inner()) = live;
     }
 
     pub fn inspect_config(&self) -> Option<&crate::inspect::InspectConfig> {
@@ -163,7 +186,7 @@ impl Engine {
     /// Whether this target's TLS is decrypted; an error when it must be
     /// but no CA was configured (fail closed).
     pub fn inspection(&self, target: &Target) -> Result<bool, Box<Refusal>> {
-        if !airlock_policy::inspects(&self.policy, target) {
+        if !airlock_policy::inspects(&self.policy(), target) {
             return Ok(false);
         }
         if self.inspect.is_none() {
@@ -196,7 +219,7 @@ impl Engine {
     }
 
     pub fn idle_timeout(&self) -> Duration {
-        self.policy.idle_timeout
+        self.policy().idle_timeout
     }
 
     /// Remember a listening address: the proxy never dials itself.
@@ -230,13 +253,15 @@ impl Engine {
         target: &Target,
         protocol: Protocol,
     ) -> Result<Dialed, Refusal> {
-        let decision = self.decide(conn, target).await;
+        let live = self.live();
+        let policy = &live.policy;
+        let decision = self.decide(policy, conn, target).await;
         if !decision.is_allow() {
             let refusal = Refusal::new(decision.reason, target, deny_detail(&decision))
                 .with_rule(decision.rule.clone());
             return Err(self.refused(conn, protocol, refusal, None));
         }
-        let ips = match self.resolver.lookup(&target.host).await {
+        let ips = match live.resolver.lookup(&target.host).await {
             Ok(ips) => ips,
             Err(e) => {
                 let r = Refusal::new(Reason::UpstreamUnreachable, target, e)
@@ -248,11 +273,11 @@ impl Engine {
         // only by an answer must resolve to a public address, unless the
         // policy itself pins this name to its address ([network].resolve),
         // in which case a policy rule, not the sandbox, chose the address.
-        let pinned = self.policy.resolve.contains_key(&target.host);
+        let pinned = policy.resolve.contains_key(&target.host);
         let allow_private: Vec<_> = if decision.reason == Reason::Approved && !pinned {
             vec![]
         } else {
-            self.policy.allow_private.iter().map(|n| n.value).collect()
+            policy.allow_private.iter().map(|n| n.value).collect()
         };
         let own = lock(&self.own).clone();
         let mut checked = vec![];
@@ -281,8 +306,7 @@ impl Engine {
         let mut timed_out = false;
         let mut last_err = String::new();
         for addr in checked {
-            match tokio::time::timeout(self.policy.connect_timeout, TcpStream::connect(addr)).await
-            {
+            match tokio::time::timeout(policy.connect_timeout, TcpStream::connect(addr)).await {
                 Ok(Ok(stream)) => {
                     let _ = stream.set_nodelay(true);
                     self.log_decision(conn, protocol, target, Some(addr.ip()), &decision, None);
@@ -297,7 +321,7 @@ impl Engine {
                     timed_out = true;
                     last_err = format!(
                         "connecting to {addr} timed out after {:?}",
-                        self.policy.connect_timeout
+                        policy.connect_timeout
                     );
                 }
             }
@@ -311,8 +335,8 @@ impl Engine {
         Err(self.refused(conn, protocol, r, None))
     }
 
-    async fn decide(&self, conn: &Conn, target: &Target) -> Decision {
-        let decision = decide_with(&self.policy, target, &self.session);
+    async fn decide(&self, policy: &Policy, conn: &Conn, target: &Target) -> Decision {
+        let decision = decide_with(policy, target, &self.session);
         if decision.verdict != Verdict::Ask {
             return decision;
         }
@@ -321,7 +345,9 @@ impl Engine {
             // was refused by a person (SPEC §5.2).
             return Decision::deny(Reason::NotAllowlisted);
         }
-        let (answer, by) = self.ask_once(conn, target).await;
+        let asked = Instant::now();
+        let (answer, by) = self.ask_once(policy, conn, target).await;
+        self.metrics.approval_wait(asked.elapsed().as_secs_f64());
         if let Some(audit) = &self.audit {
             audit.write(
                 conn.id,
@@ -360,7 +386,7 @@ impl Engine {
     /// Ask the approver, unless the same target is being asked about
     /// already, in which case wait for that answer. No answer within
     /// `ask_timeout` is a timeout.
-    async fn ask_once(&self, conn: &Conn, target: &Target) -> (Answer, String) {
+    async fn ask_once(&self, policy: &Policy, conn: &Conn, target: &Target) -> (Answer, String) {
         let waiting = {
             let mut inflight = lock(&self.inflight);
             match inflight.get(target) {
@@ -403,18 +429,14 @@ impl Engine {
                 .or_else(|| self.identity.identify(conn.peer))
                 .map(|c| c.argv.join(" ")),
         };
-        let answer = match tokio::time::timeout(
-            self.policy.ask_timeout,
-            self.approver.ask(question),
-        )
-        .await
-        {
-            Ok(a) => a,
-            Err(_) => (
-                Answer::Timeout,
-                format!("nobody answered within {:?}", self.policy.ask_timeout),
-            ),
-        };
+        let answer =
+            match tokio::time::timeout(policy.ask_timeout, self.approver.ask(question)).await {
+                Ok(a) => a,
+                Err(_) => (
+                    Answer::Timeout,
+                    format!("nobody answered within {:?}", policy.ask_timeout),
+                ),
+            };
         let _ = tx.send(Some(answer.clone()));
         answer
     }
@@ -427,7 +449,7 @@ impl Engine {
         mut refusal: Refusal,
         ip: Option<IpAddr>,
     ) -> Refusal {
-        refusal.user_allow = self.policy.user_allow;
+        refusal.user_allow = self.policy().user_allow;
         if refusal.reason == Reason::PrivateAddress {
             refusal.resolved = ip;
         }
@@ -510,6 +532,7 @@ impl Engine {
             detail = ?detail,
             "decision"
         );
+        self.metrics.decision(d.verdict.as_str(), d.reason.as_str());
         if let Some(audit) = &self.audit {
             audit.write(
                 conn.id,
@@ -540,6 +563,7 @@ impl Engine {
         error: Option<String>,
     ) {
         let duration_ms = since.elapsed().as_millis() as u64;
+        self.metrics.bytes(totals.up, totals.down);
         tracing::info!(
             conn = conn.id,
             %target,
@@ -573,12 +597,13 @@ impl Engine {
 
     /// What was blocked so far, for the exit report.
     pub fn blocked(&self) -> Vec<Blocked> {
+        let user_allow = self.policy().user_allow;
         lock(&self.blocked)
             .iter()
             .map(|((host, port, reason), (count, ip))| {
                 let how = port
                     .and_then(|p| Host::parse(host).ok().map(|h| Target::new(h, p)))
-                    .map(|t| airlock_policy::advice(&t, *reason, *ip, self.policy.user_allow))
+                    .map(|t| airlock_policy::advice(&t, *reason, *ip, user_allow))
                     .unwrap_or_else(|| "fix the host name".into());
                 Blocked {
                     host: crate::escape::line(host, 200),
@@ -589,6 +614,20 @@ impl Engine {
                 }
             })
             .collect()
+    }
+}
+
+impl Live {
+    fn new(policy: Arc<Policy>, dns_server: Option<SocketAddr>) -> Live {
+        let resolve = policy
+            .resolve
+            .iter()
+            .map(|(h, ip)| (h.clone(), ip.value))
+            .collect();
+        Live {
+            resolver: Arc::new(Resolver::new(resolve, dns_server)),
+            policy,
+        }
     }
 }
 

@@ -10,6 +10,7 @@ pub mod escape;
 pub mod http;
 pub mod identity;
 pub mod inspect;
+pub mod metrics;
 pub mod refusal;
 mod resolve;
 pub mod rules;

@@ -5,7 +5,11 @@
 use std::path::{Path, PathBuf};
 
 use airlock_audit::schema::{PolicyFile, Run, User};
+use std::sync::Arc;
+
+use airlock_audit::otlp::Otlp;
 use airlock_audit::AuditLog;
+use anyhow::Context;
 
 use crate::cli::RunArgs;
 
@@ -60,6 +64,32 @@ fn user() -> User {
         }
     };
     User { uid, name }
+}
+
+/// The audit log of `policy` (opened without following links) with the
+/// OTLP exporter attached when `[audit] otlp` / `--otlp` names one.
+pub fn open(
+    policy: &airlock_policy::Policy,
+    run: &str,
+) -> anyhow::Result<(Option<AuditLog>, Option<Arc<Otlp>>)> {
+    let mut audit = match &policy.audit_log {
+        Some(path) => Some(AuditLog::open(Path::new(&path.value), run)?),
+        None => None,
+    };
+    let otlp = match &policy.audit_otlp {
+        Some(endpoint) => {
+            let o = Otlp::start(&endpoint.value, airlock_audit::otlp::QUEUE)
+                .with_context(|| format!("[audit] otlp ({})", endpoint.origin))?;
+            audit = Some(
+                audit
+                    .unwrap_or_else(|| AuditLog::sinks_only(run))
+                    .with_sink(o.clone()),
+            );
+            Some(o)
+        }
+        None => None,
+    };
+    Ok((audit, otlp))
 }
 
 /// Write the `run` line: the first of the run, before any connection.

@@ -5,7 +5,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use airlock_proxy::{AuditLog, Engine, EngineConfig};
+use airlock_proxy::{Engine, EngineConfig};
 #[cfg(not(target_os = "macos"))]
 use anyhow::bail;
 use anyhow::{Context, Result};
@@ -213,10 +213,7 @@ fn run_platform(
     let run = run_id();
     // Opened before the command runs, without following links (SPEC §3.5).
     let report_file = args.report.as_deref().map(report::open).transpose()?;
-    let audit = match &policy.audit_log {
-        Some(path) => Some(AuditLog::open(std::path::Path::new(&path.value), &run)?),
-        None => None,
-    };
+    let (audit, otlp) = crate::run_audit::open(&policy, &run)?;
     let inspect = crate::inspect_setup::for_policy(&policy)?;
     // The trust variables are set only when something is inspected.
     let bundle = match &inspect {
@@ -367,6 +364,9 @@ fn run_platform(
     }
     let duration_ms = started.elapsed().as_millis() as u64;
     engine.audit_end(code, duration_ms);
+    if let Some(o) = &otlp {
+        o.close(Duration::from_secs(2));
+    }
     if let Some(l) = &learn {
         if let Err(e) = l.finish() {
             eprintln!("airlock: error: the learned policy was not written: {e:#}");
