@@ -10,7 +10,7 @@ use std::sync::mpsc::{self, Receiver, RecvTimeoutError, SyncSender, TrySendError
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, Wake, Waker};
 use std::thread::Thread;
-use std::time::{Duration, SystemTime};
+use std::time::{Duration, Instant, SystemTime};
 
 use opentelemetry::logs::{AnyValue, LogRecord as _, Logger as _, LoggerProvider as _, Severity};
 use opentelemetry::InstrumentationScope;
@@ -24,6 +24,8 @@ use crate::writer::Sink;
 /// Records waiting for the exporter thread; beyond this they are dropped.
 pub const QUEUE: usize = 4096;
 const BATCH: usize = 512;
+/// The longest a record waits for others to share its request.
+const WINDOW: Duration = Duration::from_millis(200);
 
 /// What the exporter did, for the metrics endpoint.
 #[derive(Debug, Default)]
@@ -207,6 +209,8 @@ fn export_loop(
 ) {
     let mut batch: Vec<SdkLogRecord> = Vec::with_capacity(BATCH);
     let mut open = true;
+    // When the batch's first record came: a batch waits at most WINDOW.
+    let mut first = Instant::now();
     while open || !batch.is_empty() {
         if open {
             // Wait for a first record, then gather what comes within a
@@ -214,8 +218,11 @@ fn export_loop(
             let wait = if batch.is_empty() {
                 Duration::from_secs(3600)
             } else {
-                Duration::from_millis(200)
+                WINDOW.saturating_sub(first.elapsed())
             };
+            if batch.is_empty() {
+                first = Instant::now();
+            }
             match rx.recv_timeout(wait) {
                 Ok(r) => {
                     batch.push(r);
@@ -225,7 +232,7 @@ fn export_loop(
                             Err(_) => break,
                         }
                     }
-                    if batch.len() < BATCH {
+                    if batch.len() < BATCH && first.elapsed() < WINDOW {
                         continue;
                     }
                 }

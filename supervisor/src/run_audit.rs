@@ -78,7 +78,12 @@ pub fn open(
     };
     let otlp = match &policy.audit_otlp {
         Some(endpoint) => {
-            let o = Otlp::start(&endpoint.value, airlock_audit::otlp::QUEUE)
+            // AIRLOCK_OTLP_QUEUE: records held while the collector is slow.
+            let queue = std::env::var("AIRLOCK_OTLP_QUEUE")
+                .ok()
+                .and_then(|q| q.parse().ok())
+                .unwrap_or(airlock_audit::otlp::QUEUE);
+            let o = Otlp::start(&endpoint.value, queue)
                 .with_context(|| format!("[audit] otlp ({})", endpoint.origin))?;
             audit = Some(
                 audit
