@@ -8,6 +8,7 @@ pub mod writer;
 
 pub use schema::{Command, Event, Record};
 pub use writer::{AuditError, AuditLog, Sink};
+#[cfg(feature = "otlp")]
 pub mod otlp;
 pub mod reader;
 pub mod summary;

@@ -8,20 +8,63 @@ use std::io::{self, BufRead};
 
 use serde::Deserialize;
 
-/// `command` is the argv in a `run` line and `{pid, argv}` elsewhere.
-#[derive(Deserialize)]
-#[serde(untagged)]
-pub enum CommandField {
-    Argv(Vec<String>),
-    Process { pid: u32, argv: Vec<String> },
+/// `command` is the argv in a `run` line and `{pid, argv}` elsewhere;
+/// read by hand (not `untagged`, which buffers every value first).
+pub struct CommandField<'a>(pub Vec<Cow<'a, str>>);
+
+impl CommandField<'_> {
+    pub fn argv(&self) -> &[Cow<'_, str>] {
+        &self.0
+    }
+
+    pub fn to_vec(&self) -> Vec<String> {
+        self.0.iter().map(|a| a.to_string()).collect()
+    }
 }
 
-impl CommandField {
-    pub fn argv(&self) -> &[String] {
-        match self {
-            CommandField::Argv(a) => a,
-            CommandField::Process { argv, .. } => argv,
+/// A string that borrows from the line when it holds no escapes.
+struct Str<'a>(Cow<'a, str>);
+
+impl<'de: 'a, 'a> Deserialize<'de> for Str<'a> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        Cow::<'a, str>::deserialize(d).map(Str)
+    }
+}
+
+impl<'de: 'a, 'a> Deserialize<'de> for CommandField<'a> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V<'a>(std::marker::PhantomData<&'a ()>);
+        impl<'de: 'a, 'a> serde::de::Visitor<'de> for V<'a> {
+            type Value = CommandField<'a>;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("an argv array or {pid, argv}")
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(
+                self,
+                mut seq: A,
+            ) -> Result<Self::Value, A::Error> {
+                let mut v = vec![];
+                while let Some(Str(s)) = seq.next_element::<Str<'a>>()? {
+                    v.push(s);
+                }
+                Ok(CommandField(v))
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut map: A,
+            ) -> Result<Self::Value, A::Error> {
+                let mut argv = None;
+                while let Some(Str(k)) = map.next_key::<Str<'de>>()? {
+                    if k == "argv" {
+                        argv = Some(map.next_value::<CommandField<'a>>()?);
+                    } else {
+                        map.next_value::<serde::de::IgnoredAny>()?;
+                    }
+                }
+                Ok(argv.unwrap_or(CommandField(vec![])))
+            }
         }
+        d.deserialize_any(V(std::marker::PhantomData))
     }
 }
 
@@ -43,8 +86,8 @@ pub struct Line<'a> {
     pub decision: Option<Cow<'a, str>>,
     #[serde(borrow, default)]
     pub reason: Option<Cow<'a, str>>,
-    #[serde(default)]
-    pub command: Option<CommandField>,
+    #[serde(borrow, default)]
+    pub command: Option<CommandField<'a>>,
     #[serde(default)]
     pub bytes_up: Option<u64>,
     #[serde(default)]

@@ -7,7 +7,7 @@ use std::fmt::Write as _;
 
 use serde::Serialize;
 
-use crate::reader::Line;
+use crate::reader::{CommandField, Line};
 
 /// Counts for one host, one command, or a whole run.
 #[derive(Debug, Default, Clone, PartialEq, Eq, Serialize)]
@@ -98,7 +98,19 @@ pub struct Summary {
     pub runs: Vec<RunSummary>,
 }
 
-type HostKey = (String, Option<u16>);
+/// host -> port -> counts: looked up by `&str`, so the hot path does not
+/// allocate for hosts it has seen.
+type HostMap = HashMap<String, HashMap<Option<u16>, HostAcc>>;
+
+fn host_entry<'m>(m: &'m mut HostMap, host: &str, port: Option<u16>) -> &'m mut HostAcc {
+    if !m.contains_key(host) {
+        m.insert(host.to_string(), HashMap::new());
+    }
+    m.get_mut(host)
+        .expect("inserted above")
+        .entry(port)
+        .or_default()
+}
 
 #[derive(Default)]
 struct HostAcc {
@@ -115,8 +127,10 @@ struct RunAcc {
     learn: bool,
     exit_code: Option<i32>,
     duration_ms: Option<u64>,
-    hosts: HashMap<HostKey, HostAcc>,
-    commands: HashMap<Option<Vec<String>>, HashMap<HostKey, HostAcc>>,
+    hosts: HostMap,
+    /// Keyed by the argv joined with NULs ("" = not attributed; a NUL can
+    /// not occur in an argument).
+    commands: HashMap<String, (Option<Vec<String>>, HostMap)>,
     blocked: BTreeMap<(String, Option<u16>, String), u64>,
     approvals: BTreeMap<(String, Option<u16>, String, String), u64>,
     protected: Vec<ProtectedSummary>,
@@ -125,6 +139,7 @@ struct RunAcc {
 /// Folds lines into a summary; feed it every line of every file in order.
 #[derive(Default)]
 pub struct Summariser {
+    key: String,
     order: Vec<String>,
     runs: HashMap<String, RunAcc>,
     lines: u64,
@@ -153,12 +168,29 @@ impl Summariser {
         if run.started.is_none() {
             run.started = own(&l.ts);
         }
-        let host = || (own(&l.host).unwrap_or_default(), l.port);
-        let argv = || l.command.as_ref().map(|c| c.argv().to_vec());
+        let host = l.host.as_deref().unwrap_or("");
+        let key = &mut self.key;
+        key.clear();
+        if let Some(c) = &l.command {
+            for (i, a) in c.argv().iter().enumerate() {
+                if i > 0 {
+                    key.push('\0');
+                }
+                key.push_str(a);
+            }
+        }
+        // The command's own host map (created on first sight).
+        fn by_command<'r>(run: &'r mut RunAcc, key: &str, l: &Line<'_>) -> &'r mut HostMap {
+            if !run.commands.contains_key(key) {
+                let argv = l.command.as_ref().map(CommandField::to_vec);
+                run.commands.insert(key.to_string(), (argv, HashMap::new()));
+            }
+            &mut run.commands.get_mut(key).expect("inserted above").1
+        }
         match &*l.event {
             "run" => {
                 run.started = own(&l.ts).or(run.started.take());
-                run.command = argv();
+                run.command = l.command.as_ref().map(CommandField::to_vec);
                 run.cwd = own(&l.cwd);
                 run.tier = own(&l.tier);
                 run.learn = l.learn.unwrap_or(false);
@@ -178,20 +210,20 @@ impl Summariser {
                         h.stats.failed += 1;
                     } else {
                         h.stats.blocked += 1;
-                        *h.reasons.entry(reason.to_string()).or_default() += 1;
+                        match h.reasons.get_mut(reason) {
+                            Some(n) => *n += 1,
+                            None => {
+                                h.reasons.insert(reason.to_string(), 1);
+                            }
+                        }
                     }
                 };
-                bump(run.hosts.entry(host()).or_default());
-                bump(
-                    run.commands
-                        .entry(argv())
-                        .or_default()
-                        .entry(host())
-                        .or_default(),
-                );
+                bump(host_entry(&mut run.hosts, host, l.port));
+                bump(host_entry(by_command(run, key, &l), host, l.port));
                 if !allowed && !failed {
-                    let (h, p) = host();
-                    *run.blocked.entry((h, p, reason.to_string())).or_default() += 1;
+                    *run.blocked
+                        .entry((host.to_string(), l.port, reason.to_string()))
+                        .or_default() += 1;
                 }
             }
             "close" | "request" => {
@@ -204,20 +236,13 @@ impl Summariser {
                         h.stats.bytes_down += l.bytes_down.unwrap_or(0);
                     }
                 };
-                bump(run.hosts.entry(host()).or_default());
-                bump(
-                    run.commands
-                        .entry(argv())
-                        .or_default()
-                        .entry(host())
-                        .or_default(),
-                );
+                bump(host_entry(&mut run.hosts, host, l.port));
+                bump(host_entry(by_command(run, key, &l), host, l.port));
             }
             "approval" => {
-                let (h, p) = host();
                 let key = (
-                    h,
-                    p,
+                    host.to_string(),
+                    l.port,
                     own(&l.answer).unwrap_or_default(),
                     own(&l.by).unwrap_or_default(),
                 );
@@ -256,14 +281,16 @@ fn add(total: &mut Stats, s: &Stats) {
     total.requests += s.requests;
 }
 
-fn hosts(map: HashMap<HostKey, HostAcc>) -> (Stats, Vec<HostSummary>) {
+fn hosts(map: HostMap) -> (Stats, Vec<HostSummary>) {
     let mut v: Vec<_> = map
         .into_iter()
-        .map(|((host, port), a)| HostSummary {
-            host,
-            port,
-            stats: a.stats,
-            reasons: a.reasons,
+        .flat_map(|(host, ports)| {
+            ports.into_iter().map(move |(port, a)| HostSummary {
+                host: host.clone(),
+                port,
+                stats: a.stats,
+                reasons: a.reasons,
+            })
         })
         .collect();
     v.sort_by(|a, b| (&a.host, a.port).cmp(&(&b.host, b.port)));
@@ -279,7 +306,7 @@ fn finish_run(id: &str, r: RunAcc) -> RunSummary {
     let mut commands: Vec<_> = r
         .commands
         .into_iter()
-        .map(|(argv, m)| {
+        .map(|(_, (argv, m))| {
             let (stats, hosts) = hosts(m);
             CommandSummary { argv, stats, hosts }
         })
