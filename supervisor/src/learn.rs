@@ -87,6 +87,11 @@ impl Approver for LearnApprover {
 
 pub struct Learn {
     path: PathBuf,
+    /// FILE's directory, opened once before the sandbox starts: a parent
+    /// renamed or swapped for a link during the run cannot redirect the
+    /// write (the sandbox may write where FILE lives).
+    dir: safe_file::Dir,
+    name: String,
     recorder: Arc<Recorder>,
     command: Vec<String>,
     /// The policy files in force, by (device, inode): FILE is never one.
@@ -127,36 +132,45 @@ impl Learn {
         named.extend(crate::sources::user_policy_path());
         named.extend(args.policy.policy.iter().cloned());
         named.push(crate::sources::managed_policy_path().0);
+        // By name, even before they exist: a proposal written where a
+        // policy is read would apply without review.
+        let canonical = |p: &Path| -> Option<PathBuf> {
+            let parent = match p.parent() {
+                Some(d) if !d.as_os_str().is_empty() => d,
+                _ => Path::new("."),
+            };
+            Some(std::fs::canonicalize(parent).ok()?.join(p.file_name()?))
+        };
+        let wanted = canonical(path);
+        for p in &named {
+            if wanted.is_some() && canonical(p) == wanted {
+                let what = if *p == workspace.join("airlock.toml") {
+                    "the project policy".to_string()
+                } else {
+                    format!("the policy file {}", p.display())
+                };
+                bail!(
+                    "--learn {}: that is {what}; learn mode writes a proposal for you to \
+                     review, never a policy airlock applies. Choose another file",
+                    path.display()
+                );
+            }
+        }
         for p in named {
             if let Some((dev, ino)) = identity(&p) {
                 policies.push((p, dev, ino));
             }
         }
+        let (dir, name) =
+            safe_file::split(path).with_context(|| format!("--learn {}", path.display()))?;
         let learn = Learn {
             path: path.clone(),
+            dir,
+            name,
             recorder: Arc::default(),
             command: args.command.clone(),
             policies,
         };
-        // The project policy by name, even before it exists: a proposal
-        // written there would apply (once trusted) without review.
-        let project = workspace.join("airlock.toml");
-        if let (Some(parent), Some(name)) = (path.parent(), path.file_name()) {
-            let parent = if parent.as_os_str().is_empty() {
-                Path::new(".")
-            } else {
-                parent
-            };
-            if let Ok(dir) = std::fs::canonicalize(parent) {
-                if dir.join(name) == project {
-                    bail!(
-                        "--learn {}: that is the project policy; learn mode writes a proposal \
-                         for you to review, never the policy itself. Choose another file",
-                        path.display()
-                    );
-                }
-            }
-        }
         learn.open().map(drop)?;
         policy.unknown.value = Unknown::Ask;
         eprintln!(
@@ -170,7 +184,9 @@ impl Learn {
     /// Open FILE for replacing, without following links, and refuse it if
     /// it is one of the policy files in force (a hard link included).
     fn open(&self) -> Result<File> {
-        let file = safe_file::open(&self.path, Mode::Append, 0o644)
+        let file = self
+            .dir
+            .open_file(&self.name, Mode::Append, 0o644)
             .with_context(|| format!("--learn {}", self.path.display()))?;
         let meta = file.metadata().context("--learn")?;
         if let Some((p, _, _)) = self

@@ -382,3 +382,47 @@ fn a_learn_run_is_marked_in_the_audit_log() {
     assert_eq!(s["runs"][0]["approvals"][0]["by"], "learn mode (--learn)");
     assert_eq!(s["runs"][0]["connections"], 1);
 }
+
+#[test]
+fn the_sandbox_cannot_redirect_the_learned_file() {
+    for who in Who::all() {
+        let f = Fixture::new_in(&base());
+        let bashrc = f.write("~/.bashrc", "# mine\n");
+        std::fs::create_dir_all(f.ws.join("out")).unwrap();
+        who.prepare(&f);
+        let file = f.ws.join("out/policy.toml");
+        let user_policy = f.home.join(".config/airlock/policy.toml");
+        // The parent swapped for a link to airlock's config directory: the
+        // proposal must not become the user policy.
+        let script = format!(
+            "mv out out.moved && ln -s {} out && echo SWAPPED",
+            f.home.join(".config/airlock").display()
+        );
+        let out = run(&mut who.wrap(f.command(&["--learn", file.to_str().unwrap()], &script)));
+        assert_eq!(out.code, 0, "{who:?} {}", show(&out));
+        assert!(out.stdout.contains("SWAPPED"), "{}", show(&out));
+        assert!(
+            !user_policy.exists(),
+            "{who:?}: the user policy was written"
+        );
+        let moved = std::fs::read_to_string(f.ws.join("out.moved/policy.toml")).unwrap();
+        assert!(
+            moved.contains("Proposed by `airlock run --learn`"),
+            "{moved}"
+        );
+        // The file itself swapped for a link: refused, nothing written.
+        let file = f.ws.join("out.moved/policy.toml");
+        let script = format!(
+            "rm out.moved/policy.toml && ln -s {} out.moved/policy.toml",
+            bashrc.display()
+        );
+        let out = run(&mut who.wrap(f.command(&["--learn", file.to_str().unwrap()], &script)));
+        assert_eq!(out.code, 125, "{who:?} {}", show(&out));
+        assert!(
+            out.stderr.contains("the learned policy was not written"),
+            "{}",
+            show(&out)
+        );
+        assert_eq!(std::fs::read_to_string(&bashrc).unwrap(), "# mine\n");
+    }
+}
