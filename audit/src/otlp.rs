@@ -40,8 +40,13 @@ pub struct ExportStats {
 
 #[derive(Debug, thiserror::Error)]
 pub enum OtlpError {
-    #[error("--otlp {0}: expected an http:// or https:// URL of an OTLP/HTTP receiver")]
+    #[error("--otlp {0}: expected an http:// URL of an OTLP/HTTP receiver")]
     Endpoint(String),
+    #[error(
+        "--otlp {0}: https endpoints are not supported by this build (its OTLP client has no \
+         TLS); send to a local OpenTelemetry Collector over http and let it forward with TLS"
+    )]
+    NoTls(String),
     #[error("cannot build the OTLP exporter: {0}")]
     Build(String),
     #[error("cannot start the OTLP export thread: {0}")]
@@ -58,7 +63,10 @@ pub struct Otlp {
 /// `http://host:4318` means its `/v1/logs`; a full path is kept.
 pub fn logs_url(endpoint: &str) -> Result<String, OtlpError> {
     let e = endpoint.trim();
-    if !(e.starts_with("http://") || e.starts_with("https://")) {
+    if e.starts_with("https://") {
+        return Err(OtlpError::NoTls(endpoint.into()));
+    }
+    if !e.starts_with("http://") {
         return Err(OtlpError::Endpoint(endpoint.into()));
     }
     let after_scheme = &e[e.find("://").map_or(0, |i| i + 3)..];
@@ -289,9 +297,13 @@ mod tests {
         );
         assert_eq!(logs_url("http://c:4318/").unwrap(), "http://c:4318/v1/logs");
         assert_eq!(
-            logs_url("https://c/otlp/v1/logs").unwrap(),
-            "https://c/otlp/v1/logs"
+            logs_url("http://c/otlp/v1/logs").unwrap(),
+            "http://c/otlp/v1/logs"
         );
+        assert!(matches!(
+            logs_url("https://c:4318"),
+            Err(OtlpError::NoTls(_))
+        ));
         assert!(logs_url("c:4318").is_err());
         assert!(logs_url("http://").is_err());
     }
