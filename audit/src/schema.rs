@@ -63,7 +63,7 @@ pub struct Decision {
     pub rule: Option<String>,
     /// The policy file and line of the rule.
     pub source: Option<String>,
-    /// `connect`, `http` or `socks5`.
+    /// `connect`, `http`, `socks5` or `transparent` (captured).
     pub protocol: String,
     pub command: Option<Command>,
     /// The client's source address as the proxy saw it.

@@ -5,6 +5,7 @@
 
 pub mod approve;
 mod count;
+pub mod dns;
 pub mod engine;
 pub mod escape;
 pub mod http;
@@ -19,6 +20,8 @@ pub mod sni;
 pub mod socks;
 #[cfg(target_os = "linux")]
 mod splice;
+#[cfg(target_os = "linux")]
+pub mod transparent;
 pub mod tunnel;
 
 /// The audit log moved to `airlock-audit`; these keep the old paths.
