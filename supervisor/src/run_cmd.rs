@@ -329,8 +329,6 @@ fn run_platform(
             signal: sandbox.teardown,
         });
     }
-    #[cfg(not(target_os = "linux"))]
-    let _ = &killer;
     if let Some(a) = &audit {
         crate::run_audit::begin(a, args, workspace, sandbox.tier);
     }
