@@ -48,6 +48,7 @@ pub struct Fragment {
     pub pids: Option<Located<u32>>,
     pub tmp: Option<Located<u64>>,
     pub audit_log: Option<Located<String>>,
+    pub audit_otlp: Option<Located<String>>,
     /// `[macos] keychain`: the login keychain inside the Seatbelt sandbox.
     pub macos_keychain: Option<Located<bool>>,
     /// `[macos] dnssd`: the system resolver inside the Seatbelt sandbox.
@@ -88,6 +89,7 @@ impl Fragment {
             pids: None,
             tmp: None,
             audit_log: None,
+            audit_otlp: None,
             macos_keychain: None,
             macos_dnssd: None,
         }

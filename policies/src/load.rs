@@ -303,6 +303,7 @@ pub fn load_str(text: &str, path: &str, layer: Layer) -> Result<Fragment, Vec<Di
     f.pids = cx.count(&file.limits.pids, "limits.pids");
     f.tmp = cx.parsed(&file.limits.tmp, "limits.tmp", parse_size);
     f.audit_log = file.audit.log.as_ref().map(|t| cx.text(t));
+    f.audit_otlp = file.audit.otlp.as_ref().map(|t| cx.text(t));
     let flag =
         |v: &Option<toml::Spanned<bool>>| v.as_ref().map(|v| cx.locate(*v.get_ref(), &v.span()));
     f.macos_keychain = flag(&file.macos.keychain);

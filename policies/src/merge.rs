@@ -52,6 +52,8 @@ pub struct Policy {
     pub pids: Option<Located<u32>>,
     pub tmp: Option<Located<u64>>,
     pub audit_log: Option<Located<String>>,
+    /// `[audit] otlp`: where audit events are exported as OTLP logs.
+    pub audit_otlp: Option<Located<String>>,
     /// `[macos] keychain` and `dnssd`: opt-in Seatbelt grants, with where
     /// they were turned on.
     pub macos_keychain: Option<Located<bool>>,
@@ -282,6 +284,7 @@ impl Policy {
             pids: last(&frags, |f| &f.pids),
             tmp: last(&frags, |f| &f.tmp),
             audit_log: last(&frags, |f| &f.audit_log),
+            audit_otlp: last(&frags, |f| &f.audit_otlp),
             macos_keychain: last(&frags, |f| &f.macos_keychain),
             macos_dnssd: last(&frags, |f| &f.macos_dnssd),
             presets,

@@ -124,6 +124,8 @@ pub struct LimitsSection {
 #[serde(deny_unknown_fields)]
 pub struct AuditSection {
     pub log: Option<Text>,
+    /// An OTLP/HTTP endpoint that receives every audit event as a log.
+    pub otlp: Option<Text>,
 }
 
 /// Grants only the macOS Seatbelt profile knows; both off by default

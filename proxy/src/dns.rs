@@ -106,12 +106,9 @@ enum Answer {
 /// the port is checked when the connection is captured.
 fn decide_name(engine: &Engine, host: &Host) -> Decision {
     let mut first = None;
+    let policy = engine.policy();
     for port in [443, 80] {
-        let d = decide_with(
-            &engine.policy,
-            &Target::new(host.clone(), port),
-            &engine.session,
-        );
+        let d = decide_with(&policy, &Target::new(host.clone(), port), &engine.session);
         // Nobody to ask: refused, as the connection would be.
         if d.verdict == Verdict::Ask && !engine.approver.asks() {
             first.get_or_insert(Decision::deny(Reason::NotAllowlisted));
@@ -130,7 +127,7 @@ async fn answer(engine: &Engine, host: &Host) -> Answer {
     if decision.verdict == Verdict::Deny && decision.reason != Reason::PortNotAllowed {
         return Answer::Refused(decision);
     }
-    let ips = match engine.resolver.lookup(host).await {
+    let ips = match engine.resolver().lookup(host).await {
         Ok(ips) => ips,
         Err(e) => {
             tracing::debug!(%host, "sandbox DNS: {e}");
@@ -138,7 +135,7 @@ async fn answer(engine: &Engine, host: &Host) -> Answer {
         }
     };
     let target = Target::new(host.clone(), 443);
-    let (checked, refused) = engine.check_addresses(&target, &decision, ips);
+    let (checked, refused) = engine.check_addresses(&engine.policy(), &target, &decision, ips);
     if let Some((ip, why)) = refused {
         tracing::debug!(%host, %ip, why, "sandbox DNS: address left out of the answer");
     }

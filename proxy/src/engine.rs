@@ -5,22 +5,21 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 use std::time::{Duration, Instant};
 
 use airlock_policy::{
     check_address, decide_with, Approvals, Decision, Host, Policy, Reason, Target, Verdict,
 };
-use serde_json::json;
 use tokio::net::TcpStream;
 use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
 
 use crate::approve::{Answer, Approver, Question};
-use crate::audit::AuditLog;
 use crate::identity::{Client, ClientIdentity};
 use crate::refusal::Refusal;
 use crate::resolve::Resolver;
 use crate::tunnel::Totals;
+use airlock_audit::{schema, AuditLog, Event};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Protocol {
@@ -84,9 +83,16 @@ pub struct EngineConfig {
     pub inspect: Option<crate::inspect::InspectConfig>,
 }
 
+/// The policy and the static DNS answers it implies: replaced together on
+/// reload, read once per decision so one connection sees one policy.
+struct Live {
+    policy: Arc<Policy>,
+    resolver: Arc<Resolver>,
+}
+
 pub struct Engine {
-    pub(crate) policy: Arc<Policy>,
-    pub(crate) resolver: Resolver,
+    live: RwLock<Arc<Live>>,
+    dns_server: Option<SocketAddr>,
     audit: Option<AuditLog>,
     pub(crate) approver: Arc<dyn Approver>,
     identity: Arc<dyn ClientIdentity>,
@@ -105,6 +111,7 @@ pub struct Engine {
     /// refusal resolved to).
     blocked: Mutex<BTreeMap<BlockedKey, (u64, Option<IpAddr>)>>,
     approvals: Mutex<Vec<Approval>>,
+    metrics: crate::metrics::Metrics,
 }
 
 /// What the exit report tallies blocked connections by.
@@ -139,16 +146,13 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 
 impl Engine {
     pub fn new(cfg: EngineConfig) -> Arc<Engine> {
-        let resolve = cfg
-            .policy
-            .resolve
-            .iter()
-            .map(|(h, ip)| (h.clone(), ip.value))
-            .collect();
+        let max_tunnels = cfg.policy.max_tunnels as usize;
+        let tunnels = Arc::new(Semaphore::new(max_tunnels));
         Arc::new(Engine {
-            resolver: Resolver::new(resolve, cfg.dns_server),
-            tunnels: Arc::new(Semaphore::new(cfg.policy.max_tunnels as usize)),
-            policy: cfg.policy,
+            metrics: crate::metrics::Metrics::new(tunnels.clone(), max_tunnels),
+            tunnels,
+            live: RwLock::new(Arc::new(Live::new(cfg.policy, cfg.dns_server))),
+            dns_server: cfg.dns_server,
             audit: cfg.audit,
             approver: cfg.approver,
             identity: cfg.identity,
@@ -163,8 +167,31 @@ impl Engine {
         })
     }
 
-    pub fn policy(&self) -> &Policy {
-        &self.policy
+    /// The policy in force now (a reload may replace it at any time).
+    pub fn policy(&self) -> Arc<Policy> {
+        self.live().policy.clone()
+    }
+
+    pub fn metrics(&self) -> &crate::metrics::Metrics {
+        &self.metrics
+    }
+
+    /// The resolver for the policy in force now.
+    pub(crate) fn resolver(&self) -> Arc<Resolver> {
+        self.live().resolver.clone()
+    }
+
+    fn live(&self) -> Arc<Live> {
+        self.live.read().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// Replace the policy (`airlock proxy` on SIGHUP). Open tunnels keep
+    /// running: they were decided under the old one. New connections,
+    /// questions and address checks use the new one; the tunnel limit and
+    /// the TLS inspection set-up stay as they were at start.
+    pub fn reload(&self, policy: Arc<Policy>) {
+        let live = Arc::new(Live::new(policy, self.dns_server));
+        *self.live.write().unwrap_or_else(|p| p.into_inner()) = live;
     }
 
     pub fn inspect_config(&self) -> Option<&crate::inspect::InspectConfig> {
@@ -174,7 +201,7 @@ impl Engine {
     /// Whether this target's TLS is decrypted; an error when it must be
     /// but no CA was configured (fail closed).
     pub fn inspection(&self, target: &Target) -> Result<bool, Box<Refusal>> {
-        if !airlock_policy::inspects(&self.policy, target) {
+        if !airlock_policy::inspects(&self.policy(), target) {
             return Ok(false);
         }
         if self.inspect.is_none() {
@@ -188,9 +215,9 @@ impl Engine {
     }
 
     /// Write an audit event, if there is an audit log.
-    pub fn audit_event(&self, event: &str, conn: u64, fields: serde_json::Value) {
+    pub fn audit_event(&self, conn: u64, event: Event) {
         if let Some(a) = &self.audit {
-            a.event(event, conn, fields);
+            a.write(conn, event);
         }
     }
 
@@ -207,7 +234,7 @@ impl Engine {
     }
 
     pub fn idle_timeout(&self) -> Duration {
-        self.policy.idle_timeout
+        self.policy().idle_timeout
     }
 
     /// Remember a listening address: the proxy never dials itself.
@@ -264,13 +291,15 @@ impl Engine {
         protocol: Protocol,
         prefer: Option<IpAddr>,
     ) -> Result<Dialed, Refusal> {
-        let decision = self.decide(conn, target).await;
+        let live = self.live();
+        let policy = &live.policy;
+        let decision = self.decide(policy, conn, target).await;
         if !decision.is_allow() {
             let refusal = Refusal::new(decision.reason, target, deny_detail(&decision))
                 .with_rule(decision.rule.clone());
             return Err(self.refused(conn, protocol, refusal, None));
         }
-        let ips = match self.resolver.lookup(&target.host).await {
+        let ips = match live.resolver.lookup(&target.host).await {
             Ok(ips) => ips,
             Err(e) => {
                 let r = Refusal::new(Reason::UpstreamUnreachable, target, e)
@@ -278,7 +307,7 @@ impl Engine {
                 return Err(self.refused(conn, protocol, r, None));
             }
         };
-        let (mut checked, refused) = self.check_addresses(target, &decision, ips);
+        let (mut checked, refused) = self.check_addresses(policy, target, &decision, ips);
         if let Some(p) = prefer {
             // A stable sort: the resolver's order otherwise.
             checked.sort_by_key(|a| a.ip() != airlock_policy::host::canonical_ip(p));
@@ -296,8 +325,7 @@ impl Engine {
         let mut timed_out = false;
         let mut last_err = String::new();
         for addr in checked {
-            match tokio::time::timeout(self.policy.connect_timeout, TcpStream::connect(addr)).await
-            {
+            match tokio::time::timeout(policy.connect_timeout, TcpStream::connect(addr)).await {
                 Ok(Ok(stream)) => {
                     let _ = stream.set_nodelay(true);
                     self.log_decision(conn, protocol, target, Some(addr.ip()), &decision, None);
@@ -312,7 +340,7 @@ impl Engine {
                     timed_out = true;
                     last_err = format!(
                         "connecting to {addr} timed out after {:?}",
-                        self.policy.connect_timeout
+                        policy.connect_timeout
                     );
                 }
             }
@@ -330,6 +358,7 @@ impl Engine {
     /// and the last refused one with why.
     pub(crate) fn check_addresses(
         &self,
+        policy: &Policy,
         target: &Target,
         decision: &Decision,
         ips: Vec<IpAddr>,
@@ -338,12 +367,12 @@ impl Engine {
         // only by an answer must resolve to a public address, unless the
         // policy itself pins this name to its address ([network].resolve),
         // in which case a policy rule, not the sandbox, chose the address.
-        let pinned = self.policy.resolve.contains_key(&target.host);
+        let pinned = policy.resolve.contains_key(&target.host);
         let allow_private: Vec<_> =
             if matches!(decision.reason, Reason::Approved | Reason::Unlisted) && !pinned {
                 vec![]
             } else {
-                self.policy.allow_private.iter().map(|n| n.value).collect()
+                policy.allow_private.iter().map(|n| n.value).collect()
             };
         let own = lock(&self.own).clone();
         let mut checked = vec![];
@@ -362,8 +391,8 @@ impl Engine {
         (checked, refused)
     }
 
-    async fn decide(&self, conn: &Conn, target: &Target) -> Decision {
-        let decision = decide_with(&self.policy, target, &self.session);
+    async fn decide(&self, policy: &Policy, conn: &Conn, target: &Target) -> Decision {
+        let decision = decide_with(policy, target, &self.session);
         if decision.verdict != Verdict::Ask {
             return decision;
         }
@@ -372,13 +401,20 @@ impl Engine {
             // was refused by a person (SPEC §5.2).
             return Decision::deny(Reason::NotAllowlisted);
         }
-        let (answer, by) = self.ask_once(conn, target).await;
+        let asked = Instant::now();
+        let (answer, by) = self.ask_once(policy, conn, target).await;
+        self.metrics.approval_wait(asked.elapsed().as_secs_f64());
         if let Some(audit) = &self.audit {
-            audit.event(
-                "approval",
+            audit.write(
                 conn.id,
-                json!({"host": target.host.to_string(), "port": target.port, "question": format!("allow {target}?"),
-                       "answer": answer.as_str(), "by": by, "command": conn.client}),
+                Event::Approval(schema::Approval {
+                    host: target.host.to_string(),
+                    port: target.port,
+                    question: format!("allow {target}?"),
+                    answer: answer.as_str().into(),
+                    by: by.clone(),
+                    command: conn.client.clone(),
+                }),
             );
         }
         tracing::info!(conn = conn.id, %target, answer = answer.as_str(), by, "approval");
@@ -406,7 +442,7 @@ impl Engine {
     /// Ask the approver, unless the same target is being asked about
     /// already, in which case wait for that answer. No answer within
     /// `ask_timeout` is a timeout.
-    async fn ask_once(&self, conn: &Conn, target: &Target) -> (Answer, String) {
+    async fn ask_once(&self, policy: &Policy, conn: &Conn, target: &Target) -> (Answer, String) {
         let waiting = {
             let mut inflight = lock(&self.inflight);
             match inflight.get(target) {
@@ -449,18 +485,14 @@ impl Engine {
                 .or_else(|| self.identity.identify(conn.peer))
                 .map(|c| c.argv.join(" ")),
         };
-        let answer = match tokio::time::timeout(
-            self.policy.ask_timeout,
-            self.approver.ask(question),
-        )
-        .await
-        {
-            Ok(a) => a,
-            Err(_) => (
-                Answer::Timeout,
-                format!("nobody answered within {:?}", self.policy.ask_timeout),
-            ),
-        };
+        let answer =
+            match tokio::time::timeout(policy.ask_timeout, self.approver.ask(question)).await {
+                Ok(a) => a,
+                Err(_) => (
+                    Answer::Timeout,
+                    format!("nobody answered within {:?}", policy.ask_timeout),
+                ),
+            };
         let _ = tx.send(Some(answer.clone()));
         answer
     }
@@ -473,7 +505,7 @@ impl Engine {
         mut refusal: Refusal,
         ip: Option<IpAddr>,
     ) -> Refusal {
-        refusal.user_allow = self.policy.user_allow;
+        refusal.user_allow = self.policy().user_allow;
         if refusal.reason == Reason::PrivateAddress {
             refusal.resolved = ip;
         }
@@ -556,15 +588,22 @@ impl Engine {
             detail = ?detail,
             "decision"
         );
+        self.metrics.decision(d.verdict.as_str(), d.reason.as_str());
         if let Some(audit) = &self.audit {
-            audit.event(
-                "decision",
+            audit.write(
                 conn.id,
-                json!({
-                    "host": host, "port": port, "ip": ip.map(|i| i.to_string()),
-                    "decision": d.verdict.as_str(), "reason": d.reason.as_str(),
-                    "rule": rule, "source": source, "protocol": protocol.as_str(),
-                    "command": conn.client, "client": conn.peer.to_string(), "detail": detail,
+                Event::Decision(schema::Decision {
+                    host: host.into(),
+                    port,
+                    ip: ip.map(|i| i.to_string()),
+                    decision: d.verdict.as_str().into(),
+                    reason: d.reason.as_str().into(),
+                    rule,
+                    source,
+                    protocol: protocol.as_str().into(),
+                    command: conn.client.clone(),
+                    client: conn.peer.to_string(),
+                    detail: detail.map(Into::into),
                 }),
             );
         }
@@ -580,6 +619,7 @@ impl Engine {
         error: Option<String>,
     ) {
         let duration_ms = since.elapsed().as_millis() as u64;
+        self.metrics.bytes(totals.up, totals.down);
         tracing::info!(
             conn = conn.id,
             %target,
@@ -590,12 +630,18 @@ impl Engine {
             "close"
         );
         if let Some(audit) = &self.audit {
-            audit.event(
-                "close",
+            // host, port and command too: each line stands alone (SPEC §6).
+            audit.write(
                 conn.id,
-                // host, port and command too: each line stands alone (SPEC §6).
-                json!({"host": target.host.to_string(), "port": target.port, "command": conn.client,
-                       "bytes_up": totals.up, "bytes_down": totals.down, "duration_ms": duration_ms, "error": error}),
+                Event::Close(schema::Close {
+                    host: target.host.to_string(),
+                    port: target.port,
+                    command: conn.client.clone(),
+                    bytes_up: totals.up,
+                    bytes_down: totals.down,
+                    duration_ms,
+                    error,
+                }),
             );
         }
     }
@@ -607,6 +653,7 @@ impl Engine {
 
     /// What was blocked so far, for the exit report.
     pub fn blocked(&self) -> Vec<Blocked> {
+        let user_allow = self.policy().user_allow;
         lock(&self.blocked)
             .iter()
             .map(|((host, port, reason), (count, ip))| {
@@ -618,7 +665,7 @@ impl Engine {
                 };
                 let how = advise_port
                     .and_then(|p| Host::parse(host).ok().map(|h| Target::new(h, p)))
-                    .map(|t| airlock_policy::advice(&t, *reason, *ip, self.policy.user_allow))
+                    .map(|t| airlock_policy::advice(&t, *reason, *ip, user_allow))
                     .unwrap_or_else(|| "fix the host name".into());
                 Blocked {
                     host: crate::escape::line(host, 200),
@@ -629,6 +676,20 @@ impl Engine {
                 }
             })
             .collect()
+    }
+}
+
+impl Live {
+    fn new(policy: Arc<Policy>, dns_server: Option<SocketAddr>) -> Live {
+        let resolve = policy
+            .resolve
+            .iter()
+            .map(|(h, ip)| (h.clone(), ip.value))
+            .collect();
+        Live {
+            resolver: Arc::new(Resolver::new(resolve, dns_server)),
+            policy,
+        }
     }
 }
 

@@ -4,11 +4,8 @@
 
 use std::net::SocketAddr;
 
-#[derive(Debug, Clone, serde::Serialize)]
-pub struct Client {
-    pub pid: u32,
-    pub argv: Vec<String>,
-}
+/// The sandboxed process behind a connection, as the audit log records it.
+pub use airlock_audit::Command as Client;
 
 pub trait ClientIdentity: Send + Sync {
     fn identify(&self, peer: SocketAddr) -> Option<Client>;

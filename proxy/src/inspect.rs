@@ -23,7 +23,6 @@ use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use rustls::pki_types::ServerName;
 use rustls::{ClientConfig, RootCertStore, ServerConfig};
-use serde_json::json;
 use tokio::net::TcpStream;
 use tokio::sync::Mutex;
 
@@ -517,10 +516,18 @@ impl<B> Drop for Counting<B> {
                 "request"
             );
             e.engine.audit_event(
-                "request",
                 e.conn,
-                json!({"host": e.host, "port": e.port, "command": e.command, "method": e.method, "url": e.url, "status": e.status, "bytes_up": up, "bytes_down": down,
-                       "request_headers": e.headers}),
+                airlock_audit::Event::Request(airlock_audit::schema::Request {
+                    host: e.host,
+                    port: e.port,
+                    command: e.command,
+                    method: e.method,
+                    url: e.url,
+                    status: e.status,
+                    bytes_up: up,
+                    bytes_down: down,
+                    request_headers: e.headers,
+                }),
             );
         }
     }

@@ -4,7 +4,6 @@
 //! listener and knows nothing of namespaces.
 
 pub mod approve;
-pub mod audit;
 mod count;
 pub mod dns;
 pub mod engine;
@@ -12,10 +11,10 @@ pub mod escape;
 pub mod http;
 pub mod identity;
 pub mod inspect;
+pub mod metrics;
 pub mod refusal;
 mod resolve;
 pub mod rules;
-pub mod safe_file;
 pub mod serve;
 pub mod sni;
 pub mod socks;
@@ -25,8 +24,9 @@ mod splice;
 pub mod transparent;
 pub mod tunnel;
 
+/// The audit log moved to `airlock-audit`; these keep the old paths.
+pub use airlock_audit::{safe_file, AuditLog};
 pub use approve::{Answer, AnswerFuture, Approver, DenyApprover, Question};
-pub use audit::{AuditLog, ProtectedChange};
 pub use engine::{Approval, Blocked, Engine, EngineConfig, Protocol};
 pub use identity::{Client, ClientIdentity, SourceAddressOnly};
 pub use serve::serve;

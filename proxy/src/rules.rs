@@ -17,8 +17,8 @@ pub fn check(
     method: &str,
     path_and_query: &str,
 ) -> Result<Option<String>, Box<Refusal>> {
-    let rules: Vec<_> = engine
-        .policy()
+    let policy = engine.policy();
+    let rules: Vec<_> = policy
         .request_rules
         .iter()
         .filter(|r| r.host.matches(target) == PatternMatch::Yes)

@@ -44,6 +44,15 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Summarise audit logs: per run, per command, per host.
+    Audit {
+        /// Audit logs (rotated or concatenated; read in the order given).
+        #[arg(required = true, value_name = "FILE")]
+        files: Vec<PathBuf>,
+        /// Print the summary as JSON.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 #[derive(ValueEnum, Clone, Copy, Debug)]
@@ -87,6 +96,10 @@ pub struct PolicyArgs {
     /// Append JSON Lines audit events to this file.
     #[arg(long = "audit-log", value_name = "FILE")]
     pub audit_log: Option<PathBuf>,
+    /// Export audit events as OpenTelemetry logs to this OTLP/HTTP endpoint
+    /// (e.g. http://127.0.0.1:4318).
+    #[arg(long, value_name = "ENDPOINT")]
+    pub otlp: Option<String>,
     /// Ask this DNS server (IP:PORT) instead of the system's resolvers.
     #[arg(long = "dns-server", value_name = "IP:PORT")]
     pub dns_server: Option<std::net::SocketAddr>,
@@ -117,6 +130,10 @@ pub struct RunArgs {
     /// Run with the weaker fallback when namespaces are unavailable.
     #[arg(long = "allow-degraded")]
     pub allow_degraded: bool,
+    /// Allow and record unknown hosts, then write a proposed policy to FILE
+    /// (SPEC §5.6). The run is open to any public host: review the file.
+    #[arg(long, value_name = "FILE")]
+    pub learn: Option<PathBuf>,
     /// The command and its arguments.
     #[arg(last = true, required = true, value_name = "COMMAND")]
     pub command: Vec<String>,
@@ -129,6 +146,9 @@ pub struct ProxyArgs {
     /// Address to listen on.
     #[arg(long, default_value = "127.0.0.1:3128")]
     pub listen: String,
+    /// Serve Prometheus metrics on this address (GET /metrics).
+    #[arg(long, value_name = "ADDR")]
+    pub metrics: Option<String>,
     /// Allow listening on a non-loopback address (clients are then anyone
     /// who can reach it; the policy still applies to every connection).
     #[arg(long = "allow-remote-clients")]

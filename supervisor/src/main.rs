@@ -10,12 +10,14 @@ macro_rules! say {
 }
 
 mod approve;
+mod audit_cmd;
 mod ca_cmd;
 mod cli;
 mod doctor;
 mod env;
 mod inspect_setup;
 mod integrity;
+mod learn;
 #[cfg(target_os = "linux")]
 mod linux;
 #[cfg(target_os = "macos")]
@@ -100,6 +102,7 @@ fn main() -> ExitCode {
         Command::Approve { socket } => approve::client::run(socket),
         Command::Ca { action, out } => ca_cmd::run(*action, out.as_deref()),
         Command::Doctor { json } => doctor::run(*json),
+        Command::Audit { files, json } => audit_cmd::run(files, *json),
     };
     match result {
         Ok(code) => code,

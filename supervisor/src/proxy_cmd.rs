@@ -1,11 +1,13 @@
 //! `airlock proxy`: the engine alone on a TCP address, for containers, CI
-//! runners and other sandboxes (SPEC §5.4).
+//! runners and other sandboxes (SPEC §5.4). SIGHUP reloads the policy;
+//! `--metrics ADDR` serves Prometheus metrics.
 
 use std::net::SocketAddr;
 use std::process::ExitCode;
 use std::sync::Arc;
+use std::time::Duration;
 
-use airlock_proxy::{AuditLog, Engine, EngineConfig, SourceAddressOnly};
+use airlock_proxy::{Engine, EngineConfig, SourceAddressOnly};
 use anyhow::{bail, Context, Result};
 
 use crate::cli::ProxyArgs;
@@ -19,42 +21,71 @@ pub fn run_id() -> String {
     format!("{:016x}", nanos ^ (u64::from(std::process::id()) << 40))
 }
 
-pub fn run(args: &ProxyArgs) -> Result<ExitCode> {
+fn load(args: &ProxyArgs) -> Result<airlock_policy::Policy> {
     let built = build_policy(&args.policy, &[], crate::sources::Named::AsGiven)?;
     built.require_trusted()?;
-    let policy = built.policy;
-    let addr: SocketAddr = args
-        .listen
+    Ok(built.policy)
+}
+
+/// An address to listen on: loopback unless remote clients were asked for.
+fn listen_addr(what: &str, text: &str, remote: bool) -> Result<SocketAddr> {
+    let addr: SocketAddr = text
         .parse()
-        .with_context(|| format!("--listen {}: expected IP:PORT", args.listen))?;
+        .with_context(|| format!("{what} {text}: expected IP:PORT"))?;
     if !addr.ip().is_loopback() {
-        if !args.allow_remote_clients {
+        if !remote {
             bail!(
-                "--listen {addr} is not a loopback address; anyone who can reach it could use the proxy. \
+                "{what} {addr} is not a loopback address; anyone who can reach it could use it. \
                  Add --allow-remote-clients if that is what you want"
             );
         }
-        tracing::warn!("listening on {addr}: any host that can reach it may use this proxy");
+        tracing::warn!("{what} {addr}: any host that can reach it may use it");
     }
-    let audit = match &policy.audit_log {
-        Some(path) => Some(AuditLog::open(
-            std::path::Path::new(&path.value),
-            &run_id(),
-        )?),
-        None => None,
-    };
+    Ok(addr)
+}
+
+/// SIGHUP: read the policy again. Open tunnels are untouched; a policy
+/// that does not load is reported and the running one kept.
+fn reload(engine: &Engine, args: &ProxyArgs) {
+    match load(args) {
+        Ok(policy) => {
+            let old = engine.policy();
+            if policy.audit_log.as_ref().map(|l| &l.value)
+                != old.audit_log.as_ref().map(|l| &l.value)
+                || policy.audit_otlp.as_ref().map(|l| &l.value)
+                    != old.audit_otlp.as_ref().map(|l| &l.value)
+            {
+                eprintln!("airlock proxy: the audit settings changed; they take effect on restart");
+            }
+            engine.reload(Arc::new(policy));
+            eprintln!("airlock proxy: policy reloaded");
+        }
+        Err(e) => {
+            eprintln!("airlock proxy: the new policy was refused, keeping the old one: {e:#}")
+        }
+    }
+}
+
+pub fn run(args: &ProxyArgs) -> Result<ExitCode> {
+    let policy = load(args)?;
+    let addr = listen_addr("--listen", &args.listen, args.allow_remote_clients)?;
+    let metrics_addr = args
+        .metrics
+        .as_deref()
+        .map(|m| listen_addr("--metrics", m, args.allow_remote_clients))
+        .transpose()?;
+    let (audit, otlp) = crate::run_audit::open(&policy, &run_id())?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .context("cannot start the async runtime")?;
     let inspect = crate::inspect_setup::for_policy(&policy)?;
     let approver = crate::approve::approver_in(&runtime, args.policy.ask.as_deref(), &policy)?;
-    runtime.block_on(async move {
+    let result = runtime.block_on(async {
         let listener = tokio::net::TcpListener::bind(addr)
             .await
             .with_context(|| format!("cannot listen on {addr}"))?;
         let local = listener.local_addr()?;
-        eprintln!("airlock proxy listening on {local}");
         let engine = Engine::new(EngineConfig {
             policy: Arc::new(policy),
             audit,
@@ -63,10 +94,39 @@ pub fn run(args: &ProxyArgs) -> Result<ExitCode> {
             dns_server: args.policy.dns_server,
             inspect,
         });
-        tokio::select! {
-            r = airlock_proxy::serve(engine, listener) => r.context("the proxy stopped")?,
-            _ = tokio::signal::ctrl_c() => {}
+        // The first line: scripts and tests read the address from it.
+        eprintln!("airlock proxy listening on {local}");
+        if let Some(o) = &otlp {
+            engine.metrics().watch_export(o.stats());
         }
-        Ok(ExitCode::SUCCESS)
-    })
+        if let Some(m) = metrics_addr {
+            let l = tokio::net::TcpListener::bind(m)
+                .await
+                .with_context(|| format!("cannot listen on {m} for metrics"))?;
+            let m = l.local_addr()?;
+            engine.add_own_addr(m);
+            let e = engine.clone();
+            tokio::spawn(airlock_proxy::metrics::serve(
+                Arc::new(move || e.metrics().text()),
+                l,
+            ));
+            eprintln!("airlock proxy metrics on http://{m}/metrics");
+        }
+        let mut hup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())
+            .context("cannot watch SIGHUP")?;
+        let serve = airlock_proxy::serve(engine.clone(), listener);
+        tokio::pin!(serve);
+        loop {
+            tokio::select! {
+                r = &mut serve => { r.context("the proxy stopped")?; break; }
+                _ = tokio::signal::ctrl_c() => break,
+                _ = hup.recv() => reload(&engine, args),
+            }
+        }
+        anyhow::Ok(ExitCode::SUCCESS)
+    });
+    if let Some(o) = &otlp {
+        o.close(Duration::from_secs(2));
+    }
+    result
 }

@@ -4,8 +4,12 @@
 
 use std::path::{Path, PathBuf};
 
-use airlock_proxy::AuditLog;
-use serde_json::{json, Value};
+use airlock_audit::schema::{PolicyFile, Run, User};
+use std::sync::Arc;
+
+use airlock_audit::otlp::Otlp;
+use airlock_audit::AuditLog;
+use anyhow::Context;
 
 use crate::cli::RunArgs;
 
@@ -20,7 +24,7 @@ fn sha256_hex(bytes: &[u8]) -> String {
 /// Every policy file that applies to a run in `workspace`, in the order
 /// `sources::gather` reads them, with its layer and hash. Files that do
 /// not exist are left out, as they are from the policy.
-pub fn policy_files(args: &RunArgs, workspace: &Path) -> Vec<Value> {
+pub fn policy_files(args: &RunArgs, workspace: &Path) -> Vec<PolicyFile> {
     let mut files: Vec<(&str, PathBuf)> = vec![];
     if let Some(user) = crate::sources::user_policy_path() {
         files.push(("user", user));
@@ -34,12 +38,16 @@ pub fn policy_files(args: &RunArgs, workspace: &Path) -> Vec<Value> {
         .into_iter()
         .filter_map(|(layer, path)| {
             let bytes = std::fs::read(&path).ok()?;
-            Some(json!({"path": path.display().to_string(), "layer": layer, "sha256": sha256_hex(&bytes)}))
+            Some(PolicyFile {
+                path: path.display().to_string(),
+                layer: layer.into(),
+                sha256: sha256_hex(&bytes),
+            })
         })
         .collect()
 }
 
-fn user() -> Value {
+fn user() -> User {
     // SAFETY: getuid has no preconditions; getpwuid's result is copied
     // out before anything else could call it.
     let uid = unsafe { libc::getuid() };
@@ -55,7 +63,38 @@ fn user() -> Value {
             )
         }
     };
-    json!({"uid": uid, "name": name})
+    User { uid, name }
+}
+
+/// The audit log of `policy` (opened without following links) with the
+/// OTLP exporter attached when `[audit] otlp` / `--otlp` names one.
+pub fn open(
+    policy: &airlock_policy::Policy,
+    run: &str,
+) -> anyhow::Result<(Option<AuditLog>, Option<Arc<Otlp>>)> {
+    let mut audit = match &policy.audit_log {
+        Some(path) => Some(AuditLog::open(Path::new(&path.value), run)?),
+        None => None,
+    };
+    let otlp = match &policy.audit_otlp {
+        Some(endpoint) => {
+            // AIRLOCK_OTLP_QUEUE: records held while the collector is slow.
+            let queue = std::env::var("AIRLOCK_OTLP_QUEUE")
+                .ok()
+                .and_then(|q| q.parse().ok())
+                .unwrap_or(airlock_audit::otlp::QUEUE);
+            let o = Otlp::start(&endpoint.value, queue)
+                .with_context(|| format!("[audit] otlp ({})", endpoint.origin))?;
+            audit = Some(
+                audit
+                    .unwrap_or_else(|| AuditLog::sinks_only(run))
+                    .with_sink(o.clone()),
+            );
+            Some(o)
+        }
+        None => None,
+    };
+    Ok((audit, otlp))
 }
 
 /// Write the `run` line: the first of the run, before any connection.
@@ -63,15 +102,16 @@ pub fn begin(audit: &AuditLog, args: &RunArgs, workspace: &Path, tier: &str) {
     let cwd = std::env::current_dir()
         .map(|d| d.display().to_string())
         .ok();
-    audit.begin(json!({
-        "version": env!("CARGO_PKG_VERSION"),
-        "command": args.command,
-        "cwd": cwd,
-        "workspace": workspace.display().to_string(),
-        "user": user(),
-        "tier": tier,
-        "policies": policy_files(args, workspace),
-    }));
+    audit.begin(Run {
+        version: env!("CARGO_PKG_VERSION").into(),
+        command: args.command.clone(),
+        cwd,
+        workspace: workspace.display().to_string(),
+        user: user(),
+        tier: tier.into(),
+        policies: policy_files(args, workspace),
+        learn: args.learn.is_some(),
+    });
 }
 
 #[cfg(test)]

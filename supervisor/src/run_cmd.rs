@@ -5,7 +5,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use airlock_proxy::{AuditLog, Engine, EngineConfig};
+use airlock_proxy::{Engine, EngineConfig};
 #[cfg(not(target_os = "macos"))]
 use anyhow::bail;
 use anyhow::{Context, Result};
@@ -25,7 +25,7 @@ pub fn run(args: &RunArgs) -> Result<ExitCode> {
     let built = build_policy(&args.policy, &args.write, crate::sources::Named::NeedTrust)?;
     crate::sources::check_workspace_scope(&built.workspace, built.explicit_workspace)?;
     built.require_trusted()?;
-    let (policy, workspace) = (built.policy, built.workspace);
+    let (mut policy, workspace) = (built.policy, built.workspace);
     tracing::debug!(elapsed = ?started.elapsed(), "policy built");
     let net = plan::net_mode(&policy, args.network.as_deref()).map_err(anyhow::Error::msg)?;
     if net == Net::Host {
@@ -35,6 +35,7 @@ pub fn run(args: &RunArgs) -> Result<ExitCode> {
         };
         eprintln!("airlock: warning: {from}: the command reaches the network directly, with no proxy and no policy");
     }
+    let learn = crate::learn::Learn::prepare(args, &mut policy, &workspace, net == Net::Proxy)?;
     let timeout = match &args.timeout {
         Some(t) => Some(
             airlock_policy::units::parse_duration(t)
@@ -87,15 +88,16 @@ pub fn run(args: &RunArgs) -> Result<ExitCode> {
     tracing::debug!(elapsed = ?started.elapsed(), "plan built");
     crate::integrity::set::check_deny_read_links(&plan.deny_read, &plan.write)
         .map_err(anyhow::Error::msg)?;
-    // The audit log and the report are airlock's: inside a writable root
-    // they are read-only to the sandbox (opened before it starts, so they
-    // exist by then) and their directories pinned, so it can neither forge,
-    // truncate nor replace them.
+    // The audit log, the report and the learned policy are airlock's:
+    // inside a writable root they are read-only to the sandbox (opened
+    // before it starts, so they exist by then) and their directories
+    // pinned, so it can neither forge, truncate nor replace them.
     let own_outputs: Vec<std::path::PathBuf> = policy
         .audit_log
         .iter()
         .map(|a| std::path::PathBuf::from(&a.value))
         .chain(args.report.iter().cloned())
+        .chain(args.learn.iter().cloned())
         .filter_map(|p| {
             let abs = if p.is_absolute() {
                 p
@@ -120,7 +122,7 @@ pub fn run(args: &RunArgs) -> Result<ExitCode> {
     for u in &plan.unsupported {
         eprintln!("airlock: warning: {u} cannot be enforced by mounts (only plain paths and a trailing /**)");
     }
-    run_platform(args, policy, plan, timeout, started, &workspace)
+    run_platform(args, policy, plan, timeout, started, &workspace, learn)
 }
 
 /// A sandbox that has been started, whatever the platform.
@@ -255,14 +257,12 @@ fn run_platform(
     timeout: Option<Duration>,
     started: Instant,
     workspace: &std::path::Path,
+    learn: Option<crate::learn::Learn>,
 ) -> Result<ExitCode> {
     let run = run_id();
     // Opened before the command runs, without following links (SPEC §3.5).
     let report_file = args.report.as_deref().map(report::open).transpose()?;
-    let audit = match &policy.audit_log {
-        Some(path) => Some(AuditLog::open(std::path::Path::new(&path.value), &run)?),
-        None => None,
-    };
+    let (audit, otlp) = crate::run_audit::open(&policy, &run)?;
     let inspect = crate::inspect_setup::for_policy(&policy)?;
     // The trust variables are set only when something is inspected.
     let bundle = match &inspect {
@@ -277,7 +277,15 @@ fn run_platform(
         .enable_all()
         .build()
         .context("cannot start the async runtime")?;
-    let approver = crate::approve::approver_in(&runtime, args.policy.ask.as_deref(), &policy)?;
+    // Learn mode records through the audit log and answers for itself.
+    let audit = match &learn {
+        Some(l) => Some(l.audit(audit, &run)),
+        None => audit,
+    };
+    let approver = match &learn {
+        Some(l) => l.approver(),
+        None => crate::approve::approver_in(&runtime, args.policy.ask.as_deref(), &policy)?,
+    };
     tracing::debug!(elapsed = ?started.elapsed(), "runtime and approver ready");
     // The protected set as it is before the sandbox can touch it.
     let snapshot = crate::integrity::snapshot::take(&plan.protected);
@@ -425,6 +433,15 @@ fn run_platform(
     }
     let duration_ms = started.elapsed().as_millis() as u64;
     engine.audit_end(code, duration_ms);
+    if let Some(o) = &otlp {
+        o.close(Duration::from_secs(2));
+    }
+    if let Some(l) = &learn {
+        if let Err(e) = l.finish() {
+            eprintln!("airlock: error: the learned policy was not written: {e:#}");
+            code = 125;
+        }
+    }
     if let Some(file) = report_file {
         report::write(
             file,

@@ -182,6 +182,9 @@ pub fn flags_fragment(args: &PolicyArgs) -> Result<Fragment> {
         let s = a.display().to_string();
         f.audit_log = Some(loc(s.clone(), "--audit-log", &s));
     }
+    if let Some(o) = &args.otlp {
+        f.audit_otlp = Some(loc(o.clone(), "--otlp", o));
+    }
     Ok(f)
 }
 

@@ -285,6 +285,10 @@ pub fn fragment_effect(f: &airlock_policy::Fragment) -> Vec<String> {
     if f.audit_log.is_some() {
         out.push("sets the audit log path".into());
     }
+    if let Some(o) = &f.audit_otlp {
+        // What ran and where it went, sent off the machine.
+        out.push(format!("sends audit events to {}", o.value));
+    }
     if out.is_empty() {
         out.push("no widening found (restrictions only)".into());
     }
