@@ -50,6 +50,8 @@ pub struct Fragment {
     pub macos_keychain: Option<Located<bool>>,
     /// `[macos] dnssd`: the system resolver inside the Seatbelt sandbox.
     pub macos_dnssd: Option<Located<bool>>,
+    /// Made by a preset (its `[env] set` yields to explicit ones).
+    pub preset: bool,
 }
 
 impl Fragment {
@@ -86,6 +88,7 @@ impl Fragment {
             audit_log: None,
             macos_keychain: None,
             macos_dnssd: None,
+            preset: false,
         }
     }
 
