@@ -117,6 +117,10 @@ pub struct RunArgs {
     /// Run with the weaker fallback when namespaces are unavailable.
     #[arg(long = "allow-degraded")]
     pub allow_degraded: bool,
+    /// Pass this variable (or glob, e.g. 'MY_*') into the sandbox
+    /// (repeatable). Secret-looking names pass only when named exactly.
+    #[arg(long = "pass-env", value_name = "NAME")]
+    pub pass_env: Vec<String>,
     /// The command and its arguments.
     #[arg(last = true, required = true, value_name = "COMMAND")]
     pub command: Vec<String>,

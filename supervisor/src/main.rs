@@ -22,6 +22,7 @@ mod linux;
 mod macos;
 mod plan;
 mod policy_cmd;
+mod prepare;
 mod probe;
 mod proxy_cmd;
 mod report;

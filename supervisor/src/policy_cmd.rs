@@ -191,6 +191,21 @@ pub fn presets() -> Result<ExitCode> {
         for (path, from) in &r.writes {
             say!("  write {path:<40} from {from}");
         }
+        for (name, _, from) in &r.env {
+            // Names only: a value is the host's, shown by `env` already.
+            say!("  env   {name:<40} from {from}");
+        }
+        for (path, why) in &r.hide {
+            say!("  hide  {path:<40} {why}");
+        }
+        for c in &r.credentials {
+            say!(
+                "  credential {} on {:<29} from {}",
+                c.header,
+                c.host,
+                c.from
+            );
+        }
         for n in &r.notes {
             say!("  note: {n}");
         }

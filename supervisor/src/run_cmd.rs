@@ -25,7 +25,7 @@ pub fn run(args: &RunArgs) -> Result<ExitCode> {
     let built = build_policy(&args.policy, &args.write, crate::sources::Named::NeedTrust)?;
     crate::sources::check_workspace_scope(&built.workspace, built.explicit_workspace)?;
     built.require_trusted()?;
-    let (policy, workspace) = (built.policy, built.workspace);
+    let (mut policy, workspace) = (built.policy, built.workspace);
     tracing::debug!(elapsed = ?started.elapsed(), "policy built");
     let net = plan::net_mode(&policy, args.network.as_deref()).map_err(anyhow::Error::msg)?;
     if net == Net::Host {
@@ -70,6 +70,7 @@ pub fn run(args: &RunArgs) -> Result<ExitCode> {
             .mode(0o700)
             .create(dir);
     }
+    crate::prepare::before_run(&mut policy, args, &home, &workspace)?;
     let plan = plan::build(
         &policy,
         &Options {

@@ -152,7 +152,10 @@ fn own_home(p: &dyn Probe, r: &mut Resolved, host_home: &Path, indexes: &[(Strin
             copy.push('\n');
         }
         if !tokens.is_empty() {
-            r.hide(&user_config, "holds registry tokens; the proxy adds them".into());
+            r.hide(
+                &user_config,
+                "holds registry tokens; the proxy adds them".into(),
+            );
         }
     }
     // Written even when empty, so nothing a sandbox left there is read.
@@ -210,7 +213,11 @@ fn registry_tokens(text: &str, file: &Path) -> Vec<(String, String, String)> {
     };
     let from = file.display().to_string();
     let mut out = vec![];
-    if let Some(tok) = t.get("registry").and_then(|r| r.get("token")).and_then(|v| v.as_str()) {
+    if let Some(tok) = t
+        .get("registry")
+        .and_then(|r| r.get("token"))
+        .and_then(|v| v.as_str())
+    {
         out.push((String::new(), tok.to_string(), from.clone()));
     }
     if let Some(regs) = t.get("registries").and_then(|v| v.as_table()) {
@@ -243,7 +250,10 @@ mod tests {
     #[test]
     fn own_home_and_tokens_outside() {
         let mut p = FakeProbe::default();
-        p.env.insert("CARGO_REGISTRIES_CORP_INDEX".into(), "sparse+https://cargo.corp.test/index/".into());
+        p.env.insert(
+            "CARGO_REGISTRIES_CORP_INDEX".into(),
+            "sparse+https://cargo.corp.test/index/".into(),
+        );
         p.files.insert(
             "/home/u/.cargo/credentials.toml".into(),
             "[registries.corp]\ntoken = \"cargo-s3cret\"\n[registry]\ntoken = \"pub\"\n".into(),
@@ -253,16 +263,46 @@ mod tests {
             "[net]\nretry = 3\n[registries.other]\nindex = \"sparse+https://other.test/\"\ntoken = \"t2\"\n".into(),
         );
         let r = find("cargo").unwrap().resolve(&p);
-        let env = |k: &str| r.env.iter().find(|(n, _, _)| n == k).map(|(_, v, _)| v.clone());
-        assert_eq!(env("CARGO_HOME").as_deref(), Some("/home/u/.cache/airlock/cargo"));
-        assert_eq!(env("CARGO_REGISTRIES_CORP_TOKEN").as_deref(), Some(PLACEHOLDER_TOKEN));
-        assert_eq!(env("CARGO_REGISTRIES_OTHER_TOKEN").as_deref(), Some(PLACEHOLDER_TOKEN));
-        let creds: Vec<_> = r.credentials.iter().map(|c| (c.host.as_str(), c.value.as_str())).collect();
-        assert_eq!(creds, [("other.test", "t2"), ("cargo.corp.test", "cargo-s3cret")]);
+        let env = |k: &str| {
+            r.env
+                .iter()
+                .find(|(n, _, _)| n == k)
+                .map(|(_, v, _)| v.clone())
+        };
+        assert_eq!(
+            env("CARGO_HOME").as_deref(),
+            Some("/home/u/.cache/airlock/cargo")
+        );
+        assert_eq!(
+            env("CARGO_REGISTRIES_CORP_TOKEN").as_deref(),
+            Some(PLACEHOLDER_TOKEN)
+        );
+        assert_eq!(
+            env("CARGO_REGISTRIES_OTHER_TOKEN").as_deref(),
+            Some(PLACEHOLDER_TOKEN)
+        );
+        let creds: Vec<_> = r
+            .credentials
+            .iter()
+            .map(|c| (c.host.as_str(), c.value.as_str()))
+            .collect();
+        assert_eq!(
+            creds,
+            [("other.test", "t2"), ("cargo.corp.test", "cargo-s3cret")]
+        );
         let hidden: Vec<_> = r.hide.iter().map(|(h, _)| h.as_str()).collect();
-        assert_eq!(hidden, ["/home/u/.cargo/config.toml", "/home/u/.cargo/credentials.toml"]);
+        assert_eq!(
+            hidden,
+            [
+                "/home/u/.cargo/config.toml",
+                "/home/u/.cargo/credentials.toml"
+            ]
+        );
         let copy = &r.files[0];
-        assert_eq!(copy.path, std::path::Path::new("/home/u/.cache/airlock/cargo/config.toml"));
+        assert_eq!(
+            copy.path,
+            std::path::Path::new("/home/u/.cache/airlock/cargo/config.toml")
+        );
         assert!(copy.text.contains("retry = 3") && !copy.text.contains("t2"));
         assert!(r.notes.iter().any(|n| n.contains("publishing")));
     }

@@ -5,7 +5,12 @@
 
 use super::{Probe, Resolved};
 
-const PASS: &[&str] = &["GIT_SSL_CAINFO", "GIT_SSL_CAPATH", "SSL_CERT_FILE", "SSL_CERT_DIR"];
+const PASS: &[&str] = &[
+    "GIT_SSL_CAINFO",
+    "GIT_SSL_CAPATH",
+    "SSL_CERT_FILE",
+    "SSL_CERT_DIR",
+];
 
 pub(super) fn resolve(p: &dyn Probe, r: &mut Resolved) {
     for var in PASS {
@@ -26,7 +31,9 @@ pub(super) fn resolve(p: &dyn Probe, r: &mut Resolved) {
             section = line.to_string();
             continue;
         }
-        let Some((k, v)) = line.split_once('=') else { continue };
+        let Some((k, v)) = line.split_once('=') else {
+            continue;
+        };
         if !section.starts_with("[remote ") || !matches!(k.trim(), "url" | "pushurl") {
             continue;
         }

@@ -85,7 +85,10 @@ pub(super) fn resolve(p: &dyn Probe, r: &mut Resolved) {
         for pat in private.split(',') {
             let host = pat.trim().split('/').next().unwrap_or("");
             if !host.is_empty() && !host.contains(['*', '?', '[']) {
-                r.add_url(&format!("https://{host}/"), format!("{from} (private modules)"));
+                r.add_url(
+                    &format!("https://{host}/"),
+                    format!("{from} (private modules)"),
+                );
             }
         }
     }
@@ -129,18 +132,35 @@ mod tests {
     #[test]
     fn proxy_sumdb_private_and_caches() {
         let mut p = FakeProbe::default();
-        p.env.insert("GOPROXY".into(), "https://u:pw@goproxy.corp.test/mod,direct".into());
+        p.env.insert(
+            "GOPROXY".into(),
+            "https://u:pw@goproxy.corp.test/mod,direct".into(),
+        );
         p.outputs.insert(
             "go env GOSUMDB GOPRIVATE".into(),
             "sumdb.example.test\ngit.corp.test/team,*.internal.test\n".into(),
         );
         let r = find("go").unwrap().resolve(&p);
         let hosts: Vec<_> = r.hosts.iter().map(|(h, _)| h.as_str()).collect();
-        assert_eq!(hosts, ["goproxy.corp.test", "sumdb.example.test", "git.corp.test"]);
-        let env = |k: &str| r.env.iter().find(|(n, _, _)| n == k).map(|(_, v, _)| v.clone());
-        assert_eq!(env("GOPROXY").as_deref(), Some("https://goproxy.corp.test/mod,direct"));
+        assert_eq!(
+            hosts,
+            ["goproxy.corp.test", "sumdb.example.test", "git.corp.test"]
+        );
+        let env = |k: &str| {
+            r.env
+                .iter()
+                .find(|(n, _, _)| n == k)
+                .map(|(_, v, _)| v.clone())
+        };
+        assert_eq!(
+            env("GOPROXY").as_deref(),
+            Some("https://goproxy.corp.test/mod,direct")
+        );
         assert_eq!(env("GOSUMDB").as_deref(), Some("sumdb.example.test"));
-        assert_eq!(env("GOMODCACHE").as_deref(), Some("/home/u/.cache/airlock/go/mod"));
+        assert_eq!(
+            env("GOMODCACHE").as_deref(),
+            Some("/home/u/.cache/airlock/go/mod")
+        );
         assert_eq!(r.credentials[0].host, "goproxy.corp.test");
         assert!(r.notes.iter().any(|n| n.contains("direct")));
     }

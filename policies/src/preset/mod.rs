@@ -222,8 +222,9 @@ impl Resolved {
         // Policy credential values expand `${env:NAME}`; a token holding
         // `${` cannot be carried literally, so it is left out, said aloud.
         if value.contains("${") {
-            self.notes
-                .push(format!("{from}: the credential for {host} holds \"${{\"; not added"));
+            self.notes.push(format!(
+                "{from}: the credential for {host} holds \"${{\"; not added"
+            ));
             return;
         }
         if Pattern::parse(&host, PatternList::Allow).is_err() {
@@ -231,7 +232,8 @@ impl Resolved {
                 .push(format!("{from}: cannot add a credential for {host:?}"));
             return;
         }
-        self.credentials.retain(|c| !(c.host == host && c.header == header));
+        self.credentials
+            .retain(|c| !(c.host == host && c.header == header));
         self.credentials.push(PresetCredential {
             host,
             header: header.to_string(),

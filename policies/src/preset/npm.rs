@@ -84,7 +84,12 @@ pub(super) fn resolve(p: &dyn Probe, r: &mut Resolved) {
 
 /// The user's `.npmrc` with its tokens: hidden inside, replaced by a copy
 /// without them, and each token added by the proxy on its registry host.
-fn keep_tokens_outside(p: &dyn Probe, r: &mut Resolved, file: &std::path::Path, default: Option<&str>) {
+fn keep_tokens_outside(
+    p: &dyn Probe,
+    r: &mut Resolved,
+    file: &std::path::Path,
+    default: Option<&str>,
+) {
     let Some(text) = p.read(file) else { return };
     let mut kept = String::new();
     let mut users: Vec<(String, String)> = vec![];
@@ -112,15 +117,21 @@ fn keep_tokens_outside(p: &dyn Probe, r: &mut Resolved, file: &std::path::Path, 
             "_authToken" | "_auth" | "_password" => {
                 secret = true;
                 let Some(host) = host else {
-                    r.notes.push(format!("{from}: a token whose registry is unknown was left out"));
+                    r.notes.push(format!(
+                        "{from}: a token whose registry is unknown was left out"
+                    ));
                     continue;
                 };
                 let Some(value) = value else {
-                    r.notes.push(format!("{from}: a token naming an unset variable was left out"));
+                    r.notes.push(format!(
+                        "{from}: a token naming an unset variable was left out"
+                    ));
                     continue;
                 };
                 match field {
-                    "_authToken" => r.credential(host, "Authorization", format!("Bearer {value}"), from),
+                    "_authToken" => {
+                        r.credential(host, "Authorization", format!("Bearer {value}"), from)
+                    }
                     "_auth" => r.credential(host, "Authorization", format!("Basic {value}"), from),
                     _ => passwords.push((host, value, from)),
                 }
@@ -140,19 +151,26 @@ fn keep_tokens_outside(p: &dyn Probe, r: &mut Resolved, file: &std::path::Path, 
     }
     for (host, pass, from) in passwords {
         // `_password` is base64 of the password; the username sits beside it.
-        let user = users.iter().find(|(h, _)| *h == host).map(|(_, u)| u.clone());
+        let user = users
+            .iter()
+            .find(|(h, _)| *h == host)
+            .map(|(_, u)| u.clone());
         match (user, base64_decode(&pass)) {
             (Some(u), Some(pw)) => {
                 let value = basic(&u, &String::from_utf8_lossy(&pw));
                 r.credential(host, "Authorization", value, from);
             }
-            _ => r.notes.push(format!("{from}: a password without its username was left out")),
+            _ => r.notes.push(format!(
+                "{from}: a password without its username was left out"
+            )),
         }
     }
     if !secret {
         return;
     }
-    let Some(dir) = config_copy_dir(p) else { return };
+    let Some(dir) = config_copy_dir(p) else {
+        return;
+    };
     let copy = dir.join("npmrc");
     r.hide(file, "holds registry tokens; the proxy adds them".into());
     r.files.push(ConfigCopy {
@@ -186,42 +204,70 @@ fn expand(p: &dyn Probe, value: &str) -> Option<String> {
 
 #[cfg(test)]
 mod tests {
-    use super::super::tests::FakeProbe;
     use super::super::find;
+    use super::super::tests::FakeProbe;
 
     #[test]
     fn tokens_stay_outside_and_variables_pass_clean() {
         let mut p = FakeProbe::default();
-        p.env.insert("NPM_CONFIG_REGISTRY".into(), "https://u:pw@mirror.corp.test/npm/".into());
-        p.env.insert("NODE_EXTRA_CA_CERTS".into(), "/etc/corp-ca.pem".into());
+        p.env.insert(
+            "NPM_CONFIG_REGISTRY".into(),
+            "https://u:pw@mirror.corp.test/npm/".into(),
+        );
+        p.env
+            .insert("NODE_EXTRA_CA_CERTS".into(), "/etc/corp-ca.pem".into());
         p.env.insert("NPM_TOKEN".into(), "tok-from-env".into());
         p.files.insert(
             "/home/u/.npmrc".into(),
             "@acme:registry=https://npm.acme.test:8443/\n//npm.acme.test:8443/:_authToken=${NPM_TOKEN}\n//mirror.corp.test/npm/:username=bob\n//mirror.corp.test/npm/:_password=c2VjcmV0\nfund=false\n".into(),
         );
         let r = find("npm").unwrap().resolve(&p);
-        let env = |k: &str| r.env.iter().find(|(n, _, _)| n == k).map(|(_, v, _)| v.as_str());
-        assert_eq!(env("NPM_CONFIG_REGISTRY"), Some("https://mirror.corp.test/npm/"));
+        let env = |k: &str| {
+            r.env
+                .iter()
+                .find(|(n, _, _)| n == k)
+                .map(|(_, v, _)| v.as_str())
+        };
+        assert_eq!(
+            env("NPM_CONFIG_REGISTRY"),
+            Some("https://mirror.corp.test/npm/")
+        );
         assert_eq!(env("NODE_EXTRA_CA_CERTS"), Some("/etc/corp-ca.pem"));
         assert_eq!(env("NPM_CONFIG_CACHE"), Some("/home/u/.cache/airlock/npm"));
-        assert_eq!(env("NPM_CONFIG_USERCONFIG"), Some("/home/u/.cache/airlock/config/npmrc"));
-        assert!(r.env.iter().all(|(_, v, _)| !v.contains("pw") && !v.contains("tok-from-env")));
+        assert_eq!(
+            env("NPM_CONFIG_USERCONFIG"),
+            Some("/home/u/.cache/airlock/config/npmrc")
+        );
+        assert!(r
+            .env
+            .iter()
+            .all(|(_, v, _)| !v.contains("pw") && !v.contains("tok-from-env")));
         assert_eq!(r.caches, ["/home/u/.cache/airlock/npm"]);
         assert_eq!(r.hide[0].0, "/home/u/.npmrc");
         let copy = &r.files[0];
         assert!(!copy.text.contains("_authToken") && !copy.text.contains("_password"));
         assert!(copy.text.contains("@acme:registry=") && copy.text.contains("fund=false"));
-        let cred = |h: &str| r.credentials.iter().filter(|c| c.host == h).map(|c| c.value.as_str()).collect::<Vec<_>>();
+        let cred = |h: &str| {
+            r.credentials
+                .iter()
+                .filter(|c| c.host == h)
+                .map(|c| c.value.as_str())
+                .collect::<Vec<_>>()
+        };
         assert_eq!(cred("npm.acme.test:8443"), ["Bearer tok-from-env"]);
         // The password line wins over the URL's user:password for the same host.
         assert_eq!(cred("mirror.corp.test"), [super::basic("bob", "secret")]);
-        assert!(!format!("{r:?}").contains("tok-from-env"), "Debug must hide values");
+        assert!(
+            !format!("{r:?}").contains("tok-from-env"),
+            "Debug must hide values"
+        );
     }
 
     #[test]
     fn no_token_no_copy() {
         let mut p = FakeProbe::default();
-        p.files.insert("/home/u/.npmrc".into(), "registry=https://r.test/\n".into());
+        p.files
+            .insert("/home/u/.npmrc".into(), "registry=https://r.test/\n".into());
         let r = find("npm").unwrap().resolve(&p);
         assert!(r.files.is_empty() && r.hide.is_empty() && r.credentials.is_empty());
     }

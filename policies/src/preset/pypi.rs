@@ -27,7 +27,9 @@ const PASS: &[&str] = &[
 pub(super) fn resolve(p: &dyn Probe, r: &mut Resolved) {
     let mut found_index = false;
     for var in PASS {
-        let Some(v) = r.pass_env(p, var) else { continue };
+        let Some(v) = r.pass_env(p, var) else {
+            continue;
+        };
         match *var {
             "PIP_INDEX_URL" | "UV_INDEX_URL" | "UV_DEFAULT_INDEX" => {
                 r.add_url(&v, format!("${var}"));
@@ -186,24 +188,51 @@ mod tests {
             "/home/u/.config/pip/pip.conf".into(),
             "[global]\nindex-url = https://me:s3cret@pypi.corp.test/simple\ntimeout = 5\n".into(),
         );
-        p.env.insert("UV_INDEX".into(), "corp=https://tok:x@uv.corp.test/simple".into());
+        p.env.insert(
+            "UV_INDEX".into(),
+            "corp=https://tok:x@uv.corp.test/simple".into(),
+        );
         p.env.insert("SSL_CERT_FILE".into(), "/etc/corp.pem".into());
         let r = find("pypi").unwrap().resolve(&p);
-        let env = |k: &str| r.env.iter().find(|(n, _, _)| n == k).map(|(_, v, _)| v.clone());
-        assert_eq!(env("UV_INDEX").as_deref(), Some("corp=https://uv.corp.test/simple"));
+        let env = |k: &str| {
+            r.env
+                .iter()
+                .find(|(n, _, _)| n == k)
+                .map(|(_, v, _)| v.clone())
+        };
+        assert_eq!(
+            env("UV_INDEX").as_deref(),
+            Some("corp=https://uv.corp.test/simple")
+        );
         assert_eq!(env("SSL_CERT_FILE").as_deref(), Some("/etc/corp.pem"));
-        assert_eq!(env("PIP_CACHE_DIR").as_deref(), Some("/home/u/.cache/airlock/pip"));
-        assert_eq!(env("UV_CACHE_DIR").as_deref(), Some("/home/u/.cache/airlock/uv"));
-        assert_eq!(env("PIP_CONFIG_FILE").as_deref(), Some("/home/u/.cache/airlock/config/pip.conf"));
+        assert_eq!(
+            env("PIP_CACHE_DIR").as_deref(),
+            Some("/home/u/.cache/airlock/pip")
+        );
+        assert_eq!(
+            env("UV_CACHE_DIR").as_deref(),
+            Some("/home/u/.cache/airlock/uv")
+        );
+        assert_eq!(
+            env("PIP_CONFIG_FILE").as_deref(),
+            Some("/home/u/.cache/airlock/config/pip.conf")
+        );
         assert_eq!(r.hide[0].0, "/home/u/.config/pip/pip.conf");
         assert_eq!(
             r.files[0].text,
             "[global]\nindex-url = https://pypi.corp.test/simple\ntimeout = 5\n"
         );
-        let creds: Vec<_> = r.credentials.iter().map(|c| (c.host.as_str(), c.value.clone())).collect();
+        let creds: Vec<_> = r
+            .credentials
+            .iter()
+            .map(|c| (c.host.as_str(), c.value.clone()))
+            .collect();
         assert_eq!(
             creds,
-            [("uv.corp.test", basic("tok", "x")), ("pypi.corp.test", basic("me", "s3cret"))]
+            [
+                ("uv.corp.test", basic("tok", "x")),
+                ("pypi.corp.test", basic("me", "s3cret"))
+            ]
         );
         let hosts: Vec<_> = r.hosts.iter().map(|(h, _)| h.as_str()).collect();
         assert_eq!(hosts, ["uv.corp.test", "pypi.corp.test"]);
