@@ -52,7 +52,7 @@ impl TestPki {
         }
     }
 
-    fn server_config(&self) -> Arc<rustls::ServerConfig> {
+    pub fn server_config(&self) -> Arc<rustls::ServerConfig> {
         let provider = Arc::new(rustls::crypto::ring::default_provider());
         let key = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(self.key_der.clone()));
         let mut cfg = rustls::ServerConfig::builder_with_provider(provider)

@@ -1,0 +1,381 @@
+//! Package managers through their presets (SPEC §3.4), end to end: real
+//! clients (npm, pip) from a fresh HOME with empty caches install from
+//! registries on 127.0.0.1 that speak their protocol over HTTPS and want a
+//! credential. The credential lives in the user's configuration outside;
+//! inside, it is nowhere (environment, files, /proc), and the proxy adds it.
+//! Run as root and as an ordinary user.
+
+use std::path::PathBuf;
+use std::process::Command;
+use std::sync::Arc;
+
+use airlock_tests::registry::{sha1_hex, tarball, Registry};
+use airlock_tests::tls::TestPki;
+use airlock_tests::who::Who;
+use airlock_tests::*;
+
+fn base() -> PathBuf {
+    std::env::var_os("AIRLOCK_TEST_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("/var/tmp/airlock-packages"))
+}
+
+const TOKEN: &str = "npm-tok-5d2a71-never-inside";
+const PASSWORD: &str = "pip-pw-93e0c4-never-inside";
+
+fn show(out: &Out) -> String {
+    format!(
+        "exit {}\n--- stdout\n{}--- stderr\n{}",
+        out.code, out.stdout, out.stderr
+    )
+}
+
+fn have(argv: &[&str]) -> bool {
+    Command::new(argv[0])
+        .args(&argv[1..])
+        .output()
+        .is_ok_and(|o| o.status.success())
+}
+
+/// Everything the sandbox could show of a secret: its environment, every
+/// process's, and every readable file in HOME and the workspace.
+const LOOK_FOR_SECRETS: &str = "echo '--- env'; env; echo '--- proc'; \
+    cat /proc/*/environ 2>/dev/null | tr '\\0' '\\n'; echo '--- files'; \
+    grep -rs . ~ . 2>/dev/null | grep -v -e node_modules/ -e '/_cacache/' | head -2000; echo '--- end'";
+
+fn run_as(
+    who: Who,
+    f: &Fixture,
+    pki: &TestPki,
+    extra: &[&str],
+    envs: &[(&str, &str)],
+    script: &str,
+) -> Out {
+    let ca = pki.ca_pem.to_str().unwrap().to_string();
+    let mut args = vec![
+        "--upstream-ca",
+        &ca,
+        "--resolve",
+        "registry.test=127.0.0.1",
+        "--allow-private",
+        "127.0.0.0/8",
+        "--ask",
+        "deny",
+    ];
+    args.extend_from_slice(extra);
+    let mut cmd = f.command(&args, script);
+    for (k, v) in envs {
+        cmd.env(k, v);
+    }
+    run(&mut who.wrap(cmd))
+}
+
+#[test]
+fn npm_installs_from_a_private_registry_whose_token_stays_outside() {
+    if !have(&["npm", "--version"]) {
+        eprintln!("skipped: npm is not installed (.ci/run installs it)");
+        return;
+    }
+    for who in Who::all() {
+        let f = Fixture::new_in(&base());
+        let pki = TestPki::new(&f.home.join("pki"), &["registry.test"]);
+        let tgz = Arc::new(tarball(
+            &f.home,
+            "package",
+            &[
+                (
+                    "package.json",
+                    "{\"name\":\"airlock-demo\",\"version\":\"1.0.0\",\"main\":\"index.js\"}",
+                ),
+                (
+                    "index.js",
+                    "module.exports = 'installed-through-airlock';\n",
+                ),
+            ],
+        ));
+        let sha1 = sha1_hex(&tgz);
+        let port = Arc::new(std::sync::OnceLock::<u16>::new());
+        let (p2, t2) = (port.clone(), tgz.clone());
+        let reg = Registry::start(
+            &pki,
+            Arc::new(move |_m, path, auth| {
+                if auth != Some(&format!("Bearer {TOKEN}")) {
+                    return (401, "application/json", b"{\"error\":\"token\"}".to_vec());
+                }
+                let port = p2.get().copied().unwrap_or(0);
+                match path {
+                    "/airlock-demo" => {
+                        let doc = format!(
+                            "{{\"name\":\"airlock-demo\",\"dist-tags\":{{\"latest\":\"1.0.0\"}},\"versions\":{{\"1.0.0\":{{\"name\":\"airlock-demo\",\"version\":\"1.0.0\",\"main\":\"index.js\",\"dist\":{{\"tarball\":\"https://registry.test:{port}/airlock-demo/-/airlock-demo-1.0.0.tgz\",\"shasum\":\"{sha1}\"}}}}}}}}"
+                        );
+                        (200, "application/json", doc.into_bytes())
+                    }
+                    "/airlock-demo/-/airlock-demo-1.0.0.tgz" => {
+                        (200, "application/octet-stream", t2.to_vec())
+                    }
+                    _ => (404, "application/json", b"{}".to_vec()),
+                }
+            }),
+        );
+        let _ = port.set(reg.port());
+        let p = reg.port();
+        f.write(
+            "~/.npmrc",
+            &format!("registry=https://registry.test:{p}/\n//registry.test:{p}/:_authToken={TOKEN}\nfund=false\n"),
+        );
+        f.write("package.json", "{\"name\":\"ws\",\"version\":\"0.0.0\"}");
+        who.prepare(&f);
+        let script = format!(
+            "npm install airlock-demo --no-audit --no-fund --loglevel=error 2>&1 | tail -5; \
+             echo result=$(node -p \"require('airlock-demo')\"); {LOOK_FOR_SECRETS}"
+        );
+        let out = run_as(who, &f, &pki, &["--preset", "npm"], &[], &script);
+        assert!(
+            out.stdout.contains("result=installed-through-airlock"),
+            "{who:?}: npm did not install\n{}\nregistry saw {:?}",
+            show(&out),
+            reg.seen()
+        );
+        assert!(
+            !out.stdout.contains(TOKEN) && !out.stderr.contains(TOKEN),
+            "{who:?}: the token is visible inside\n{}",
+            show(&out)
+        );
+        let seen = reg.seen();
+        assert!(
+            seen.iter()
+                .any(|s| s.starts_with("GET /airlock-demo ")
+                    && s.ends_with(&format!("Bearer {TOKEN}"))),
+            "{who:?}: the proxy did not add the token: {seen:?}"
+        );
+        // The cache is airlock's own, created on the first run; the user's
+        // configuration outside is untouched.
+        assert!(f.home.join(".cache/airlock/npm").is_dir(), "{who:?}");
+        assert!(
+            !f.home.join(".npm").exists(),
+            "{who:?}: the host's npm cache was written"
+        );
+        let npmrc = std::fs::read_to_string(f.home.join(".npmrc")).unwrap();
+        assert!(
+            npmrc.contains(TOKEN),
+            "{who:?}: the user's .npmrc was changed"
+        );
+    }
+}
+
+/// A minimal wheel (zip), made with the host's python.
+fn wheel(dir: &std::path::Path) -> Vec<u8> {
+    let out = dir.join("airlock_demo-1.0-py3-none-any.whl");
+    // Rust's line continuation would eat Python's indentation: one line each.
+    let script = [
+        "import sys, zipfile",
+        "z = zipfile.ZipFile(sys.argv[1], 'w')",
+        "z.writestr('airlock_demo/__init__.py', 'VALUE = \"installed-through-airlock\"\\n')",
+        "z.writestr('airlock_demo-1.0.dist-info/METADATA', 'Metadata-Version: 2.1\\nName: airlock-demo\\nVersion: 1.0\\n')",
+        "z.writestr('airlock_demo-1.0.dist-info/WHEEL', 'Wheel-Version: 1.0\\nGenerator: test\\nRoot-Is-Purelib: true\\nTag: py3-none-any\\n')",
+        "z.writestr('airlock_demo-1.0.dist-info/RECORD', '')",
+        "z.close()",
+    ]
+    .join("\n");
+    let ok = Command::new("/usr/bin/python3")
+        .args(["-c", &script])
+        .arg(&out)
+        .status()
+        .is_ok_and(|s| s.success());
+    assert!(ok, "building the test wheel failed");
+    std::fs::read(&out).unwrap()
+}
+
+#[test]
+fn pip_installs_from_an_index_whose_password_stays_outside() {
+    if !have(&["/usr/bin/python3", "-m", "pip", "--version"]) {
+        eprintln!("skipped: /usr/bin/python3 has no pip (.ci/run installs python3-pip)");
+        return;
+    }
+    for who in Who::all() {
+        let f = Fixture::new_in(&base());
+        let pki = TestPki::new(&f.home.join("pki"), &["registry.test"]);
+        let whl = Arc::new(wheel(&f.home));
+        let expect = format!("Basic {}", base64(&format!("me:{PASSWORD}")));
+        let w2 = whl.clone();
+        let reg = Registry::start(
+            &pki,
+            Arc::new(move |_m, path, auth| {
+                if auth != Some(expect.as_str()) {
+                    return (401, "text/plain", b"password needed".to_vec());
+                }
+                match path {
+                    "/simple/airlock-demo/" => (
+                        200,
+                        "text/html",
+                        b"<html><body><a href=\"/files/airlock_demo-1.0-py3-none-any.whl\">airlock_demo-1.0-py3-none-any.whl</a></body></html>".to_vec(),
+                    ),
+                    "/files/airlock_demo-1.0-py3-none-any.whl" => {
+                        (200, "application/octet-stream", w2.to_vec())
+                    }
+                    _ => (404, "text/plain", b"not found".to_vec()),
+                }
+            }),
+        );
+        let p = reg.port();
+        // The password is in the user's pip.conf, as pip documents it.
+        f.write(
+            "~/.config/pip/pip.conf",
+            &format!("[global]\nindex-url = https://me:{PASSWORD}@registry.test:{p}/simple/\n"),
+        );
+        who.prepare(&f);
+        let script = format!(
+            "/usr/bin/python3 -m pip install --disable-pip-version-check --target ./pkgs airlock-demo 2>&1 | tail -5; \
+             echo result=$(PYTHONPATH=./pkgs /usr/bin/python3 -c 'import airlock_demo; print(airlock_demo.VALUE)'); {LOOK_FOR_SECRETS}"
+        );
+        let out = run_as(who, &f, &pki, &["--preset", "pypi"], &[], &script);
+        assert!(
+            out.stdout.contains("result=installed-through-airlock"),
+            "{who:?}: pip did not install\n{}\nregistry saw {:?}",
+            show(&out),
+            reg.seen()
+        );
+        assert!(
+            !out.stdout.contains(PASSWORD) && !out.stderr.contains(PASSWORD),
+            "{who:?}: the password is visible inside\n{}",
+            show(&out)
+        );
+        assert!(f.home.join(".cache/airlock/pip").is_dir(), "{who:?}");
+    }
+}
+
+fn base64(s: &str) -> String {
+    let out = Command::new("base64")
+        .arg("-w0")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .and_then(|mut c| {
+            use std::io::Write;
+            c.stdin.take().unwrap().write_all(s.as_bytes())?;
+            c.wait_with_output()
+        })
+        .unwrap();
+    String::from_utf8(out.stdout).unwrap().trim().to_string()
+}
+
+/// Mirror and CA variables reach the tool, without the password in them;
+/// `--pass-env` passes a variable by name or glob; a secret-looking one
+/// only by its exact name.
+#[test]
+fn mirror_variables_pass_without_secrets() {
+    for who in Who::all() {
+        let f = Fixture::new_in(&base());
+        who.prepare(&f);
+        let mut cmd = f.command(
+            &[
+                "--preset",
+                "npm",
+                "--preset",
+                "pypi",
+                "--network",
+                "none",
+                "--pass-env",
+                "MY_*",
+                "--pass-env",
+                "EXACT_TOKEN",
+            ],
+            "env",
+        );
+        cmd.env("NPM_CONFIG_REGISTRY", "https://npm-mirror.corp.test/")
+            .env("PIP_INDEX_URL", "https://pypi.corp.test/simple")
+            .env("SSL_CERT_FILE", "/etc/ssl/certs/ca-certificates.crt")
+            .env("MY_SETTING", "one")
+            .env("MY_TOKEN", "glob-must-not-pass")
+            .env("EXACT_TOKEN", "named-exactly")
+            .env("UNRELATED", "no");
+        let out = run(&mut who.wrap(cmd));
+        assert_eq!(out.code, 0, "{who:?}: {}", show(&out));
+        for want in [
+            "NPM_CONFIG_REGISTRY=https://npm-mirror.corp.test/",
+            "PIP_INDEX_URL=https://pypi.corp.test/simple",
+            "SSL_CERT_FILE=/etc/ssl/certs/ca-certificates.crt",
+            "MY_SETTING=one",
+            "EXACT_TOKEN=named-exactly",
+        ] {
+            assert!(
+                out.stdout.contains(want),
+                "{who:?}: {want} missing\n{}",
+                show(&out)
+            );
+        }
+        for never in ["glob-must-not-pass", "UNRELATED"] {
+            assert!(
+                !out.stdout.contains(never),
+                "{who:?}: {never} passed\n{}",
+                show(&out)
+            );
+        }
+        // A password in the URL stays outside; the URL passes without it.
+        // (The credential turns inspection on, so SSL_CERT_FILE becomes
+        // the bundle holding the same roots plus airlock's CA.)
+        let mut cmd = f.command(&["--preset", "pypi", "--network", "none"], "env");
+        cmd.env(
+            "PIP_INDEX_URL",
+            format!("https://me:{PASSWORD}@pypi.corp.test/simple"),
+        );
+        let out = run(&mut who.wrap(cmd));
+        assert_eq!(out.code, 0, "{who:?}: {}", show(&out));
+        assert!(
+            out.stdout
+                .contains("PIP_INDEX_URL=https://pypi.corp.test/simple"),
+            "{who:?}: {}",
+            show(&out)
+        );
+        assert!(!out.stdout.contains(PASSWORD), "{who:?}: {}", show(&out));
+    }
+}
+
+/// A writable path the user names that does not exist is an error naming
+/// it (not silently dropped); contradicting flags are errors too.
+#[test]
+fn missing_write_paths_and_contradicting_flags_are_errors() {
+    let f = Fixture::new_in(&base());
+    let missing = f.home.join("not-there");
+    let out = f.run(
+        &["--write", missing.to_str().unwrap(), "--network", "none"],
+        "echo ran",
+    );
+    assert_eq!(out.code, 125, "{}", show(&out));
+    assert!(
+        out.stderr.contains("not-there") && !out.stdout.contains("ran"),
+        "{}",
+        show(&out)
+    );
+    f.write(
+        "~/.config/airlock/policy.toml",
+        "[filesystem]\nwrite = [\"~/new-dir\"]\n",
+    );
+    let out = f.run(&["--network", "none"], "echo ran");
+    assert_eq!(out.code, 125, "{}", show(&out));
+    assert!(
+        out.stderr.contains("new-dir") && out.stderr.contains("policy.toml"),
+        "{}",
+        show(&out)
+    );
+    std::fs::remove_file(f.home.join(".config/airlock/policy.toml")).unwrap();
+    for (args, words) in [
+        (vec!["--read-only", "--write", "."], "--read-only"),
+        (
+            vec!["--network", "none", "--allow", "x.test"],
+            "--network none",
+        ),
+        (
+            vec!["--network", "host", "--inspect", "x.test"],
+            "--network host",
+        ),
+    ] {
+        let out = f.run(&args, "echo ran");
+        assert_eq!(out.code, 125, "{args:?}: {}", show(&out));
+        assert!(
+            out.stderr.contains(words) && !out.stdout.contains("ran"),
+            "{args:?}: {}",
+            show(&out)
+        );
+    }
+}
