@@ -149,16 +149,27 @@ pub enum PolicyCommand {
         managed: bool,
         #[arg(required = true, value_name = "FILE")]
         files: Vec<PathBuf>,
+        /// Print one JSON document: ok, files, errors, warnings.
+        #[arg(long)]
+        json: bool,
     },
     /// Print the decision for a target, the rule and the file that decided it.
     Explain {
         #[command(flatten)]
         policy: PolicyArgs,
+        /// A host with no port is explained for ports 443 and 80.
         #[arg(value_name = "HOST[:PORT]")]
         target: String,
+        /// Print a JSON array, one object per port explained.
+        #[arg(long)]
+        json: bool,
     },
     /// List the presets and what each resolves to on this machine.
-    Presets,
+    Presets {
+        /// Print a JSON array, one object per preset.
+        #[arg(long)]
+        json: bool,
+    },
     /// Trust the project policy and project tool configuration as they are
     /// now (SPEC §3.5); with FILE, that file only.
     Trust {
@@ -174,4 +185,26 @@ pub enum PolicyCommand {
         #[arg(long, value_name = "linux|macos")]
         target: String,
     },
+}
+
+/// A hint for the mistakes new users make with the command line: `airlock
+/// run cmd` without `--` (the command must follow it, so its own flags are
+/// never taken for airlock's).
+pub fn hint_for(e: &clap::Error, args: &[String]) -> Option<String> {
+    use clap::error::ErrorKind;
+    let run = args.get(1).is_some_and(|a| a == "run");
+    let dashes = args.iter().any(|a| a == "--");
+    if run
+        && !dashes
+        && matches!(
+            e.kind(),
+            ErrorKind::UnknownArgument | ErrorKind::MissingRequiredArgument
+        )
+    {
+        return Some(
+            "hint: the command goes after `--`, so that its own flags are never taken for airlock's:\n  airlock run [OPTIONS] -- <command> [args...]"
+                .into(),
+        );
+    }
+    None
 }

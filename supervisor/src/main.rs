@@ -14,6 +14,7 @@ mod ca_cmd;
 mod cli;
 mod doctor;
 mod env;
+mod explain_cmd;
 mod inspect_setup;
 mod integrity;
 #[cfg(target_os = "linux")]
@@ -76,16 +77,29 @@ fn main() -> ExitCode {
             }
         }
     }
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(c) => c,
+        Err(e) => {
+            let _ = e.print();
+            if let Some(hint) = cli::hint_for(&e, &std::env::args().collect::<Vec<_>>()) {
+                eprintln!("\n{hint}");
+            }
+            return ExitCode::from(e.exit_code().clamp(0, 255) as u8);
+        }
+    };
     init_tracing(cli.verbose);
     let result = match &cli.command {
-        Command::Policy(PolicyCommand::Check { files, managed }) => {
-            policy_cmd::check(files, *managed)
-        }
-        Command::Policy(PolicyCommand::Explain { policy, target }) => {
-            policy_cmd::explain(policy, target)
-        }
-        Command::Policy(PolicyCommand::Presets) => policy_cmd::presets(),
+        Command::Policy(PolicyCommand::Check {
+            files,
+            managed,
+            json,
+        }) => policy_cmd::check(files, *managed, *json),
+        Command::Policy(PolicyCommand::Explain {
+            policy,
+            target,
+            json,
+        }) => explain_cmd::explain(policy, target, *json),
+        Command::Policy(PolicyCommand::Presets { json }) => explain_cmd::presets(*json),
         Command::Policy(PolicyCommand::Trust { policy, file }) => {
             policy_cmd::trust(policy, file.as_deref())
         }
