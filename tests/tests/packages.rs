@@ -379,3 +379,126 @@ fn missing_write_paths_and_contradicting_flags_are_errors() {
         );
     }
 }
+
+fn sha256_hex(bytes: &[u8]) -> String {
+    use std::io::Write;
+    let mut c = Command::new("sha256sum")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    c.stdin.take().unwrap().write_all(bytes).unwrap();
+    let out = c.wait_with_output().unwrap();
+    String::from_utf8_lossy(&out.stdout)
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .to_string()
+}
+
+const CARGO_TOKEN: &str = "cargo-tok-0b77e2-never-inside";
+
+/// A cargo sparse registry (config.json with auth-required, the index
+/// file, the download) whose token lives in the user's credentials.toml.
+#[test]
+fn cargo_fetches_from_a_sparse_registry_whose_token_stays_outside() {
+    if !have(&["cargo", "--version"]) {
+        eprintln!("skipped: cargo is not installed");
+        return;
+    }
+    // rustup's toolchains live in the invoking user's home: the test uses
+    // that toolchain, so it runs as that user only.
+    let rustup_home = std::env::var("RUSTUP_HOME")
+        .unwrap_or_else(|_| format!("{}/.rustup", std::env::var("HOME").unwrap_or_default()));
+    let f = Fixture::new_in(&base());
+    let pki = TestPki::new(&f.home.join("pki"), &["registry.test"]);
+    let krate = Arc::new(tarball(
+        &f.home,
+        "airlock-demo-1.0.0",
+        &[
+            (
+                "Cargo.toml",
+                "[package]\nname = \"airlock-demo\"\nversion = \"1.0.0\"\nedition = \"2021\"\n",
+            ),
+            (
+                "src/lib.rs",
+                "pub const VALUE: &str = \"installed-through-airlock\";\n",
+            ),
+        ],
+    ));
+    let cksum = sha256_hex(&krate);
+    let port = Arc::new(std::sync::OnceLock::<u16>::new());
+    let (p2, k2) = (port.clone(), krate.clone());
+    let reg = Registry::start(
+        &pki,
+        Arc::new(move |_m, path, auth| {
+            if auth != Some(CARGO_TOKEN) {
+                return (401, "text/plain", b"token needed".to_vec());
+            }
+            let port = p2.get().copied().unwrap_or(0);
+            match path {
+                "/index/config.json" => (
+                    200,
+                    "application/json",
+                    format!("{{\"dl\":\"https://registry.test:{port}/dl/{{crate}}/{{version}}/download\",\"api\":\"https://registry.test:{port}\",\"auth-required\":true}}").into_bytes(),
+                ),
+                "/index/ai/rl/airlock-demo" => (
+                    200,
+                    "application/json",
+                    format!("{{\"name\":\"airlock-demo\",\"vers\":\"1.0.0\",\"deps\":[],\"cksum\":\"{cksum}\",\"features\":{{}},\"yanked\":false}}\n").into_bytes(),
+                ),
+                "/dl/airlock-demo/1.0.0/download" => (200, "application/octet-stream", k2.to_vec()),
+                _ => (404, "text/plain", b"not found".to_vec()),
+            }
+        }),
+    );
+    let _ = port.set(reg.port());
+    let p = reg.port();
+    f.write(
+        "~/.cargo/credentials.toml",
+        &format!("[registries.corp]\ntoken = \"{CARGO_TOKEN}\"\n"),
+    );
+    f.write(
+        "Cargo.toml",
+        "[package]\nname = \"ws\"\nversion = \"0.1.0\"\nedition = \"2021\"\n\n[dependencies]\nairlock-demo = { version = \"1\", registry = \"corp\" }\n",
+    );
+    f.write("src/lib.rs", "pub use airlock_demo::VALUE;\n");
+    let script = format!(
+        "cargo fetch 2>&1 | tail -5; ls $CARGO_HOME/registry/src/*/ 2>&1; {LOOK_FOR_SECRETS}"
+    );
+    let out = run_as(
+        Who::Me,
+        &f,
+        &pki,
+        &[
+            "--preset",
+            "cargo",
+            "--pass-env",
+            "RUSTUP_HOME",
+            "--pass-env",
+            "RUSTUP_TOOLCHAIN",
+        ],
+        &[
+            (
+                "CARGO_REGISTRIES_CORP_INDEX",
+                &format!("sparse+https://registry.test:{p}/index/"),
+            ),
+            ("RUSTUP_HOME", &rustup_home),
+        ],
+        &script,
+    );
+    assert!(
+        out.stdout.contains("airlock-demo-1.0.0"),
+        "cargo did not fetch\n{}\nregistry saw {:?}",
+        show(&out),
+        reg.seen()
+    );
+    assert!(
+        !out.stdout.contains(CARGO_TOKEN) && !out.stderr.contains(CARGO_TOKEN),
+        "the token is visible inside\n{}",
+        show(&out)
+    );
+    // The sandbox's cargo home is airlock's own; the user's is untouched.
+    assert!(f.home.join(".cache/airlock/cargo/registry").is_dir());
+    assert!(!f.home.join(".cargo/registry").exists());
+}

@@ -202,6 +202,14 @@ fn own_home(p: &dyn Probe, r: &mut Resolved, host_home: &Path, indexes: &[(Strin
             PLACEHOLDER_TOKEN.into(),
             "a placeholder: the proxy adds the real token".into(),
         );
+        // Cargo reads a token for a registry that requires one only through
+        // a credential provider; `cargo:token` is the one that reads the
+        // variable above.
+        r.set_env(
+            &format!("CARGO_REGISTRIES_{name}_CREDENTIAL_PROVIDER"),
+            "cargo:token".into(),
+            "so cargo sends the placeholder the proxy replaces".into(),
+        );
     }
 }
 
