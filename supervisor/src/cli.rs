@@ -8,7 +8,11 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 #[command(
     name = "airlock",
     version,
-    about = "Run commands in an OS sandbox whose only way out is a policy-enforcing proxy"
+    about = "Run commands in an OS sandbox whose only way out is a policy-enforcing proxy",
+    after_help = "Policy files, lowest precedence first: built-in defaults; the user's \
+$XDG_CONFIG_HOME/airlock/policy.toml (~/.config/airlock/policy.toml); the project's \
+airlock.toml at the workspace root; --policy files; command-line flags; the managed \
+/etc/airlock/managed.toml (or $AIRLOCK_MANAGED_POLICY), which nothing below can loosen."
 )]
 pub struct Cli {
     /// More logging (-v shows every decision, -vv the details).
@@ -44,6 +48,14 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Print shell completions (e.g. `airlock completions bash > /etc/bash_completion.d/airlock`).
+    Completions {
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+    /// Print the man page in roff (`airlock manpage > airlock.1`).
+    #[command(hide = true)]
+    Manpage,
 }
 
 #[derive(ValueEnum, Clone, Copy, Debug)]

@@ -106,6 +106,29 @@ fn main() -> ExitCode {
         Command::Policy(PolicyCommand::Profile { policy, target }) => {
             policy_cmd::profile(policy, target)
         }
+        Command::Completions { shell } => {
+            use clap::CommandFactory;
+            let mut cmd = Cli::command();
+            // Into memory first: the generator panics on a write error
+            // (a closed pipe), a buffer has none.
+            let mut buf = Vec::new();
+            clap_complete::generate(*shell, &mut cmd, "airlock", &mut buf);
+            use std::io::Write as _;
+            let _ = std::io::stdout().lock().write_all(&buf);
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Manpage => {
+            use clap::CommandFactory;
+            let mut buf = Vec::new();
+            clap_mangen::Man::new(Cli::command())
+                .render(&mut buf)
+                .map_err(anyhow::Error::from)
+                .map(|()| {
+                    use std::io::Write as _;
+                    let _ = std::io::stdout().lock().write_all(&buf);
+                    ExitCode::SUCCESS
+                })
+        }
         Command::Run(args) => run_cmd::run(args),
         Command::Proxy(args) => proxy_cmd::run(args),
         Command::Approve { socket } => approve::client::run(socket),

@@ -104,3 +104,20 @@ fn run_without_dashes_hints_at_them() {
     assert!(out.stderr.contains("-- <command>"), "{}", show(&out));
     assert!(!out.stdout.contains("hi"));
 }
+
+#[test]
+fn completions_and_man_page() {
+    let h = home();
+    for shell in ["bash", "zsh", "fish"] {
+        let out = run(airlock(h.path()).args(["completions", shell]));
+        assert_eq!(out.code, 0, "{shell}: {}", show(&out));
+        assert!(out.stdout.contains("--pass-env"), "{shell}: {}", show(&out));
+    }
+    let out = run(airlock(h.path()).args(["completions", "tcsh"]));
+    assert_ne!(out.code, 0);
+    let out = run(airlock(h.path()).arg("manpage"));
+    assert_eq!(out.code, 0, "{}", show(&out));
+    assert!(out.stdout.contains(".TH airlock 1"), "{}", show(&out));
+    let help = run(airlock(h.path()).arg("--help"));
+    assert!(help.stdout.contains("airlock/policy.toml"), "{}", show(&help));
+}
