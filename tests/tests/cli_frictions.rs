@@ -119,5 +119,9 @@ fn completions_and_man_page() {
     assert_eq!(out.code, 0, "{}", show(&out));
     assert!(out.stdout.contains(".TH airlock 1"), "{}", show(&out));
     let help = run(airlock(h.path()).arg("--help"));
-    assert!(help.stdout.contains("airlock/policy.toml"), "{}", show(&help));
+    assert!(
+        help.stdout.contains("airlock/policy.toml"),
+        "{}",
+        show(&help)
+    );
 }

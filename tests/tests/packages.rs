@@ -502,3 +502,48 @@ fn cargo_fetches_from_a_sparse_registry_whose_token_stays_outside() {
     assert!(f.home.join(".cache/airlock/cargo/registry").is_dir());
     assert!(!f.home.join(".cargo/registry").exists());
 }
+
+/// An empty machine: no cargo configuration, no cache. The preset learns
+/// cargo's default registry from where cargo tries to connect inside the
+/// network-less probe sandbox (whose proxy refuses everything), never from
+/// a list in airlock.
+#[test]
+fn cargo_on_an_empty_machine_learns_its_registry_by_observing() {
+    if !have(&["cargo", "--version"]) {
+        eprintln!("skipped: cargo is not installed");
+        return;
+    }
+    let rustup_home = std::env::var("RUSTUP_HOME")
+        .unwrap_or_else(|_| format!("{}/.rustup", std::env::var("HOME").unwrap_or_default()));
+    let f = Fixture::new_in(&base());
+    let mut cmd = airlock(&f.home);
+    cmd.env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .env("HOME", &f.home)
+        .env("RUSTUP_HOME", &rustup_home)
+        .env(
+            "AIRLOCK_MANAGED_POLICY",
+            f.home.join("no-managed-policy.toml"),
+        )
+        .current_dir(&f.ws)
+        .args(["policy", "presets", "--json"]);
+    let out = run(&mut cmd);
+    let v: serde_json::Value = serde_json::from_str(&out.stdout).expect("presets --json");
+    let cargo = v
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["name"] == "cargo")
+        .unwrap();
+    let hosts = cargo["hosts"].as_array().unwrap();
+    assert!(
+        !hosts.is_empty()
+            && hosts
+                .iter()
+                .all(|h| h["from"].as_str().unwrap().contains("probe sandbox")),
+        "{}",
+        show(&out)
+    );
+    // The probe left nothing behind in the user's home.
+    assert!(!f.home.join(".cargo").exists());
+}

@@ -20,6 +20,9 @@ const PASS: &[&str] = &[
     "CARGO_HTTP_CAINFO",
     "CARGO_HTTP_CHECK_REVOKE",
     "CARGO_NET_GIT_FETCH_WITH_CLI",
+    // Which toolchain rustup's `cargo` runs, when not the default place.
+    "RUSTUP_HOME",
+    "RUSTUP_TOOLCHAIN",
     "SSL_CERT_FILE",
     "SSL_CERT_DIR",
 ];
@@ -96,10 +99,7 @@ pub(super) fn resolve(p: &dyn Probe, r: &mut Resolved) {
     let index = h.join("registry/index");
     let dirs = p.list_dir(&index);
     if dirs.is_empty() && r.hosts.is_empty() {
-        r.notes.push(format!(
-            "cargo: no registry configured and none cached in {}; run `cargo fetch` once outside the sandbox or set CARGO_REGISTRIES_<NAME>_INDEX",
-            index.display()
-        ));
+        observe_default_registry(p, r, &index);
     }
     for d in dirs {
         let Some((host, hash)) = d.rsplit_once('-') else {
@@ -213,6 +213,44 @@ fn own_home(p: &dyn Probe, r: &mut Resolved, host_home: &Path, indexes: &[(Strin
     }
 }
 
+/// An empty machine: no registry configured, none cached. Cargo is asked
+/// to resolve a dependency in the probe sandbox, whose proxy refuses
+/// everything and records where cargo tried to go: its default index.
+/// The download host is named by that index's config.json, which only a
+/// real fetch reads; the first run asks for it (or `--allow` it).
+fn observe_default_registry(p: &dyn Probe, r: &mut Resolved, index: &Path) {
+    let script = "set -e; d=$(mktemp -d); cd \"$d\"; mkdir src; : > src/lib.rs; \
+        printf '[package]\\nname = \"probe\"\\nversion = \"0.0.0\"\\nedition = \"2021\"\\n[dependencies]\\nairlock-registry-probe = \"1\"\\n' > Cargo.toml; \
+        CARGO_HOME=\"$d/home\" cargo generate-lockfile";
+    // rustup's proxy finds its toolchains through RUSTUP_HOME when set.
+    let rustup = p.env("RUSTUP_HOME");
+    let mut env = vec![("CARGO_NET_RETRY", "0")];
+    if let Some(r) = &rustup {
+        env.push(("RUSTUP_HOME", r));
+    }
+    let seen = p.observe(&["sh", "-c", script], &env);
+    if seen.is_empty() {
+        r.notes.push(format!(
+            "cargo: no registry configured, none cached in {}, and cargo connected nowhere in the probe sandbox (is cargo installed?); set CARGO_REGISTRIES_<NAME>_INDEX",
+            index.display()
+        ));
+        return;
+    }
+    for target in seen {
+        let url = match target.strip_suffix(":443") {
+            Some(host) => format!("https://{host}/"),
+            None => format!("https://{target}/"),
+        };
+        r.add_url(
+            &url,
+            "where `cargo generate-lockfile` connected in the probe sandbox (cargo's built-in default)".into(),
+        );
+    }
+    r.notes.push(
+        "cargo: the download host is named by the registry's config.json, read on the first fetch: approve it then, or allow it".into(),
+    );
+}
+
 /// `(NAME, token, where)` for `[registries.NAME] token`, and `("", …)` for
 /// the default registry's `[registry] token`.
 fn registry_tokens(text: &str, file: &Path) -> Vec<(String, String, String)> {
@@ -313,5 +351,21 @@ mod tests {
         );
         assert!(copy.text.contains("retry = 3") && !copy.text.contains("t2"));
         assert!(r.notes.iter().any(|n| n.contains("publishing")));
+    }
+
+    #[test]
+    fn an_empty_machine_learns_the_default_registry_by_observing() {
+        let mut p = FakeProbe::default();
+        let r = find("cargo").unwrap().resolve(&p);
+        assert!(r.hosts.is_empty() && r.notes.iter().any(|n| n.contains("connected nowhere")));
+        // What the tool tried is what is allowed, whatever its name.
+        p.outputs.insert(
+            "observe cargo".into(),
+            "idx.example.test:443\nother.example.test:8443\n".into(),
+        );
+        let r = find("cargo").unwrap().resolve(&p);
+        let hosts: Vec<_> = r.hosts.iter().map(|(h, _)| h.as_str()).collect();
+        assert_eq!(hosts, ["idx.example.test", "other.example.test:8443"]);
+        assert!(r.hosts[0].1.contains("probe sandbox"));
     }
 }

@@ -35,6 +35,14 @@ pub trait Probe {
     fn output(&self, argv: &[&str]) -> Option<String>;
     fn home(&self) -> Option<PathBuf>;
     fn workspace(&self) -> PathBuf;
+    /// Run a program with these extra variables, with a proxy that
+    /// refuses every connection, and return where it tried to connect
+    /// (`host:port`, in order, without repeats). For a tool whose
+    /// configuration names no registry on an empty machine: its built-in
+    /// default is learned from what it does, not from a list in airlock.
+    fn observe(&self, _argv: &[&str], _env: &[(&str, &str)]) -> Vec<String> {
+        vec![]
+    }
 }
 
 /// A machine with nothing on it: presets resolve to no hosts. For checks
@@ -464,6 +472,17 @@ pub(crate) mod tests {
         }
         fn workspace(&self) -> PathBuf {
             PathBuf::from("/work/proj")
+        }
+        /// What `outputs["observe <program>"]` lists, one target a line.
+        fn observe(&self, argv: &[&str], _env: &[(&str, &str)]) -> Vec<String> {
+            let program = argv
+                .iter()
+                .find(|a| a.contains("cargo "))
+                .map_or("", |_| "cargo");
+            self.outputs
+                .get(&format!("observe {program}"))
+                .map(|o| o.lines().map(str::to_string).collect())
+                .unwrap_or_default()
         }
     }
 
