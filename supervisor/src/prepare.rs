@@ -32,6 +32,13 @@ pub fn before_run(
     }
     user_writes_exist(policy, &args.write, home, workspace)?;
     for r in &policy.presets {
+        // A preset that allows nothing says why, instead of a later
+        // refusal with no context.
+        if r.hosts.is_empty() {
+            for n in &r.notes {
+                eprintln!("airlock: warning: preset {}: {n}", r.name);
+            }
+        }
         for cache in &r.caches {
             create_private_dir(Path::new(cache))
                 .with_context(|| format!("creating preset {}'s cache {cache}", r.name))?;

@@ -547,3 +547,88 @@ fn cargo_on_an_empty_machine_learns_its_registry_by_observing() {
     // The probe left nothing behind in the user's home.
     assert!(!f.home.join(".cargo").exists());
 }
+
+/// A public-style registry (no token): no inspection, so npm verifies the
+/// registry's own certificate through the CA variable the preset passes.
+#[test]
+fn npm_without_inspection_trusts_the_ca_the_user_configured() {
+    if !have(&["npm", "--version"]) {
+        eprintln!("skipped: npm is not installed (.ci/run installs it)");
+        return;
+    }
+    for who in Who::all() {
+        let f = Fixture::new_in(&base());
+        let pki = TestPki::new(&f.home.join("pki"), &["registry.test"]);
+        let tgz = Arc::new(tarball(
+            &f.home,
+            "package",
+            &[
+                (
+                    "package.json",
+                    "{\"name\":\"airlock-demo\",\"version\":\"1.0.0\"}",
+                ),
+                (
+                    "index.js",
+                    "module.exports = 'installed-without-inspection';\n",
+                ),
+            ],
+        ));
+        let sha1 = sha1_hex(&tgz);
+        let port = Arc::new(std::sync::OnceLock::<u16>::new());
+        let (p2, t2) = (port.clone(), tgz.clone());
+        let reg = Registry::start(
+            &pki,
+            Arc::new(move |_m, path, _auth| {
+                let port = p2.get().copied().unwrap_or(0);
+                match path {
+                    "/airlock-demo" => (
+                        200,
+                        "application/json",
+                        format!(
+                            "{{\"name\":\"airlock-demo\",\"dist-tags\":{{\"latest\":\"1.0.0\"}},\"versions\":{{\"1.0.0\":{{\"name\":\"airlock-demo\",\"version\":\"1.0.0\",\"dist\":{{\"tarball\":\"https://registry.test:{port}/airlock-demo/-/airlock-demo-1.0.0.tgz\",\"shasum\":\"{sha1}\"}}}}}}}}"
+                        )
+                        .into_bytes(),
+                    ),
+                    "/airlock-demo/-/airlock-demo-1.0.0.tgz" => {
+                        (200, "application/octet-stream", t2.to_vec())
+                    }
+                    _ => (404, "application/json", b"{}".to_vec()),
+                }
+            }),
+        );
+        let _ = port.set(reg.port());
+        f.write("package.json", "{\"name\":\"ws\",\"version\":\"0.0.0\"}");
+        who.prepare(&f);
+        let registry = format!("https://registry.test:{}/", reg.port());
+        let ca = pki.ca_pem.display().to_string();
+        let out = run_as(
+            who,
+            &f,
+            &pki,
+            &["--preset", "npm"],
+            &[
+                ("NPM_CONFIG_REGISTRY", &registry),
+                ("NPM_CONFIG_CAFILE", &ca),
+                ("NODE_EXTRA_CA_CERTS", &ca),
+            ],
+            "npm install airlock-demo --no-audit --no-fund --loglevel=error 2>&1 | tail -5; \
+             echo result=$(node -p \"require('airlock-demo')\"); echo ca=$NPM_CONFIG_CAFILE node=$NODE_EXTRA_CA_CERTS",
+        );
+        assert!(
+            out.stdout.contains("result=installed-without-inspection"),
+            "{who:?}: npm did not install\n{}",
+            show(&out)
+        );
+        // Not inspected: the variable is the user's, not airlock's bundle.
+        assert!(
+            out.stdout.contains(&format!("ca={ca}")),
+            "{who:?}: {}",
+            show(&out)
+        );
+        assert!(!f
+            .home
+            .join(".local/share/airlock/ca")
+            .join("ca-key.pem")
+            .exists());
+    }
+}
