@@ -195,7 +195,7 @@ impl Resolved {
         let mut value = String::with_capacity(raw.len());
         for word in raw.split_inclusive([' ', ',', '|']) {
             let (word, sep) = match word.char_indices().last() {
-                Some((i, c)) if matches!(c, ' ' | ',' | '|') => (&word[..i], &word[i..]),
+                Some((i, ' ' | ',' | '|')) => (&word[..i], &word[i..]),
                 _ => (word, ""),
             };
             // `name=url` (UV_INDEX) keeps its name.
