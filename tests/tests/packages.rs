@@ -632,3 +632,122 @@ fn npm_without_inspection_trusts_the_ca_the_user_configured() {
             .exists());
     }
 }
+
+const GO_PASSWORD: &str = "go-pw-41c9aa-never-inside";
+
+/// A module zip as the Go proxy protocol serves it: every file under
+/// `module@version/`, made with the host's python.
+fn module_zip(dir: &std::path::Path, prefix: &str, files: &[(&str, &str)]) -> Vec<u8> {
+    let out = dir.join("module.zip");
+    let mut script = vec![
+        "import sys, zipfile".to_string(),
+        "z = zipfile.ZipFile(sys.argv[1], 'w')".to_string(),
+    ];
+    for (name, text) in files {
+        script.push(format!(
+            "z.writestr({:?}, {:?})",
+            format!("{prefix}/{name}"),
+            text
+        ));
+    }
+    script.push("z.close()".into());
+    let ok = Command::new("/usr/bin/python3")
+        .args(["-c", &script.join("\n")])
+        .arg(&out)
+        .status()
+        .is_ok_and(|s| s.success());
+    assert!(ok, "building the module zip failed");
+    std::fs::read(&out).unwrap()
+}
+
+/// A Go module proxy that wants a password, named in GOPROXY as
+/// `user:password@`: the variable passes without it, the proxy adds it.
+#[test]
+fn go_downloads_from_a_module_proxy_whose_password_stays_outside() {
+    if !have(&["go", "version"]) || !have(&["/usr/bin/python3", "--version"]) {
+        eprintln!("skipped: go is not installed (.ci/run installs golang-go)");
+        return;
+    }
+    for who in Who::all() {
+        let f = Fixture::new_in(&base());
+        let pki = TestPki::new(&f.home.join("pki"), &["registry.test"]);
+        let module = "example.test/airlock-demo";
+        let zip = Arc::new(module_zip(
+            &f.home,
+            &format!("{module}@v1.0.0"),
+            &[
+                ("go.mod", &format!("module {module}\n\ngo 1.19\n")),
+                (
+                    "demo.go",
+                    "package demo\n\nconst Value = \"installed-through-airlock\"\n",
+                ),
+            ],
+        ));
+        let expect = format!("Basic {}", base64(&format!("me:{GO_PASSWORD}")));
+        let z2 = zip.clone();
+        let reg = Registry::start(
+            &pki,
+            Arc::new(move |_m, path, auth| {
+                if auth != Some(expect.as_str()) {
+                    return (401, "text/plain", b"password needed".to_vec());
+                }
+                let base = format!("/{module}/@v/");
+                let Some(rest) = path.strip_prefix(&base) else {
+                    return (404, "text/plain", b"not found".to_vec());
+                };
+                match rest {
+                    "list" => (200, "text/plain", b"v1.0.0\n".to_vec()),
+                    "v1.0.0.info" => (
+                        200,
+                        "application/json",
+                        b"{\"Version\":\"v1.0.0\",\"Time\":\"2024-01-01T00:00:00Z\"}".to_vec(),
+                    ),
+                    "v1.0.0.mod" => (
+                        200,
+                        "text/plain",
+                        format!("module {module}\n\ngo 1.19\n").into_bytes(),
+                    ),
+                    "v1.0.0.zip" => (200, "application/zip", z2.to_vec()),
+                    _ => (404, "text/plain", b"not found".to_vec()),
+                }
+            }),
+        );
+        f.write(
+            "go.mod",
+            &format!("module ws\n\ngo 1.19\n\nrequire {module} v1.0.0\n"),
+        );
+        f.write(
+            "main.go",
+            &format!("package main\n\nimport (\n\t\"fmt\"\n\tdemo \"{module}\"\n)\n\nfunc main() {{ fmt.Println(\"result=\" + demo.Value) }}\n"),
+        );
+        who.prepare(&f);
+        let goproxy = format!("https://me:{GO_PASSWORD}@registry.test:{}/", reg.port());
+        let script = format!(
+            "go mod download {module} 2>&1 | tail -5; go run . 2>&1 | tail -5; {LOOK_FOR_SECRETS}"
+        );
+        let out = run_as(
+            who,
+            &f,
+            &pki,
+            &["--preset", "go"],
+            &[
+                ("GOPROXY", &goproxy),
+                ("GOSUMDB", "off"),
+                ("GOFLAGS", "-mod=mod"),
+            ],
+            &script,
+        );
+        assert!(
+            out.stdout.contains("result=installed-through-airlock"),
+            "{who:?}: go did not download\n{}\nregistry saw {:?}",
+            show(&out),
+            reg.seen()
+        );
+        assert!(
+            !out.stdout.contains(GO_PASSWORD) && !out.stderr.contains(GO_PASSWORD),
+            "{who:?}: the password is visible inside\n{}",
+            show(&out)
+        );
+        assert!(f.home.join(".cache/airlock/go/mod").is_dir(), "{who:?}");
+    }
+}
