@@ -751,3 +751,117 @@ fn go_downloads_from_a_module_proxy_whose_password_stays_outside() {
         assert!(f.home.join(".cache/airlock/go/mod").is_dir(), "{who:?}");
     }
 }
+
+/// `--preset git`: the hosts of the workspace's HTTPS remotes, once
+/// `.git/config` is trusted; the CA variable git reads passes in. A
+/// smart-HTTP host on 127.0.0.1 (tests/fixtures/git_https.py).
+#[test]
+fn git_fetches_from_the_remote_its_config_names_once_trusted() {
+    if !have(&["git", "--version"]) || !have(&["python3", "--version"]) {
+        eprintln!("skipped: git and python3 are needed");
+        return;
+    }
+    let f = Fixture::new_in(&base());
+    let pki = TestPki::new(&f.home.join("pki"), &["git.test"]);
+    let root = f.home.join("git-root");
+    let src = root.join("src");
+    std::fs::create_dir_all(&src).unwrap();
+    let git = |args: &[&str], dir: &std::path::Path| {
+        let ok = Command::new("git")
+            .args(args)
+            .current_dir(dir)
+            .env("HOME", &f.home)
+            .env("GIT_CONFIG_NOSYSTEM", "1")
+            .output()
+            .is_ok_and(|o| o.status.success());
+        assert!(ok, "git {args:?}");
+    };
+    git(&["init", "-q", "-b", "main"], &src);
+    std::fs::write(src.join("README"), "fetched through airlock\n").unwrap();
+    git(&["add", "README"], &src);
+    git(
+        &[
+            "-c",
+            "user.email=t@example.test",
+            "-c",
+            "user.name=t",
+            "commit",
+            "-qm",
+            "init",
+        ],
+        &src,
+    );
+    git(&["clone", "-q", "--bare", "src", "repo.git"], &root);
+    let port_file = f.home.join("git.port");
+    let fixture = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("fixtures/git_https.py");
+    let mut server = Command::new("python3")
+        .arg(&fixture)
+        .arg(&pki.cert_pem)
+        .arg(&pki.key_pem)
+        .arg(&root)
+        .arg(&port_file)
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let port = loop {
+        if let Ok(p) = std::fs::read_to_string(&port_file) {
+            break p.trim().to_string();
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "git server did not start"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    git(&["init", "-q", "-b", "main"], &f.ws);
+    git(
+        &[
+            "remote",
+            "add",
+            "origin",
+            &format!("https://git.test:{port}/repo.git"),
+        ],
+        &f.ws,
+    );
+    let ca = pki.ca_pem.display().to_string();
+    let args = [
+        "--preset",
+        "git",
+        "--resolve",
+        "git.test=127.0.0.1",
+        "--allow-private",
+        "127.0.0.0/8",
+        "--ask",
+        "deny",
+    ];
+    let script = "git fetch -q origin && git show origin/main:README";
+    let fetch = || {
+        let mut cmd = f.command(&args, script);
+        cmd.env("GIT_SSL_CAINFO", &ca)
+            .env("GIT_CONFIG_NOSYSTEM", "1");
+        run(&mut cmd)
+    };
+    // Untrusted project configuration widens nothing: the run stops.
+    let out = fetch();
+    assert_eq!(out.code, 125, "{}", show(&out));
+    assert!(
+        out.stderr.contains(&format!("git.test:{port}")),
+        "{}",
+        show(&out)
+    );
+    let mut trust = airlock(&f.home);
+    trust
+        .current_dir(&f.ws)
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .args(["policy", "trust"]);
+    let t = run(&mut trust);
+    assert_eq!(t.code, 0, "{}", show(&t));
+    let out = fetch();
+    let _ = server.kill();
+    let _ = server.wait();
+    assert!(
+        out.stdout.contains("fetched through airlock"),
+        "{}",
+        show(&out)
+    );
+}
