@@ -102,8 +102,7 @@ fn install(
             &npm,
         );
         // Without inspection npm verifies the registry itself.
-        c.env("NPM_CONFIG_CAFILE", &ca)
-            .env("AIRLOCK_LOG", std::env::var("AIRLOCK_LOG").unwrap_or_default());
+        c.env("NPM_CONFIG_CAFILE", &ca);
         c
     } else {
         let mut c = Command::new(npm[0]);
