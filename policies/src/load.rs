@@ -155,11 +155,17 @@ pub fn load_str(text: &str, path: &str, layer: Layer) -> Result<Fragment, Vec<Di
         .as_deref()
         .map(|v| cx.texts(v))
         .unwrap_or_default();
+    f.unix_sockets = fs
+        .unix_sockets
+        .as_deref()
+        .map(|v| cx.texts(v))
+        .unwrap_or_default();
     for p in f
         .write
         .iter()
         .chain(f.deny_read.iter())
         .chain(f.deny_write.iter())
+        .chain(f.unix_sockets.iter())
     {
         if p.value.is_empty() || p.value.contains('\0') {
             cx.errors.push(Diagnostic {
@@ -295,6 +301,7 @@ pub fn load_str(text: &str, path: &str, layer: Layer) -> Result<Fragment, Vec<Di
     f.timeout = cx.parsed(&file.limits.timeout, "limits.timeout", parse_duration);
     f.memory = cx.parsed(&file.limits.memory, "limits.memory", parse_size);
     f.pids = cx.count(&file.limits.pids, "limits.pids");
+    f.tmp = cx.parsed(&file.limits.tmp, "limits.tmp", parse_size);
     f.audit_log = file.audit.log.as_ref().map(|t| cx.text(t));
     let flag =
         |v: &Option<toml::Spanned<bool>>| v.as_ref().map(|v| cx.locate(*v.get_ref(), &v.span()));
@@ -342,6 +349,7 @@ write = [".", "~/.cache/pip"]
 read  = ["/"]
 deny_read  = ["~/.ssh", ".env", "secrets/**"]
 deny_write = [".git/hooks"]
+unix_sockets = ["~/.docker/run/docker.sock"]
 [network]
 mode = "proxy"
 allow = ["example.com", "*.example.com", "git.example.com:22"]
@@ -369,6 +377,7 @@ set = { CI = "1" }
 timeout = "30m"
 memory = "8G"
 pids = 4096
+tmp = "2G"
 "#;
         let f = load_str(text, "p.toml", Layer::Project).unwrap();
         assert_eq!(f.allow.len(), 3);
@@ -376,11 +385,13 @@ pids = 4096
             f.allow[2].origin,
             Origin::File {
                 path: "p.toml".into(),
-                line: 11
+                line: 12
             }
         );
         assert_eq!(f.request_rules[0].allow.len(), 2);
         assert_eq!(f.memory.unwrap().value, 8 << 30);
+        assert_eq!(f.tmp.unwrap().value, 2 << 30);
+        assert_eq!(f.unix_sockets[0].value, "~/.docker/run/docker.sock");
     }
 
     #[test]
@@ -418,6 +429,10 @@ pids = 4096
         assert!(e[0].starts_with("p.toml:2:15:"), "{e:?}");
         let e = errs("presets = [\"nope\"]\n");
         assert!(e[0].contains("unknown preset"), "{e:?}");
+        let e = errs("[filesystem]\nunix_sockets = [\"\"]\n");
+        assert!(e[0].starts_with("p.toml:2:"), "{e:?}");
+        let e = errs("[limits]\ntmp = \"lots\"\n");
+        assert!(e[0].starts_with("p.toml:2:7:"), "{e:?}");
         let e = errs("version = 2\n");
         assert!(e[0].starts_with("p.toml:1:11:"), "{e:?}");
     }

@@ -27,6 +27,7 @@ pub struct Policy {
     pub write: Vec<Located<String>>,
     pub deny_read: Vec<Located<String>>,
     pub deny_write: Vec<Located<String>>,
+    pub unix_sockets: Vec<Located<String>>,
     pub mode: Located<NetworkMode>,
     pub require_sandbox: Option<Located<bool>>,
     pub allow: Vec<Rule>,
@@ -49,6 +50,7 @@ pub struct Policy {
     pub timeout: Option<Located<Duration>>,
     pub memory: Option<Located<u64>>,
     pub pids: Option<Located<u32>>,
+    pub tmp: Option<Located<u64>>,
     pub audit_log: Option<Located<String>>,
     /// `[macos] keychain` and `dnssd`: opt-in Seatbelt grants, with where
     /// they were turned on.
@@ -252,6 +254,7 @@ impl Policy {
             write: all(|f| &f.write),
             deny_read: all(|f| &f.deny_read),
             deny_write: all(|f| &f.deny_write),
+            unix_sockets: all(|f| &f.unix_sockets),
             mode,
             require_sandbox,
             allow,
@@ -284,6 +287,7 @@ impl Policy {
             timeout: last(&frags, |f| &f.timeout),
             memory: last(&frags, |f| &f.memory),
             pids: last(&frags, |f| &f.pids),
+            tmp: last(&frags, |f| &f.tmp),
             audit_log: last(&frags, |f| &f.audit_log),
             macos_keychain: last(&frags, |f| &f.macos_keychain),
             macos_dnssd: last(&frags, |f| &f.macos_dnssd),

@@ -37,6 +37,8 @@ pub struct FilesystemSection {
     pub read: Option<Vec<Text>>,
     pub deny_read: Option<Vec<Text>>,
     pub deny_write: Option<Vec<Text>>,
+    /// Host pathname sockets the sandbox may connect to (SPEC §4.6).
+    pub unix_sockets: Option<Vec<Text>>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
@@ -114,6 +116,8 @@ pub struct LimitsSection {
     pub timeout: Option<Text>,
     pub memory: Option<Text>,
     pub pids: Option<Spanned<i64>>,
+    /// Size cap of the private /tmp and /dev/shm.
+    pub tmp: Option<Text>,
 }
 
 #[derive(Debug, Default, Deserialize)]

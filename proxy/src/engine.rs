@@ -27,6 +27,10 @@ pub enum Protocol {
     Connect,
     Http,
     Socks5,
+    /// A connection captured in the sandbox's network namespace (SPEC §5.5).
+    Transparent,
+    /// A lookup at the sandbox's DNS server (SPEC §5.5).
+    Dns,
 }
 
 impl Protocol {
@@ -35,6 +39,8 @@ impl Protocol {
             Protocol::Connect => "connect",
             Protocol::Http => "http",
             Protocol::Socks5 => "socks5",
+            Protocol::Transparent => "transparent",
+            Protocol::Dns => "dns",
         }
     }
 }
@@ -79,16 +85,19 @@ pub struct EngineConfig {
 }
 
 pub struct Engine {
-    policy: Arc<Policy>,
-    resolver: Resolver,
+    pub(crate) policy: Arc<Policy>,
+    pub(crate) resolver: Resolver,
     audit: Option<AuditLog>,
-    approver: Arc<dyn Approver>,
+    pub(crate) approver: Arc<dyn Approver>,
     identity: Arc<dyn ClientIdentity>,
     inspect: Option<crate::inspect::InspectConfig>,
     next_conn: AtomicU64,
     tunnels: Arc<Semaphore>,
     own: Mutex<Vec<SocketAddr>>,
-    session: SessionApprovals,
+    pub(crate) session: SessionApprovals,
+    /// Which names the sandbox's DNS answered with which address, so a
+    /// captured connection's destination name can be recovered.
+    pub(crate) names: crate::dns::Names,
     /// Questions being asked now: later askers for the same target wait on
     /// the first one's answer instead of asking again.
     inflight: Mutex<Inflight>,
@@ -116,7 +125,7 @@ pub struct Approval {
 
 /// `allow-session` and `allow-always` answers, for the rest of the run.
 #[derive(Default)]
-struct SessionApprovals(Mutex<HashSet<Target>>);
+pub(crate) struct SessionApprovals(Mutex<HashSet<Target>>);
 
 impl Approvals for SessionApprovals {
     fn approved(&self, target: &Target) -> bool {
@@ -147,6 +156,7 @@ impl Engine {
             next_conn: AtomicU64::new(1),
             own: Mutex::new(vec![]),
             session: SessionApprovals::default(),
+            names: crate::dns::Names::default(),
             inflight: Mutex::new(HashMap::new()),
             blocked: Mutex::new(BTreeMap::new()),
             approvals: Mutex::new(vec![]),
@@ -219,6 +229,17 @@ impl Engine {
         }
     }
 
+    /// A connection id with no attribution: a DNS query over UDP, whose
+    /// source port could match an unrelated TCP socket's.
+    pub(crate) fn open_unattributed(&self, peer: SocketAddr) -> Conn {
+        Conn {
+            id: self.next_conn.fetch_add(1, Ordering::Relaxed),
+            peer,
+            client: None,
+            started: Instant::now(),
+        }
+    }
+
     /// A tunnel slot, or `None` when `max_tunnels` are open.
     pub fn tunnel_permit(&self) -> Option<OwnedSemaphorePermit> {
         self.tunnels.clone().try_acquire_owned().ok()
@@ -230,6 +251,18 @@ impl Engine {
         conn: &Conn,
         target: &Target,
         protocol: Protocol,
+    ) -> Result<Dialed, Refusal> {
+        self.connect_to(conn, target, protocol, None).await
+    }
+
+    /// `connect`, dialing `prefer` first when it is one of the checked
+    /// addresses (a captured connection's original destination).
+    pub async fn connect_to(
+        &self,
+        conn: &Conn,
+        target: &Target,
+        protocol: Protocol,
+        prefer: Option<IpAddr>,
     ) -> Result<Dialed, Refusal> {
         let decision = self.decide(conn, target).await;
         if !decision.is_allow() {
@@ -245,29 +278,10 @@ impl Engine {
                 return Err(self.refused(conn, protocol, r, None));
             }
         };
-        // SPEC §5.2: approvals never unlock allow_private. A host allowed
-        // only by an answer must resolve to a public address, unless the
-        // policy itself pins this name to its address ([network].resolve),
-        // in which case a policy rule, not the sandbox, chose the address.
-        let pinned = self.policy.resolve.contains_key(&target.host);
-        let allow_private: Vec<_> = if decision.reason == Reason::Approved && !pinned {
-            vec![]
-        } else {
-            self.policy.allow_private.iter().map(|n| n.value).collect()
-        };
-        let own = lock(&self.own).clone();
-        let mut checked = vec![];
-        let mut refused = None;
-        for ip in ips {
-            let addr = SocketAddr::new(airlock_policy::host::canonical_ip(ip), target.port);
-            let own_hit = own.iter().any(|o| {
-                o.port() == addr.port() && (o.ip() == addr.ip() || o.ip().is_unspecified())
-            });
-            match check_address(addr.ip(), &allow_private, &[]) {
-                _ if own_hit => refused = Some((addr.ip(), "the proxy's own listening address")),
-                Ok(()) => checked.push(addr),
-                Err(why) => refused = Some((addr.ip(), why)),
-            }
+        let (mut checked, refused) = self.check_addresses(target, &decision, ips);
+        if let Some(p) = prefer {
+            // A stable sort: the resolver's order otherwise.
+            checked.sort_by_key(|a| a.ip() != airlock_policy::host::canonical_ip(p));
         }
         if checked.is_empty() {
             let (ip, why) = refused.unwrap_or((IpAddr::from([0, 0, 0, 0]), "no address"));
@@ -310,6 +324,42 @@ impl Engine {
         };
         let r = Refusal::new(reason, target, last_err).with_rule(decision.rule.clone());
         Err(self.refused(conn, protocol, r, None))
+    }
+
+    /// Classify resolved addresses (SPEC §5.1): the ones that may be dialed,
+    /// and the last refused one with why.
+    pub(crate) fn check_addresses(
+        &self,
+        target: &Target,
+        decision: &Decision,
+        ips: Vec<IpAddr>,
+    ) -> (Vec<SocketAddr>, Option<(IpAddr, &'static str)>) {
+        // SPEC §5.2: approvals never unlock allow_private. A host allowed
+        // only by an answer must resolve to a public address, unless the
+        // policy itself pins this name to its address ([network].resolve),
+        // in which case a policy rule, not the sandbox, chose the address.
+        let pinned = self.policy.resolve.contains_key(&target.host);
+        let allow_private: Vec<_> =
+            if matches!(decision.reason, Reason::Approved | Reason::Unlisted) && !pinned {
+                vec![]
+            } else {
+                self.policy.allow_private.iter().map(|n| n.value).collect()
+            };
+        let own = lock(&self.own).clone();
+        let mut checked = vec![];
+        let mut refused = None;
+        for ip in ips {
+            let addr = SocketAddr::new(airlock_policy::host::canonical_ip(ip), target.port);
+            let own_hit = own.iter().any(|o| {
+                o.port() == addr.port() && (o.ip() == addr.ip() || o.ip().is_unspecified())
+            });
+            match check_address(addr.ip(), &allow_private, &[]) {
+                _ if own_hit => refused = Some((addr.ip(), "the proxy's own listening address")),
+                Ok(()) => checked.push(addr),
+                Err(why) => refused = Some((addr.ip(), why)),
+            }
+        }
+        (checked, refused)
     }
 
     async fn decide(&self, conn: &Conn, target: &Target) -> Decision {
@@ -560,7 +610,13 @@ impl Engine {
         lock(&self.blocked)
             .iter()
             .map(|((host, port, reason), (count, ip))| {
-                let how = port
+                // A name refused at the sandbox's DNS has no port: advise
+                // as for HTTPS, the usual case.
+                let advise_port = match (port, reason) {
+                    (None, Reason::InvalidHost) => None,
+                    (p, _) => Some(p.unwrap_or(443)),
+                };
+                let how = advise_port
                     .and_then(|p| Host::parse(host).ok().map(|h| Target::new(h, p)))
                     .map(|t| airlock_policy::advice(&t, *reason, *ip, self.policy.user_allow))
                     .unwrap_or_else(|| "fix the host name".into());

@@ -6,6 +6,7 @@
 pub mod approve;
 pub mod audit;
 mod count;
+pub mod dns;
 pub mod engine;
 pub mod escape;
 pub mod http;
@@ -20,6 +21,8 @@ pub mod sni;
 pub mod socks;
 #[cfg(target_os = "linux")]
 mod splice;
+#[cfg(target_os = "linux")]
+pub mod transparent;
 pub mod tunnel;
 
 pub use approve::{Answer, AnswerFuture, Approver, DenyApprover, Question};

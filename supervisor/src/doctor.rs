@@ -17,13 +17,29 @@ pub struct Findings {
     pub apparmor_restricts_userns: bool,
     pub wsl: Option<u8>,
     pub approvals: String,
+    /// Transparent capture and the sandbox's DNS (SPEC §5.5): "yes
+    /// (probed)", or why not.
+    pub capture: String,
     pub tier: String,
     pub fix: Option<String>,
     /// macOS: what the Seatbelt profile promises that only a run on a Mac
     /// can confirm, with the check to run.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub verify_on_a_mac: Vec<String>,
+    /// Each `[limits]` entry and how this machine enforces it (SPEC §4.6).
+    pub limits: Vec<String>,
+    /// What the degraded tier does not cover (SPEC §4.4).
+    pub degraded_residual_risk: String,
 }
+
+/// The degraded tier's known gaps, for `doctor` and the run's warning.
+pub const DEGRADED_RESIDUAL_RISK: &str = concat!(
+    "Landlock allows TCP connect by port, not by address: the command can reach any listener ",
+    "on the proxy's port at any address (another loopback address, or a remote host); ",
+    "without a mount namespace, host unix sockets are kept out only by refusing socket(AF_UNIX), ",
+    "and /tmp, /dev/shm and other terminals are withheld (TMPDIR is private), not replaced; ",
+    "the pids limit counts on top of the user's other processes"
+);
 
 #[cfg_attr(not(target_os = "linux"), allow(dead_code))]
 fn read(path: &str) -> Option<String> {
@@ -115,6 +131,16 @@ pub fn findings() -> Findings {
     } else {
         ("linux-namespaces (full)".to_string(), None)
     };
+    let capture = match &user_namespaces {
+        Err(_) => "no: needs user namespaces".into(),
+        Ok(()) => match crate::linux::capture::probe() {
+            Ok(()) => {
+                "yes (probed): programs that ignore the proxy variables go through the policy too"
+                    .into()
+            }
+            Err(e) => format!("no: {e}; `run` keeps the explicit proxy only"),
+        },
+    };
     let (managed, _) = crate::sources::managed_policy_path();
     let approvals = match crate::sources::load_file(&managed, airlock_policy::Layer::Managed, false)
     {
@@ -145,9 +171,12 @@ pub fn findings() -> Findings {
             == Some("1"),
         wsl,
         approvals,
+        capture,
         tier,
         fix,
         verify_on_a_mac: vec![],
+        limits: crate::linux::limits::describe(),
+        degraded_residual_risk: DEGRADED_RESIDUAL_RISK.to_string(),
     }
 }
 
@@ -175,6 +204,7 @@ pub fn findings() -> Findings {
         apparmor_restricts_userns: false,
         wsl: None,
         approvals: "on".into(),
+        capture: "no: transparent capture is Linux only".into(),
         tier: if ready {
             "macos-seatbelt (its profile is verified as text on Linux only: see below)".into()
         } else {
@@ -185,6 +215,10 @@ pub fn findings() -> Findings {
             .iter()
             .map(|(what, check)| format!("{what}: {check}"))
             .collect(),
+        limits: vec![
+            "[limits] are not enforced on macOS yet: a configured limit is warned about".into(),
+        ],
+        degraded_residual_risk: DEGRADED_RESIDUAL_RISK.to_string(),
     }
 }
 
@@ -199,9 +233,12 @@ pub fn findings() -> Findings {
         apparmor_restricts_userns: false,
         wsl: None,
         approvals: "on".into(),
+        capture: "no".into(),
         tier: "none".into(),
         fix: Some("airlock run is not built for this platform yet".into()),
         verify_on_a_mac: vec![],
+        limits: vec![],
+        degraded_residual_risk: DEGRADED_RESIDUAL_RISK.to_string(),
     }
 }
 
@@ -240,6 +277,7 @@ pub fn run(json: bool) -> Result<ExitCode> {
             f.wsl.map_or("no".to_string(), |v| format!("WSL{v}"))
         );
         say!("approvals:         {}", f.approvals);
+        say!("capture:           {}", f.capture);
         say!("tier for `run`:    {}", f.tier);
         if let Some(fix) = &f.fix {
             say!("fix:               {fix}");
@@ -250,6 +288,10 @@ pub fn run(json: bool) -> Result<ExitCode> {
                 say!("  - {v}");
             }
         }
+        for l in &f.limits {
+            say!("limit:             {l}");
+        }
+        say!("degraded tier risk: {}", f.degraded_residual_risk);
     }
     Ok(ExitCode::SUCCESS)
 }

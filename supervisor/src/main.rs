@@ -50,7 +50,11 @@ fn init_tracing(verbose: u8) {
         _ => "trace",
     };
     let filter = tracing_subscriber::EnvFilter::try_from_env("AIRLOCK_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(level));
+        // hickory-server logs every DNS query at info: ours are in the
+        // audit log already.
+        .unwrap_or_else(|_| {
+            tracing_subscriber::EnvFilter::new(format!("{level},hickory_server=warn"))
+        });
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)

@@ -42,6 +42,9 @@ pub struct Plan {
     /// replaced, because a protection lies below them: made mount points.
     #[serde(default)]
     pub pin: Vec<PathBuf>,
+    /// airlock's own outputs (audit log, report) inside writable roots.
+    #[serde(default)]
+    pub own_outputs: Vec<PathBuf>,
     /// The protected set, with the writable root each path lies in.
     #[serde(skip)]
     pub protected: Vec<crate::integrity::Protected>,
@@ -53,11 +56,56 @@ pub struct Plan {
     pub allow_degraded: bool,
     /// Set when the degraded tier runs (SPEC §4.4): no namespaces, the
     /// proxy on this host loopback port (`None` with `--network none`).
-    #[serde(default)]
+    #[serde(default, with = "degraded_serde")]
     pub degraded: Option<Option<u16>>,
     /// What only the macOS Seatbelt profile uses (SPEC §4.2).
     #[serde(default)]
     pub macos: crate::seatbelt::MacosPlan,
+    /// Host pathname sockets left connectable (`[filesystem] unix_sockets`).
+    #[serde(default)]
+    pub unix_sockets: Vec<PathBuf>,
+    #[serde(default)]
+    pub limits: Limits,
+}
+
+/// `Some(None)` (the degraded tier with `--network none`) must not travel
+/// as JSON `null`, which reads back as `None` (the full tier): it goes as
+/// `[null]`.
+mod degraded_serde {
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+    pub fn serialize<S: Serializer>(v: &Option<Option<u16>>, s: S) -> Result<S::Ok, S::Error> {
+        v.map(|port| (port,)).serialize(s)
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Option<u16>>, D::Error> {
+        Ok(Option::<(Option<u16>,)>::deserialize(d)?.map(|(port,)| port))
+    }
+}
+
+/// `[limits]` as the sandbox enforces them (SPEC §4.6).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Limits {
+    pub pids: u32,
+    /// Whether a policy set `pids` (then failing to enforce it is an error).
+    pub pids_configured: bool,
+    pub memory: Option<u64>,
+    /// Bytes of the private /tmp and /dev/shm each.
+    pub tmp: u64,
+}
+
+pub const DEFAULT_PIDS: u32 = 4096;
+pub const DEFAULT_TMP: u64 = 1 << 30;
+
+impl Default for Limits {
+    fn default() -> Limits {
+        Limits {
+            pids: DEFAULT_PIDS,
+            pids_configured: false,
+            memory: None,
+            tmp: DEFAULT_TMP,
+        }
+    }
 }
 
 /// `~` is the home directory; relative paths are relative to the workspace;
@@ -175,6 +223,7 @@ pub fn build(policy: &Policy, o: &Options) -> Plan {
     {
         deny_write.push(real(dir));
     }
+    let unix_sockets = paths(&policy.unix_sockets, "unix_sockets");
     let mut write: Vec<PathBuf> = paths(&policy.write, "write");
     let workspace = real(o.workspace.to_path_buf());
     if o.read_only {
@@ -256,18 +305,41 @@ pub fn build(policy: &Policy, o: &Options) -> Plan {
         deny_read,
         deny_write,
         pin,
+        own_outputs: vec![],
         protected,
         deny_read_globs: globs,
         unsupported,
         allow_degraded: o.allow_degraded,
         degraded: None,
         macos: crate::seatbelt::MacosPlan::from_policy(policy, o.home, o.workspace),
+        unix_sockets,
+        limits: Limits {
+            pids: policy.pids.as_ref().map_or(DEFAULT_PIDS, |p| p.value),
+            pids_configured: policy.pids.is_some(),
+            memory: policy.memory.as_ref().map(|m| m.value),
+            tmp: policy.tmp.as_ref().map_or(DEFAULT_TMP, |t| t.value),
+        },
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_degraded_tier_without_a_port_survives_the_trip() {
+        for d in [None, Some(None), Some(Some(4000))] {
+            let mut v = serde_json::json!({});
+            v["degraded"] = serde_json::to_value(d.map(|p: Option<u16>| (p,))).unwrap();
+            #[derive(Deserialize)]
+            struct T {
+                #[serde(default, with = "degraded_serde")]
+                degraded: Option<Option<u16>>,
+            }
+            let t: T = serde_json::from_value(v).unwrap();
+            assert_eq!(t.degraded, d);
+        }
+    }
 
     #[test]
     fn paths_resolve_against_home_and_workspace() {

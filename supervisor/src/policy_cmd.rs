@@ -173,7 +173,10 @@ pub fn profile(args: &PolicyArgs, target: &str) -> Result<ExitCode> {
             );
             say!("\n[mounts]");
             say!("proc      /proc (fresh, this PID namespace)");
-            say!("tmpfs     /tmp (private)");
+            say!(
+                "tmpfs     /tmp (private, size {} bytes; /dev/shm too)",
+                plan.limits.tmp
+            );
             for p in &plan.tmp_binds {
                 say!(
                     "bind      {} (writable root under /tmp, bound back)",
@@ -195,6 +198,10 @@ pub fn profile(args: &PolicyArgs, target: &str) -> Result<ExitCode> {
             }
             for p in &plan.deny_write {
                 say!("readonly  {} (bind, if it exists)", p.display());
+            }
+            say!("mask      every host pathname unix socket listed in /proc/net/unix (/dev/null over it)");
+            for p in &plan.unix_sockets {
+                say!("socket    {} (unix_sockets: left connectable)", p.display());
             }
             say!("\n[landlock]");
             #[cfg(target_os = "linux")]
@@ -220,6 +227,20 @@ pub fn profile(args: &PolicyArgs, target: &str) -> Result<ExitCode> {
             #[cfg(target_os = "linux")]
             for l in crate::linux::seccomp::describe() {
                 say!("{l}");
+            }
+            say!("\n[limits]");
+            say!(
+                "pids      {}{}",
+                plan.limits.pids,
+                if plan.limits.pids_configured {
+                    ""
+                } else {
+                    " (default)"
+                }
+            );
+            match plan.limits.memory {
+                Some(m) => say!("memory    {m} bytes (cgroup)"),
+                None => say!("memory    none"),
             }
             say!("\n[capabilities]\nall dropped (bounding, ambient, effective, permitted, inheritable); no_new_privs");
             Ok(ExitCode::SUCCESS)

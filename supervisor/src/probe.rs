@@ -2,6 +2,7 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+#[cfg(target_os = "linux")]
 use std::time::Duration;
 
 use airlock_policy::Probe;
@@ -136,16 +137,20 @@ fn probe_plan(argv: &[&str], env: BTreeMap<String, String>) -> Plan {
         deny_read,
         deny_write: vec![],
         pin: vec![],
+        own_outputs: vec![],
         protected: vec![],
         deny_read_globs: vec![],
         unsupported: vec![],
         allow_degraded: false,
         degraded: None,
         macos: Default::default(),
+        unix_sockets: vec![],
+        limits: Default::default(),
     }
 }
 
 /// How long a probe may take before it is killed.
+#[cfg(target_os = "linux")]
 const PROBE_TIMEOUT: Duration = Duration::from_secs(20);
 
 #[cfg(target_os = "linux")]

@@ -42,11 +42,12 @@ pub fn run(args: &RunArgs) -> Result<ExitCode> {
         ),
         None => policy.timeout.as_ref().map(|t| t.value),
     };
+    // Linux enforces them (or refuses to run); Seatbelt has no such limits.
     for (what, set) in [
         ("limits.memory", policy.memory.is_some()),
         ("limits.pids", policy.pids.is_some()),
     ] {
-        if set {
+        if set && cfg!(target_os = "macos") {
             eprintln!("airlock: warning: {what} is not enforced yet in this build");
         }
     }
@@ -71,7 +72,7 @@ pub fn run(args: &RunArgs) -> Result<ExitCode> {
             .create(dir);
     }
     crate::prepare::before_run(&mut policy, args, &home, &workspace)?;
-    let plan = plan::build(
+    let mut plan = plan::build(
         &policy,
         &Options {
             argv: &args.command,
@@ -87,6 +88,36 @@ pub fn run(args: &RunArgs) -> Result<ExitCode> {
     tracing::debug!(elapsed = ?started.elapsed(), "plan built");
     crate::integrity::set::check_deny_read_links(&plan.deny_read, &plan.write)
         .map_err(anyhow::Error::msg)?;
+    // The audit log and the report are airlock's: inside a writable root
+    // they are read-only to the sandbox (opened before it starts, so they
+    // exist by then) and their directories pinned, so it can neither forge,
+    // truncate nor replace them.
+    let own_outputs: Vec<std::path::PathBuf> = policy
+        .audit_log
+        .iter()
+        .map(|a| std::path::PathBuf::from(&a.value))
+        .chain(args.report.iter().cloned())
+        .filter_map(|p| {
+            let abs = if p.is_absolute() {
+                p
+            } else {
+                std::env::current_dir().ok()?.join(p)
+            };
+            let parent = std::fs::canonicalize(abs.parent()?).ok()?;
+            Some(parent.join(abs.file_name()?))
+        })
+        .filter(|p| plan.write.iter().any(|w| p.starts_with(w)))
+        .collect();
+    if !own_outputs.is_empty() {
+        plan.deny_write.extend(own_outputs.iter().cloned());
+        plan.own_outputs = own_outputs.clone();
+        plan.pin.extend(crate::integrity::set::ancestors_to_pin(
+            &own_outputs,
+            &plan.write,
+        ));
+        plan.pin.sort();
+        plan.pin.dedup();
+    }
     for u in &plan.unsupported {
         eprintln!("airlock: warning: {u} cannot be enforced by mounts (only plain paths and a trailing /**)");
     }
@@ -106,6 +137,9 @@ struct Started {
     /// Once the command has exited: kill and wait for whatever it left
     /// running, before any post-run check (SPEC §4.5).
     finish: Box<dyn FnOnce()>,
+    /// Transparent capture's sockets, or why it is off (SPEC §5.5).
+    #[cfg(target_os = "linux")]
+    capture: Option<Result<crate::linux::capture::Received, String>>,
 }
 
 /// Start the sandbox. Runs on the main thread: on Linux the helper's
@@ -141,10 +175,23 @@ fn start(plan: &plan::Plan) -> Result<Started> {
                 bail!("--network host has no degraded tier: it is already unconfined networking")
             }
         };
-        eprintln!("airlock: warning: user namespaces are unavailable; running the degraded tier (--allow-degraded)");
+        if let Some(out) = plan.own_outputs.first() {
+            // No mount namespace to make them read-only, and carving them
+            // out with Landlock would make the workspace root unwritable.
+            bail!(
+                "the degraded tier cannot keep the sandbox away from {}: put the audit log and the report outside the writable roots",
+                crate::sources::shown(out)
+            );
+        }
+        eprintln!(
+            "airlock: warning: user namespaces are unavailable; running the degraded tier (--allow-degraded): {}",
+            crate::doctor::DEGRADED_RESIDUAL_RISK
+        );
         plan.degraded = Some(port);
     }
-    let (child, fd, channel) = Sandbox::start(&plan)?.into_parts();
+    let mut sandbox = Sandbox::start(&plan)?;
+    let capture = sandbox.capture.take();
+    let (child, fd, channel) = sandbox.into_parts();
     let anchor = child.id();
     Ok(Started {
         child,
@@ -163,6 +210,7 @@ fn start(plan: &plan::Plan) -> Result<Started> {
         messages: Box::new(move || channel.messages()),
         // The PID namespace ends with its init, taking every process along.
         finish: Box::new(|| ()),
+        capture,
     })
 }
 
@@ -240,7 +288,9 @@ fn run_platform(
     let journal = crate::integrity::journal::Journal::new(&run, run_start, &plan.write, snapshot);
     let journal_path = journal.write().context("the post-run check's journal")?;
     #[cfg(target_os = "linux")]
-    let watch = crate::integrity::watch::start(&plan.protected);
+    let killer = Arc::new(std::sync::OnceLock::new());
+    #[cfg(target_os = "linux")]
+    let watch = crate::integrity::watch::start(&plan.protected, killer.clone());
     tracing::debug!(elapsed = ?started.elapsed(), paths = plan.protected.len(), "protected set recorded");
     // Spawned from this (main) thread: see `start`.
     let sandbox = match start(&plan) {
@@ -258,6 +308,20 @@ fn run_platform(
         sandbox.child.id() as libc::pid_t,
         sandbox.teardown,
     )?;
+    #[cfg(target_os = "linux")]
+    {
+        // SAFETY: pidfd_open on our own child; the result is checked.
+        let fd =
+            unsafe { libc::syscall(libc::SYS_pidfd_open, sandbox.child.id() as libc::pid_t, 0) };
+        let pidfd = (fd >= 0).then(|| {
+            // SAFETY: a fresh descriptor we own.
+            unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd as i32) }
+        });
+        let _ = killer.set(crate::integrity::watch::Killer {
+            pidfd,
+            signal: sandbox.teardown,
+        });
+    }
     if let Some(a) = &audit {
         crate::run_audit::begin(a, args, workspace, sandbox.tier);
     }
@@ -285,6 +349,9 @@ fn run_platform(
             }
         });
     }
+
+    #[cfg(target_os = "linux")]
+    crate::linux::capture::serve(&runtime, &engine, sandbox.capture);
 
     let status = wait(sandbox.child, timeout, sandbox.teardown);
     (sandbox.finish)();

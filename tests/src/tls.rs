@@ -74,7 +74,13 @@ pub struct TlsOrigin {
 
 impl TlsOrigin {
     pub fn start(pki: &TestPki, name: &'static str) -> TlsOrigin {
-        let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+        TlsOrigin::start_on(pki, name, "127.0.0.1:0")
+    }
+
+    /// On another address, e.g. 127.0.0.2 for captured connections, which
+    /// leave the sandbox only for addresses other than 127.0.0.1.
+    pub fn start_on(pki: &TestPki, name: &'static str, bind: &str) -> TlsOrigin {
+        let listener = TcpListener::bind(bind).expect("bind");
         let addr = listener.local_addr().expect("addr");
         let hits = Arc::new(AtomicUsize::new(0));
         let counter = hits.clone();

@@ -52,18 +52,31 @@ fn files_secrets_and_writes() {
     let outside = tempfile::tempdir_in(base()).unwrap();
     let script = format!(
         "cat ~/.ssh/id_ed25519; cat ~/notes.txt; echo; ls ~ >/dev/null && echo listed-home; \
-         echo x > {}/planted; echo y > ~/.bashrc-planted; echo ok > in-ws.txt && echo wrote-ws; \
-         echo z >> .git/config 2>/dev/null; echo tmp > /tmp/airlock-degraded-$$ && echo wrote-tmp",
+         echo x > {}/planted; echo y > ~/.bashrc-planted; echo ok > src/in-ws.txt && echo wrote-ws; \
+         echo z >> .git/config 2>/dev/null; echo tmp > \"$TMPDIR/t\" && echo wrote-tmp; \
+         echo tmp > /tmp/airlock-degraded-planted 2>/dev/null || echo no-host-tmp",
         outside.path().display()
     );
     std::fs::create_dir_all(f.ws.join(".git")).unwrap();
+    // Landlock grants by hierarchy: with a protected path that exists in
+    // the workspace, only its siblings' trees are writable, not new names
+    // at the root (see degraded.rs); a workspace without one is writable
+    // from its root (crossing.rs, npm).
+    std::fs::create_dir_all(f.ws.join("src")).unwrap();
     std::fs::write(f.ws.join(".git/config"), "[core]\n").unwrap();
     let out = degraded(&f, &["--network", "none"], &script);
     assert!(!out.stdout.contains(SECRET), "{}", show(&out));
-    for want in ["ordinary", "listed-home", "wrote-ws", "wrote-tmp"] {
+    for want in [
+        "ordinary",
+        "listed-home",
+        "wrote-ws",
+        "wrote-tmp",
+        "no-host-tmp",
+    ] {
         assert!(out.stdout.contains(want), "{want}\n{}", show(&out));
     }
     assert!(!outside.path().join("planted").exists());
+    assert!(!std::path::Path::new("/tmp/airlock-degraded-planted").exists());
     assert!(!f.home.join(".bashrc-planted").exists());
     assert_eq!(
         std::fs::read_to_string(f.ws.join(".git/config")).unwrap(),

@@ -914,3 +914,114 @@ fn a_hard_link_to_a_hidden_file_is_refused() {
         assert!(!out.stdout.contains("s3cret"));
     }
 }
+
+/// The degraded tier has no mount namespace: the workspace root stays
+/// writable (a git checkout gets its `node_modules`), and the post-run
+/// check restores or quarantines what the command changed in the
+/// protected set.
+#[test]
+fn the_degraded_tier_restores_the_protected_set_after_the_run() {
+    if !git_available() {
+        eprintln!("skipped: git is not installed");
+        return;
+    }
+    for who in Who::all() {
+        let f = repo(who);
+        let marker = f.home.join("PWNED");
+        let config_before = std::fs::read(f.ws.join(".git/config")).unwrap();
+        let mut c = f.command(
+            &["--allow-degraded", "--network", "none"],
+            &format!(
+                "mkdir node_modules && echo ok > node_modules/x && echo made; \
+                 printf '[core]\\n\\tfsmonitor = touch {m}\\n' >> .git/config; \
+                 printf '#!/bin/sh\\ntouch {m}\\n' > .git/hooks/pre-commit; chmod +x .git/hooks/pre-commit; echo '' > .envrc",
+                m = marker.display()
+            ),
+        );
+        c.env("AIRLOCK_FORCE_TIER", "degraded");
+        let out = run(&mut who.wrap(c));
+        assert!(out.stdout.contains("made"), "{who:?}: {}", show(&out));
+        assert_eq!(
+            std::fs::read(f.ws.join(".git/config")).unwrap(),
+            config_before,
+            "{who:?}: {}",
+            show(&out)
+        );
+        assert!(
+            !f.ws.join(".git/hooks/pre-commit").exists(),
+            "{who:?}: {}",
+            show(&out)
+        );
+        assert!(!f.ws.join(".envrc").exists(), "{who:?}: {}", show(&out));
+        host_git_runs_nothing(&f, who, &f.ws, &marker);
+    }
+}
+
+/// The audit log and the report are airlock's, even inside the workspace:
+/// the sandbox can neither append a forged line, truncate, nor replace them.
+#[test]
+fn the_audit_log_and_report_in_the_workspace_cannot_be_forged() {
+    for who in Who::all() {
+        let f = Fixture::new_in(&base());
+        std::fs::create_dir_all(f.ws.join("logs")).unwrap();
+        who.prepare(&f);
+        let out = sandboxed(
+            &f,
+            who,
+            &["--network", "none", "--audit-log", "logs/a.jsonl", "--report", "report.json"],
+            "echo '{\"event\":\"decision\",\"host\":\"FORGED\"}' >> logs/a.jsonl; truncate -s0 logs/a.jsonl; \
+             mv logs logs-x; rm -f report.json; echo '{\"FORGED\":true}' > report.json; echo tried",
+        );
+        let _ = std::fs::create_dir_all(f.ws.join("logs"));
+        assert!(out.stdout.contains("tried"), "{who:?}: {}", show(&out));
+        let log = std::fs::read_to_string(f.ws.join("logs/a.jsonl")).unwrap_or_default();
+        assert!(
+            !log.lines()
+                .any(|l| l.starts_with("{\"event\":\"decision\",\"host\":\"FORGED\"")),
+            "{who:?}: {log}"
+        );
+        assert!(log.contains("\"event\":\"end\""), "{who:?}: {log}");
+        assert!(
+            log.contains("\"event\":\"run\""),
+            "{who:?}: {log}\n{}",
+            show(&out)
+        );
+        let report = std::fs::read_to_string(f.ws.join("report.json")).unwrap();
+        assert!(!report.contains("FORGED"), "{who:?}: {report}");
+        assert!(report.contains("exit_code"), "{who:?}: {report}");
+    }
+}
+
+/// A name that points an existing repository at code the sandbox controls
+/// (`.git/commondir`) would run on the host's next `git status` even while
+/// the run goes on (an IDE polls it): the sandbox is stopped at once.
+#[test]
+fn redirecting_an_existing_repository_stops_the_sandbox_at_once() {
+    if !git_available() {
+        eprintln!("skipped: git is not installed");
+        return;
+    }
+    for who in Who::all() {
+        let f = repo(who);
+        let t = std::time::Instant::now();
+        let out = sandboxed(
+            &f,
+            who,
+            &["--network", "none"],
+            "mkdir -p shared/objects shared/refs; echo ../shared > .git/commondir; sleep 20; echo still-running",
+        );
+        assert!(t.elapsed().as_secs() < 15, "{who:?}: {}", show(&out));
+        assert!(
+            !out.stdout.contains("still-running"),
+            "{who:?}: {}",
+            show(&out)
+        );
+        assert_ne!(out.code, 0, "{who:?}: {}", show(&out));
+        assert!(
+            out.stderr.contains("the sandbox was stopped"),
+            "{who:?}: {}",
+            show(&out)
+        );
+        assert!(!f.ws.join(".git/commondir").exists(), "{who:?}");
+    }
+}

@@ -121,6 +121,7 @@ fn inert(dir: &OsStr, name: &OsStr) -> bool {
 
 /// Now, by the clock the kernel stamps ctime with (a coarse one, which can
 /// lag `SystemTime::now()` by a tick): the ctime of a fresh memory file.
+#[cfg(target_os = "linux")]
 pub fn kernel_now() -> SystemTime {
     let stamped =
         nix::sys::memfd::memfd_create(c"airlock-clock", nix::sys::memfd::MFdFlags::MFD_CLOEXEC)
@@ -133,6 +134,12 @@ pub fn kernel_now() -> SystemTime {
                     )
             });
     stamped.unwrap_or_else(|_| SystemTime::now() - Duration::from_millis(20))
+}
+
+/// Elsewhere: now, less a margin for a coarse filesystem clock.
+#[cfg(not(target_os = "linux"))]
+pub fn kernel_now() -> SystemTime {
+    SystemTime::now() - Duration::from_millis(20)
 }
 
 fn changed_since(path: &Path, since: SystemTime) -> bool {
@@ -225,6 +232,7 @@ pub fn changes(
                         kind: ChangeKind::Created,
                         before: State::Absent,
                         git: true,
+                        hidden: false,
                     });
                 }
             }

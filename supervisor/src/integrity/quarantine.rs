@@ -192,7 +192,7 @@ fn restore<Fd: AsFd + Copy>(dir: Fd, name: &OsStr, state: &State) -> bool {
             dir,
             name,
             OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
-            Mode::from_bits_truncate(*mode & 0o777),
+            Mode::from_bits_truncate(libc::mode_t::try_from(*mode & 0o777).unwrap_or(0o600)),
         )
         .ok()
         .map(std::fs::File::from)
@@ -204,7 +204,13 @@ fn restore<Fd: AsFd + Copy>(dir: Fd, name: &OsStr, state: &State) -> bool {
             truncated: false,
             ..
         } => {
-            if mkdirat(dir, name, Mode::from_bits_truncate(*mode & 0o777)).is_err() {
+            if mkdirat(
+                dir,
+                name,
+                Mode::from_bits_truncate(libc::mode_t::try_from(*mode & 0o777).unwrap_or(0o600)),
+            )
+            .is_err()
+            {
                 return false;
             }
             let Ok(sub) = open_dir(dir, Path::new(name)) else {
@@ -257,6 +263,21 @@ fn act_one(c: &Change, run: &str) -> Outcome {
         }
     };
     let name = rel.file_name().unwrap_or(rel.as_os_str()).to_os_string();
+    if c.hidden && c.kind == ChangeKind::Created && rel == c.rel {
+        // A hidden name that appeared (a `.env` the user wrote during the
+        // run, say) is left alone unless it is linked elsewhere, which is how
+        // a sandbox would read what is later written there.
+        let linked = nix::sys::stat::fstatat(
+            &parent,
+            name.as_os_str(),
+            nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW,
+        )
+        .is_ok_and(|st| st.st_nlink > 1);
+        if !linked {
+            outcome.action = "reported".into();
+            return outcome;
+        }
+    }
     if c.kind != ChangeKind::Removed {
         let moved = if rel == Path::new(AIRLOCK_DIR) {
             // The sandbox made or replaced `.airlock` itself: move it aside

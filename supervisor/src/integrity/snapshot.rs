@@ -85,9 +85,11 @@ pub struct Id {
 }
 
 impl Id {
+    // `st_dev` is an i32 on macOS.
+    #[allow(clippy::unnecessary_cast)]
     fn of(st: &FileStat) -> Id {
         Id {
-            dev: st.st_dev,
+            dev: st.st_dev as u64,
             ino: st.st_ino,
             ctime: (st.st_ctime, st.st_ctime_nsec),
             size: st.st_size,
@@ -143,6 +145,8 @@ fn file_name(rel: &Path) -> &std::ffi::OsStr {
     rel.file_name().unwrap_or(rel.as_os_str())
 }
 
+// `st_mode` is a u16 on macOS.
+#[allow(clippy::useless_conversion)]
 /// Record the entry `name` in `dir` (with a budget of 0, a directory's
 /// entries are not recorded).
 fn record<Fd: AsFd + Copy>(
@@ -158,7 +162,7 @@ fn record<Fd: AsFd + Copy>(
     let deep = *budget > 0;
     *budget = budget.saturating_sub(1);
     let id = Id::of(&st);
-    let mode = st.st_mode & 0o7777;
+    let mode = u32::from(st.st_mode) & 0o7777;
     match SFlag::from_bits_truncate(st.st_mode & SFlag::S_IFMT.bits()) {
         SFlag::S_IFREG => {
             let content = (keep && st.st_size <= KEEP_BYTES)
@@ -271,6 +275,9 @@ pub struct Change {
     pub kind: ChangeKind,
     pub before: State,
     pub git: bool,
+    /// A `deny_read` path: a new one is the user's as likely as the
+    /// sandbox's, and is moved only when it has another hard link.
+    pub hidden: bool,
 }
 
 fn same_node(a: &State, b: &State) -> bool {
@@ -294,6 +301,7 @@ fn diff(root: &Path, rel: &Path, git: bool, before: &State, after: &State, out: 
         kind,
         before: before.clone(),
         git,
+        hidden: false,
     };
     match (before, after) {
         (State::Absent | State::Blocked, State::Absent | State::Blocked) => {}
@@ -336,7 +344,11 @@ impl Snapshot {
         let mut out = vec![];
         for (p, before) in &self.entries {
             let after = state_of(p);
+            let from = out.len();
             diff(&p.root, &p.rel, p.git, before, &after, &mut out);
+            for c in &mut out[from..] {
+                c.hidden = p.hidden;
+            }
         }
         // A path and its parent can both be in the set: keep the shallowest.
         out.sort_by(|a, b| (&a.root, &a.rel).cmp(&(&b.root, &b.rel)));

@@ -1,28 +1,76 @@
 //! Watching, during the run, for protected paths that did not exist when it
 //! started (SPEC §4.5): nothing can be mounted over an absent name, so the
 //! moment the sandbox creates one is reported at once, and the post-run
-//! check then quarantines it. Linux inotify, on the nearest existing parent.
+//! check then quarantines it. A name that redirects an existing repository
+//! to code the sandbox controls (`commondir`, `config.worktree`, `gitdir`,
+//! `alternates`, a hooks or info directory that was absent) would run on
+//! the host's next `git status`, even during the run (an IDE polls it): the
+//! sandbox is killed at once instead, and the check follows.
+//! Linux inotify, on the nearest existing parent; an eventfd wakes it to stop.
 
 use std::collections::HashMap;
+use std::os::fd::{AsFd, OwnedFd};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
 
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+use nix::sys::eventfd::{EfdFlags, EventFd};
 use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify};
 
 use super::set::Protected;
 
 pub struct Watch {
-    stop: Arc<AtomicBool>,
+    wake: EventFd,
     thread: JoinHandle<Vec<PathBuf>>,
 }
 
+/// What a watched name is: only reported, or grounds to end the run.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Report,
+    Kill,
+}
+
+/// How the watcher ends the sandbox: a pidfd of the helper and the signal
+/// that tears it down.
+pub struct Killer {
+    pub pidfd: Option<OwnedFd>,
+    pub signal: libc::c_int,
+}
+
+impl Killer {
+    fn kill(&self) {
+        if let Some(fd) = &self.pidfd {
+            // SAFETY: signalling through a pidfd we own.
+            unsafe {
+                libc::syscall(
+                    libc::SYS_pidfd_send_signal,
+                    std::os::fd::AsRawFd::as_raw_fd(fd),
+                    self.signal,
+                    std::ptr::null::<libc::c_void>(),
+                    0,
+                )
+            };
+        }
+    }
+}
+
+/// Names inside an existing git directory that point git elsewhere.
+const REDIRECTS: &[&str] = &[
+    "commondir",
+    "config.worktree",
+    "gitdir",
+    "alternates",
+    "hooks",
+    "info",
+];
+
 /// Start watching the parents of every absent protected path.
-pub fn start(set: &[Protected]) -> Option<Watch> {
+pub fn start(set: &[Protected], killer: Arc<OnceLock<Killer>>) -> Option<Watch> {
     let inotify = Inotify::init(InitFlags::IN_CLOEXEC | InitFlags::IN_NONBLOCK).ok()?;
-    let mut dirs: HashMap<i32, (PathBuf, Vec<std::ffi::OsString>)> = HashMap::new();
+    let mut dirs: HashMap<i32, (PathBuf, Vec<(std::ffi::OsString, Kind)>)> = HashMap::new();
     for p in set {
         let path = p.path();
         if std::fs::symlink_metadata(&path).is_ok() {
@@ -33,6 +81,12 @@ pub fn start(set: &[Protected]) -> Option<Watch> {
         while let Some(parent) = child.parent() {
             if parent.is_dir() {
                 let Some(name) = child.file_name() else { break };
+                // Absent directly inside a git directory that exists: a redirect.
+                let in_git_dir = child == path
+                    && p.git
+                    && parent.join("HEAD").exists()
+                    && REDIRECTS.iter().any(|r| name == *r);
+                let kind = if in_git_dir { Kind::Kill } else { Kind::Report };
                 let flags = AddWatchFlags::IN_CREATE
                     | AddWatchFlags::IN_MOVED_TO
                     | AddWatchFlags::IN_ONLYDIR;
@@ -40,7 +94,7 @@ pub fn start(set: &[Protected]) -> Option<Watch> {
                     let e = dirs
                         .entry(wd.as_raw())
                         .or_insert_with(|| (parent.to_path_buf(), vec![]));
-                    e.1.push(name.to_os_string());
+                    e.1.push((name.to_os_string(), kind));
                 }
                 break;
             }
@@ -50,47 +104,64 @@ pub fn start(set: &[Protected]) -> Option<Watch> {
     if dirs.is_empty() {
         return None;
     }
-    let stop = Arc::new(AtomicBool::new(false));
-    let flag = stop.clone();
+    let wake =
+        EventFd::from_value_and_flags(0, EfdFlags::EFD_CLOEXEC | EfdFlags::EFD_NONBLOCK).ok()?;
+    let wake_fd = wake.as_fd().try_clone_to_owned().ok()?;
     let thread = std::thread::spawn(move || {
         let mut seen = vec![];
         loop {
-            // Once asked to stop, drain what is queued and leave.
-            let stopping = flag.load(Ordering::Relaxed);
-            let mut fds = [PollFd::new(
-                std::os::fd::AsFd::as_fd(&inotify),
-                PollFlags::POLLIN,
-            )];
-            let wait = if stopping { 0u16 } else { 100 };
-            if poll(&mut fds, PollTimeout::from(wait)).unwrap_or(0) == 0 {
-                if stopping {
-                    break;
-                }
-                continue;
+            let mut fds = [
+                PollFd::new(inotify.as_fd(), PollFlags::POLLIN),
+                PollFd::new(wake_fd.as_fd(), PollFlags::POLLIN),
+            ];
+            if poll(&mut fds, PollTimeout::NONE).is_err() {
+                break;
             }
+            let stopping = fds[1]
+                .revents()
+                .is_some_and(|r| r.contains(PollFlags::POLLIN));
             for ev in inotify.read_events().unwrap_or_default() {
                 let (Some((dir, names)), Some(name)) = (dirs.get(&ev.wd.as_raw()), ev.name) else {
                     continue;
                 };
-                if names.contains(&name) {
-                    let p = dir.join(&name);
+                let Some((_, kind)) = names.iter().find(|(n, _)| *n == name) else {
+                    continue;
+                };
+                let p = dir.join(&name);
+                if *kind == Kind::Kill {
+                    // The sandbox may act before its handle is published.
+                    let t = Instant::now();
+                    while killer.get().is_none() && t.elapsed() < Duration::from_secs(2) {
+                        std::thread::sleep(Duration::from_millis(1));
+                    }
+                    if let Some(k) = killer.get() {
+                        k.kill();
+                    }
+                    eprintln!(
+                        "airlock: the sandbox created {}, which would make git run code it controls; the sandbox was stopped",
+                        crate::sources::shown(&p)
+                    );
+                } else {
                     eprintln!(
                         "airlock: the sandbox created {}, which host tools obey; it will be quarantined when the run ends",
                         crate::sources::shown(&p)
                     );
-                    seen.push(p);
                 }
+                seen.push(p);
+            }
+            if stopping {
+                break;
             }
         }
         seen
     });
-    Some(Watch { stop, thread })
+    Some(Watch { wake, thread })
 }
 
 impl Watch {
-    /// Stop, and return what was seen being created.
+    /// Stop at once (after what is queued), and return what was seen created.
     pub fn finish(self) -> Vec<PathBuf> {
-        self.stop.store(true, Ordering::Relaxed);
+        let _ = self.wake.write(1);
         self.thread.join().unwrap_or_default()
     }
 }

@@ -26,8 +26,29 @@ fn last_cap() -> u32 {
         .unwrap_or(63)
 }
 
+/// CAP_SETPCAP, which dropping from the bounding set needs.
+const CAP_SETPCAP: u32 = 8;
+
+fn has_effective(cap: u32) -> bool {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            let hex = s
+                .lines()
+                .find_map(|l| l.strip_prefix("CapEff:"))?
+                .trim()
+                .to_string();
+            u64::from_str_radix(&hex, 16).ok()
+        })
+        .is_some_and(|eff| eff & (1 << cap) != 0)
+}
+
 pub fn drop_all() -> Result<()> {
-    for cap in 0..=last_cap() {
+    // An ordinary user outside a user namespace (the degraded tier) has no
+    // capability to drop and may not touch the bounding set; with
+    // no_new_privs set next, exec cannot gain file capabilities anyway.
+    let bounding = has_effective(CAP_SETPCAP);
+    for cap in (0..=last_cap()).filter(|_| bounding) {
         // SAFETY: prctl with integer arguments.
         let r = unsafe { libc::prctl(libc::PR_CAPBSET_DROP, cap as libc::c_ulong, 0, 0, 0) };
         if r != 0 && std::io::Error::last_os_error().raw_os_error() != Some(libc::EINVAL) {

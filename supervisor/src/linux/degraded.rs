@@ -2,17 +2,34 @@
 //! user namespaces are unavailable: no namespaces and no mounts, so
 //! Landlock carries the whole boundary (denied paths carved out, TCP
 //! connect to the proxy's host loopback port only), seccomp refuses UDP,
-//! raw sockets and new unix sockets, and a subreaper kills leftovers.
-
+//! raw sockets, new unix sockets and every other TCP-carrying protocol,
+//! and a subreaper kills leftovers.
+//!
+//! Without mounts nothing can be replaced, only withheld: the host's /tmp,
+//! /dev/shm and /dev/pts are carved out of every rule; TMPDIR points at a
+//! private directory made for this run; of /dev only the harmless devices,
+//! /dev/ptmx and the terminal the command was given stay reachable.
+//! Consequences: a program that writes to /tmp by name, or uses POSIX
+//! shared memory or semaphores, or opens a new pty's slave, fails here.
+//!
+//! Landlock grants by hierarchy, so a denied path that exists inside a
+//! writable root (`.git/config`) splits that root: its other entries stay
+//! writable, but no new name can be created at the root itself (any right
+//! granted there would reach the denied path too). Absent denied paths do
+//! not split (the post-run check of SPEC §4.5 covers their creation).
+use std::io::Write;
 use std::os::unix::net::UnixStream;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
+use nix::sys::signal::kill;
+use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
+use nix::unistd::{fork, ForkResult};
 
-use super::{caps, init, landlock, seccomp};
+use super::{caps, init, landlock, limits, seccomp};
 use crate::plan::Plan;
 
-/// Device files the command may write (the host's /dev is not replaced here).
+/// Device files the command may write (the rest of the host's /dev is withheld).
 const DEVICES: &[&str] = &[
     "/dev/null",
     "/dev/zero",
@@ -21,43 +38,195 @@ const DEVICES: &[&str] = &[
     "/dev/urandom",
     "/dev/tty",
     "/dev/ptmx",
-    "/dev/pts",
-    "/dev/shm",
 ];
 
+/// The terminals the command was given (its own pty), never another one.
+fn own_terminals() -> Vec<PathBuf> {
+    (0..3)
+        .filter_map(|fd| std::fs::read_link(format!("/proc/self/fd/{fd}")).ok())
+        .filter(|p| p.starts_with("/dev/pts/") || p.starts_with("/dev/tty"))
+        .collect()
+}
+
+/// A private temporary directory under the host's /tmp (mkdtemp: mode
+/// 0700, a name nobody could have taken); removed when the run ends.
+struct PrivateTmp(PathBuf);
+
+impl PrivateTmp {
+    fn new() -> Result<PrivateTmp> {
+        let mut template = *b"/tmp/airlock-tmp-XXXXXX\0";
+        // SAFETY: mkdtemp rewrites the NUL-terminated template in place.
+        let p = unsafe { libc::mkdtemp(template.as_mut_ptr().cast()) };
+        if p.is_null() {
+            return Err(std::io::Error::last_os_error()).context("creating a private TMPDIR");
+        }
+        let path = std::str::from_utf8(&template[..template.len() - 1])
+            .context("TMPDIR name")?
+            .to_string();
+        Ok(PrivateTmp(PathBuf::from(path)))
+    }
+}
+
+impl Drop for PrivateTmp {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// The user's tasks on the host now: RLIMIT_NPROC counts them all when
+/// there is no user namespace, so the sandbox's share is added on top.
+fn own_tasks() -> u64 {
+    // SAFETY: getuid has no preconditions.
+    let uid = unsafe { libc::getuid() }.to_string();
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return 0;
+    };
+    dir.flatten()
+        .filter_map(|e| std::fs::read_to_string(e.path().join("status")).ok())
+        .filter(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("Uid:"))
+                .and_then(|l| l.split_whitespace().next())
+                == Some(uid.as_str())
+        })
+        .map(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("Threads:"))
+                .and_then(|n| n.trim().parse().ok())
+                .unwrap_or(1)
+        })
+        .sum()
+}
+
+/// The watcher: outside the Landlock domain, so that it can remove the
+/// private TMPDIR when the run ends. It forwards the
+/// teardown signal to init and, as a subreaper too, kills whatever
+/// survives init.
 pub fn run(plan: &Plan, channel: &mut UnixStream, proxy_port: Option<u16>) -> Result<i32> {
     // Without a PID namespace nothing tears the sandbox down for us: on
-    // the supervisor's death we get SIGUSR1 and kill what we started.
-    init::block_signals()?;
+    // the supervisor's death we get SIGUSR1 and pass it on.
+    let mask = init::block_signals()?;
+    set_parent_death_signal()?;
+    subreaper()?;
+    limits::wait_until_placed(channel)?;
+    let tmp = PrivateTmp::new()?;
+    let mut plan = plan.clone();
+    for var in ["TMPDIR", "TMP", "TEMP"] {
+        plan.env.insert(var.into(), tmp.0.display().to_string());
+    }
+    // SAFETY: getpid has no preconditions.
+    let watcher = unsafe { libc::getpid() };
+    // SAFETY: the helper is single-threaded; the child runs init and exits.
+    let child = match unsafe { fork() }.context("starting the sandbox's init")? {
+        ForkResult::Child => {
+            let code = match sandbox_init(&plan, &tmp.0, channel, proxy_port, watcher) {
+                Ok(code) => code,
+                Err(e) => {
+                    let _ = writeln!(channel, "error: {e:#}");
+                    125
+                }
+            };
+            // SAFETY: leave without running the watcher's destructors.
+            unsafe { libc::_exit(code) }
+        }
+        ForkResult::Parent { child } => child,
+    };
+    let code = loop {
+        let sig = mask.wait().context("waiting for signals")?;
+        if sig == init::TEARDOWN {
+            let _ = kill(child, init::TEARDOWN);
+            continue;
+        }
+        match waitpid(child, Some(WaitPidFlag::WNOHANG)) {
+            Ok(WaitStatus::Exited(_, code)) => break code,
+            Ok(WaitStatus::Signaled(_, sig, _)) => break 128 + sig as i32,
+            _ => {}
+        }
+    };
+    // Whatever init left behind (if the command killed it) is ours now.
+    init::kill_descendants();
+    drop(tmp);
+    Ok(code)
+}
+
+fn set_parent_death_signal() -> Result<()> {
     // SAFETY: prctl with integer arguments.
-    unsafe {
-        if libc::prctl(
+    if unsafe {
+        libc::prctl(
             libc::PR_SET_PDEATHSIG,
             init::TEARDOWN as libc::c_int,
             0,
             0,
             0,
-        ) != 0
-        {
-            return Err(std::io::Error::last_os_error()).context("setting the parent-death signal");
-        }
-        if libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0 {
-            return Err(std::io::Error::last_os_error()).context("becoming a subreaper");
-        }
+        )
+    } != 0
+    {
+        return Err(std::io::Error::last_os_error()).context("setting the parent-death signal");
     }
+    Ok(())
+}
+
+fn subreaper() -> Result<()> {
+    // SAFETY: prctl with integer arguments.
+    if unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) } != 0 {
+        return Err(std::io::Error::last_os_error()).context("becoming a subreaper");
+    }
+    Ok(())
+}
+
+/// Init of the degraded sandbox: confine itself, then start the command.
+fn sandbox_init(
+    plan: &Plan,
+    tmp: &Path,
+    channel: &mut UnixStream,
+    proxy_port: Option<u16>,
+    watcher: libc::pid_t,
+) -> Result<i32> {
+    set_parent_death_signal()?;
+    // SAFETY: getppid has no preconditions.
+    if unsafe { libc::getppid() } != watcher {
+        return Ok(125);
+    }
+    subreaper()?;
+    // No user namespace: RLIMIT_NPROC counts all the user's tasks on the
+    // host, so the sandbox's share goes on top of what runs now (root is
+    // exempt; its limit is the cgroup the watcher entered).
+    let mut nproc = plan.limits.clone();
+    nproc.pids = u32::try_from(own_tasks() + u64::from(plan.limits.pids)).unwrap_or(u32::MAX);
+    limits::set_nproc(&nproc)?;
     caps::drop_all()?;
     caps::no_new_privs()?;
-    let hidden: Vec<PathBuf> = plan
+    let withheld = [Path::new("/tmp"), Path::new("/dev")].map(PathBuf::from);
+    let hidden_read: Vec<PathBuf> = plan.deny_read.iter().cloned().chain(withheld).collect();
+    // Landlock grants by tree: carving a protected file out of a writable
+    // root would leave the root itself unwritable (no `node_modules` in a
+    // git checkout). So the project's protected set stays writable here and
+    // the post-run check (SPEC §4.5) quarantines or restores what changed;
+    // airlock's own files (trust store, journals, CA, managed policy) and
+    // hidden paths are carved out as before.
+    let own: Vec<PathBuf> = crate::sources::user_policy_path()
+        .and_then(|p| p.parent().map(PathBuf::from))
+        .into_iter()
+        .chain(airlock_ca::default_dir())
+        .chain([crate::sources::managed_policy_path().0])
+        .collect();
+    let hidden_write: Vec<PathBuf> = plan
         .deny_read
         .iter()
-        .chain(plan.deny_write.iter())
         .cloned()
+        .chain(
+            plan.deny_write
+                .iter()
+                .filter(|p| own.iter().any(|o| p.starts_with(o)))
+                .cloned(),
+        )
+        .chain(own.iter().cloned())
         .collect();
-    let (read, listable) = landlock::carve(&plan.read, &plan.deny_read);
-    let mut write_roots = plan.write.clone();
-    write_roots.push(PathBuf::from("/tmp"));
-    write_roots.extend(DEVICES.iter().map(PathBuf::from));
-    let (write, _) = landlock::carve(&write_roots, &hidden);
+    let (read, listable) = landlock::carve(&plan.read, &hidden_read);
+    let (mut write, _) = landlock::carve(&plan.write, &hidden_write);
+    write.push(tmp.to_path_buf());
+    write.extend(DEVICES.iter().map(PathBuf::from));
+    write.extend(own_terminals());
     landlock::restrict_degraded(&read, &listable, &write, proxy_port)?;
     seccomp::install(true)?;
     super::helper::close_on_exec(channel)?;

@@ -11,13 +11,18 @@ use nix::sched::{unshare, CloneFlags};
 use nix::sys::wait::{waitpid, WaitStatus};
 use nix::unistd::{fork, getgid, getuid, ForkResult};
 
-use super::{caps, init, landlock, mounts, netns, seccomp};
+use super::{caps, capture, init, landlock, limits, mounts, netns, seccomp, sockets};
 use crate::plan::{Net, Plan, SANDBOX_PROXY_PORT};
 
 /// Entry point of `airlock __sandbox-helper <fd>`; never returns.
 pub fn main(fd: RawFd, supervisor: libc::pid_t) -> ! {
     // SAFETY: the supervisor passed us this end of its socketpair.
     let mut channel = unsafe { UnixStream::from_raw_fd(fd) };
+    // Only stdin, stdout and stderr cross into the sandbox (SPEC §4.6):
+    // whatever else the caller had open (a key, a socket in the host's
+    // network namespace) goes now, before init exists to hold it (the
+    // command could read init's descriptors through /proc/1/fd).
+    close_inherited(fd);
     let code = match build_and_run(&mut channel, supervisor) {
         Ok(code) => code,
         Err(e) => {
@@ -26,6 +31,31 @@ pub fn main(fd: RawFd, supervisor: libc::pid_t) -> ! {
         }
     };
     std::process::exit(code)
+}
+
+/// Close every descriptor but 0, 1, 2 and `keep`.
+fn close_inherited(keep: RawFd) {
+    let keep = keep.max(2) as libc::c_uint;
+    let ranges = [(3, keep.saturating_sub(1)), (keep + 1, libc::c_uint::MAX)];
+    for (lo, hi) in ranges.into_iter().filter(|(lo, hi)| lo <= hi) {
+        // SAFETY: close_range on our own descriptor table.
+        if unsafe { libc::syscall(libc::SYS_close_range, lo, hi, 0) } == 0 {
+            continue;
+        }
+        // Before Linux 5.9: close them one by one (listed first, since
+        // listing opens a descriptor of its own).
+        let fds: Vec<libc::c_uint> = std::fs::read_dir("/proc/self/fd")
+            .map(|d| {
+                d.flatten()
+                    .filter_map(|e| e.file_name().to_str()?.parse().ok())
+                    .collect()
+            })
+            .unwrap_or_default();
+        for n in fds.into_iter().filter(|n| (lo..=hi).contains(n)) {
+            // SAFETY: closing a descriptor nothing in this process uses.
+            unsafe { libc::close(n as RawFd) };
+        }
+    }
 }
 
 fn read_plan(channel: &mut UnixStream) -> Result<Plan> {
@@ -57,6 +87,8 @@ fn build_and_run(channel: &mut UnixStream, supervisor: libc::pid_t) -> Result<i3
     }
     caps::die_with_parent(supervisor)?;
     let (uid, gid) = (getuid().as_raw(), getgid().as_raw());
+    // Before the network namespace hides them: the host's unix sockets.
+    sockets::snapshot()?;
 
     // 1. Namespaces: user (our ids mapped), mount, PID, IPC, and network
     //    unless the user asked for the host's.
@@ -69,20 +101,30 @@ fn build_and_run(channel: &mut UnixStream, supervisor: libc::pid_t) -> Result<i3
     }
     unshare(flags).map_err(super::explain_unshare)?;
     write_id_maps(uid, gid)?;
+    // Counted in the new user namespace from here on.
+    limits::set_nproc(&plan.limits)?;
 
     // 2. Network: loopback up; the proxy listener goes to the supervisor.
     if plan.net != Net::Host {
         netns::loopback_up()?;
     }
+    let mut captured = None;
     if plan.net == Net::Proxy {
         let listener = netns::bind_proxy_listener(SANDBOX_PROXY_PORT)?;
         netns::send_fd(channel, listener.as_fd())?;
+        // Transparent capture (SPEC §5.5): sockets now, rules after the fork.
+        captured = Some(capture::bind());
     }
+    let mut gate = capture::Gate::new()?;
+
+    // Nothing starts before the supervisor has put us in the cgroups.
+    limits::wait_until_placed(channel)?;
 
     // SAFETY: the helper is single-threaded.
     match unsafe { fork() }.context("starting the sandbox's init")? {
         ForkResult::Child => {
-            let code = match pid1(&plan, channel) {
+            drop(captured);
+            let code = match pid1(&plan, channel, gate) {
                 Ok(code) => code,
                 Err(e) => {
                     let _ = writeln!(channel, "error: {e:#}");
@@ -92,6 +134,11 @@ fn build_and_run(channel: &mut UnixStream, supervisor: libc::pid_t) -> Result<i3
             std::process::exit(code)
         }
         ForkResult::Parent { child } => loop {
+            if let Some(c) = captured.take() {
+                let c = c.and_then(|c| capture::install(&c).map(|_| c));
+                capture::send(channel, &c)?;
+            }
+            gate.open();
             match waitpid(child, None) {
                 Ok(WaitStatus::Exited(_, code)) => return Ok(code),
                 Ok(WaitStatus::Signaled(_, sig, _)) => return Ok(128 + sig as i32),
@@ -104,7 +151,7 @@ fn build_and_run(channel: &mut UnixStream, supervisor: libc::pid_t) -> Result<i3
 }
 
 /// Steps 3 to 7, as PID 1 of the new PID namespace.
-fn pid1(plan: &Plan, channel: &mut UnixStream) -> Result<i32> {
+fn pid1(plan: &Plan, channel: &mut UnixStream, gate: capture::Gate) -> Result<i32> {
     // Our parent (the helper) lives outside this PID namespace: it is pid 0 here.
     caps::die_with_parent(0)?;
     // 3. Mounts.
@@ -114,6 +161,8 @@ fn pid1(plan: &Plan, channel: &mut UnixStream) -> Result<i32> {
     caps::no_new_privs()?;
     // 5. Landlock.
     landlock::restrict(&plan.read, &plan.write, plan.allow_degraded)?;
+    // Capture is in place (or off) before the command can connect.
+    gate.wait();
     // 6. seccomp.
     seccomp::install(false)?;
     // 7. Init: the command must not inherit the channel.

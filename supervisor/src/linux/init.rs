@@ -70,7 +70,7 @@ fn children_of(me: u32) -> Vec<Pid> {
 
 /// Kill every descendant: children first; their children then become
 /// ours (we are the subreaper) and go in the next round.
-fn kill_descendants() {
+pub fn kill_descendants() {
     let me = std::process::id();
     for _ in 0..1000 {
         let kids = children_of(me);
@@ -138,6 +138,10 @@ fn exec_command(plan: &Plan, channel: &mut UnixStream) -> ! {
         let path = CString::new(prog.as_os_str().as_encoded_bytes()).context("program path")?;
         let argv = cstrings(plan.argv.iter().cloned())?;
         let envp = cstrings(plan.env.iter().map(|(k, v)| format!("{k}={v}")))?;
+        // Anything init opened without O_CLOEXEC stays out too (the
+        // helper already closed what the caller passed down).
+        // SAFETY: close_range with CLOSE_RANGE_CLOEXEC only sets flags.
+        unsafe { libc::syscall(libc::SYS_close_range, 3, libc::c_uint::MAX, 4) };
         let e = nix::unistd::execve(&path, &argv, &envp).unwrap_err();
         Err(anyhow::Error::new(e).context(format!("cannot run {}", prog.display())))
     })()

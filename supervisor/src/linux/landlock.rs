@@ -153,7 +153,12 @@ fn carve_one(
     if denied.iter().any(|d| real.starts_with(d)) {
         return;
     }
-    let inside = denied.iter().any(|d| d.starts_with(&real) && d != &real);
+    // Only a denied path that exists splits a root: an absent one would
+    // make the root itself (the workspace) unwritable, and creating it is
+    // caught by the post-run check of the protected set (SPEC §4.5).
+    let inside = denied
+        .iter()
+        .any(|d| d.starts_with(&real) && d != &real && d.symlink_metadata().is_ok());
     if !inside || depth > 32 || !real.is_dir() {
         out.push(real);
         return;
@@ -269,6 +274,11 @@ mod tests {
         assert!(!got.contains(&root), "{got:?}");
         assert_eq!(
             carve(std::slice::from_ref(&root), &[]).0,
+            vec![root.clone()]
+        );
+        // An absent denied path does not split the root (the workspace stays writable).
+        assert_eq!(
+            carve(std::slice::from_ref(&root), &[root.join("b/.envrc")]).0,
             vec![root.clone()]
         );
     }

@@ -3,13 +3,17 @@
 
 pub mod attribution;
 pub mod caps;
+pub mod capture;
 pub mod degraded;
 pub mod helper;
 pub mod init;
 pub mod landlock;
+pub mod limits;
 pub mod mounts;
+pub mod netlink;
 pub mod netns;
 pub mod seccomp;
+pub mod sockets;
 
 use std::io::{BufRead, BufReader, Write};
 use std::os::fd::{AsRawFd, OwnedFd};
@@ -45,7 +49,10 @@ pub fn explain_unshare(e: nix::errno::Errno) -> anyhow::Error {
 pub struct Sandbox {
     pub child: Child,
     pub listener: Option<OwnedFd>,
+    /// Transparent capture's sockets (SPEC §5.5), or why it is off.
+    pub capture: Option<std::result::Result<capture::Received, String>>,
     channel: UnixStream,
+    cgroups: limits::Cgroup,
 }
 
 impl Sandbox {
@@ -58,6 +65,8 @@ impl Sandbox {
     /// Start the helper with the command's stdin, stdout and stderr given.
     pub fn start_with(plan: &Plan, stdio: [Stdio; 3]) -> Result<Sandbox> {
         let [stdin, stdout, stderr] = stdio;
+        // A limit that cannot be enforced stops the run before anything starts.
+        let cgroups = limits::create_cgroups(&plan.limits)?;
         let (ours, theirs) = UnixStream::pair().context("creating the sandbox channel")?;
         // The helper must inherit its end; nothing else is spawned meanwhile.
         let fd = theirs.as_raw_fd();
@@ -84,6 +93,17 @@ impl Sandbox {
             .write_all(&(body.len() as u32).to_be_bytes())
             .and_then(|_| channel.write_all(&body))
             .context("sending the sandbox plan")?;
+        // While the helper builds the namespaces, put it in the cgroups (a
+        // migration waits for an RCU grace period: milliseconds); it waits
+        // for this byte before it starts anything else.
+        let mut child = child;
+        let placed = cgroups.add(child.id() as libc::pid_t);
+        let _ = channel.write_all(if placed.is_ok() { b"1" } else { b"0" });
+        if let Err(e) = placed {
+            let _ = child.kill();
+            let _ = child.wait();
+            return Err(e);
+        }
         // The degraded tier's proxy listener is the supervisor's own.
         let listener = if plan.net == Net::Proxy && plan.degraded.is_none() {
             match netns::recv_fd(&channel)? {
@@ -104,20 +124,31 @@ impl Sandbox {
         } else {
             None
         };
+        let capture = match listener {
+            Some(_) => Some(capture::recv(&channel)?),
+            None => None,
+        };
         Ok(Sandbox {
             child,
             listener,
+            capture,
             channel,
+            cgroups,
         })
     }
 
-    /// Split off the channel, for reading messages after the helper is waited on.
+    /// Split off the channel, for reading messages after the helper is
+    /// waited on; the cgroups go when the channel is dropped.
     pub fn into_parts(self) -> (Child, Option<OwnedFd>, Channel) {
-        (self.child, self.listener, Channel(self.channel))
+        (
+            self.child,
+            self.listener,
+            Channel(self.channel, self.cgroups),
+        )
     }
 }
 
-pub struct Channel(UnixStream);
+pub struct Channel(UnixStream, #[allow(dead_code)] limits::Cgroup);
 
 impl Channel {
     pub fn messages(&self) -> Vec<String> {

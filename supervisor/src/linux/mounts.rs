@@ -114,12 +114,18 @@ pub fn setup(plan: &Plan) -> Result<()> {
         .iter()
         .filter_map(|p| handle(p).ok().map(|fd| (p.clone(), fd, p.is_dir())))
         .collect();
+    let sockets = super::sockets::keep(plan);
     let devices: Vec<(&str, OwnedFd)> = DEVICES
         .iter()
         .filter_map(|d| handle(&Path::new("/dev").join(d)).ok().map(|fd| (*d, fd)))
         .collect();
 
-    tmpfs(Path::new("/tmp"), "mode=1777", MsFlags::empty())?;
+    let size = super::limits::tmpfs_size(&plan.limits);
+    tmpfs(
+        Path::new("/tmp"),
+        &format!("mode=1777,{size}"),
+        MsFlags::empty(),
+    )?;
     for (path, fd, is_dir) in &tmp_roots {
         bind_handle(fd, path, *is_dir)?;
     }
@@ -131,8 +137,13 @@ pub fn setup(plan: &Plan) -> Result<()> {
             tmpfs(p, "mode=0755", MsFlags::empty())?;
         }
     }
+    // Name resolution goes to airlock's DNS server, when capture is on.
+    if let Err(e) = super::capture::resolv_conf() {
+        eprintln!("airlock: warning: {e:#}");
+    }
 
-    tmpfs(Path::new("/dev"), "mode=0755", MsFlags::MS_NOEXEC)?;
+    let dev_opts = format!("mode=0755,{}", super::limits::DEV_SIZE);
+    tmpfs(Path::new("/dev"), &dev_opts, MsFlags::MS_NOEXEC)?;
     for (name, fd) in &devices {
         bind_handle(fd, &Path::new("/dev").join(name), false)?;
     }
@@ -147,7 +158,7 @@ pub fn setup(plan: &Plan) -> Result<()> {
     )?;
     let shm = Path::new("/dev/shm");
     fs::create_dir_all(shm).context("creating /dev/shm")?;
-    tmpfs(shm, "mode=1777", MsFlags::MS_NOEXEC)?;
+    tmpfs(shm, &format!("mode=1777,{size}"), MsFlags::MS_NOEXEC)?;
     for (link, to) in [
         ("/dev/ptmx", "pts/ptmx"),
         ("/dev/fd", "/proc/self/fd"),
@@ -194,5 +205,5 @@ pub fn setup(plan: &Plan) -> Result<()> {
             remount_readonly(p)?;
         }
     }
-    Ok(())
+    super::sockets::mask(sockets)
 }

@@ -1,12 +1,18 @@
-//! The seccomp filter (SPEC §4.1 step 6). EPERM for the kernel surface a
-//! build tool never needs, ENOSYS for clone3 (so libc falls back to clone,
-//! whose flags we can inspect), and death on a foreign architecture.
+//! The seccomp filter (SPEC §4.1 step 6), three stacked programs:
+//! 1. a hand-written allow-list of the syscall numbers reviewed for this
+//!    architecture (anything newer gets ENOSYS until reviewed), which also
+//!    kills a foreign architecture and another ABI of this one (x32);
+//! 2. EPERM for the kernel surface a build tool never needs, setuid and
+//!    setgid bits, and every socket protocol that carries TCP or UDP past
+//!    the proxy;
+//! 3. ENOSYS for clone3 and openat2, so libc falls back to clone and
+//!    openat, whose arguments the second program can inspect.
 
 use std::collections::BTreeMap;
 
 use anyhow::{Context, Result};
 use seccompiler::{
-    BpfProgram, SeccompAction, SeccompCmpArgLen as Len, SeccompCmpOp as Op,
+    sock_filter, BpfProgram, SeccompAction, SeccompCmpArgLen as Len, SeccompCmpOp as Op,
     SeccompCondition as Cond, SeccompFilter, SeccompRule, TargetArch,
 };
 
@@ -14,6 +20,27 @@ use seccompiler::{
 const ARCH: TargetArch = TargetArch::x86_64;
 #[cfg(target_arch = "aarch64")]
 const ARCH: TargetArch = TargetArch::aarch64;
+
+#[cfg(target_arch = "x86_64")]
+const AUDIT_ARCH: u32 = 0xc000_003e;
+#[cfg(target_arch = "aarch64")]
+const AUDIT_ARCH: u32 = 0xc000_00b7;
+
+/// The syscall numbers reviewed, as inclusive ranges. Both architectures
+/// have a low table (up to rseq on x86_64, kexec_file_load on aarch64; the
+/// holes inside it are ENOSYS stubs in every kernel) and, from 424
+/// (pidfd_send_signal) on, numbers shared by every architecture. The last
+/// reviewed one is removexattrat (466); open_tree_attr (467, the mount API)
+/// and everything after it get ENOSYS.
+#[cfg(target_arch = "x86_64")]
+const KNOWN: [(u32, u32); 2] = [(0, 334), (424, 466)];
+#[cfg(target_arch = "aarch64")]
+const KNOWN: [(u32, u32); 2] = [(0, 294), (424, 466)];
+
+/// x86_64's x32 ABI shares AUDIT_ARCH_X86_64 and marks its numbers with
+/// this bit; the other filters would see them as different calls.
+#[cfg(target_arch = "x86_64")]
+const X32_SYSCALL_BIT: u32 = 0x4000_0000;
 
 /// The same numbers on x86_64 and aarch64 (the generic ioctl table).
 const TIOCSTI: u64 = 0x5412;
@@ -29,6 +56,12 @@ const NAMESPACE_FLAGS: &[u64] = &[
     libc::CLONE_NEWNET as u64,
     0x80, // CLONE_NEWTIME
 ];
+
+/// fchmodat2 (Linux 6.6) is missing from older libc crates.
+const SYS_FCHMODAT2: i64 = 452;
+/// The bit O_TMPFILE adds to O_DIRECTORY; such an open creates a file with `mode`.
+const O_TMPFILE_BIT: u64 = 0o20_000_000;
+const SETID_BITS: [u64; 2] = [libc::S_ISUID as u64, libc::S_ISGID as u64];
 
 /// Syscalls refused outright, by name (for `policy profile`) and number.
 fn denied() -> Vec<(&'static str, i64)> {
@@ -60,6 +93,31 @@ fn denied() -> Vec<(&'static str, i64)> {
     ]
 }
 
+/// Calls whose mode argument may carry setuid/setgid bits: (number, index
+/// of the mode argument, index of the open flags when only `O_CREAT` or
+/// `O_TMPFILE` makes the mode count).
+// On aarch64 nothing is added to the generic table.
+#[cfg_attr(not(target_arch = "x86_64"), allow(unused_mut))]
+fn mode_calls() -> Vec<(i64, u8, Option<u8>)> {
+    let mut calls = vec![
+        (libc::SYS_fchmod, 1, None),
+        (libc::SYS_fchmodat, 2, None),
+        (SYS_FCHMODAT2, 2, None),
+        (libc::SYS_mkdirat, 2, None),
+        (libc::SYS_mknodat, 2, None),
+        (libc::SYS_openat, 3, Some(2)),
+    ];
+    #[cfg(target_arch = "x86_64")]
+    calls.extend([
+        (libc::SYS_chmod, 1, None),
+        (libc::SYS_creat, 1, None),
+        (libc::SYS_mkdir, 1, None),
+        (libc::SYS_mknod, 1, None),
+        (libc::SYS_open, 2, Some(1)),
+    ]);
+    calls
+}
+
 fn cond(arg: u8, len: Len, op: Op, value: u64) -> Result<Cond> {
     Cond::new(arg, len, op, value).context("seccomp condition")
 }
@@ -68,15 +126,19 @@ fn rule(conds: Vec<Cond>) -> Result<SeccompRule> {
     SeccompRule::new(conds).context("seccomp rule")
 }
 
-/// The EPERM filter's rules: syscall number to the conditions that refuse it
-/// (an empty list refuses every call). The degraded tier, which has no
-/// network namespace, also refuses UDP and new unix sockets (SPEC §4.4).
-fn eperm_rules(degraded: bool) -> Result<BTreeMap<i64, Vec<SeccompRule>>> {
-    let mut rules: BTreeMap<i64, Vec<SeccompRule>> = BTreeMap::new();
-    for (_, nr) in denied() {
-        rules.insert(nr, vec![]);
-    }
-    // socket(): only unix, IPv4, IPv6 and netlink route; never raw or packet sockets.
+/// A condition on the socket type with its SOCK_NONBLOCK/SOCK_CLOEXEC flags masked off.
+fn sock_type(ty: u64) -> Result<Cond> {
+    cond(1, Len::Dword, Op::MaskedEq(0xf), ty)
+}
+
+/// socket(): only unix, IPv4, IPv6 and netlink route; never raw or packet
+/// sockets; on IPv4/IPv6 only plain TCP (SOCK_STREAM, protocol 0 or
+/// IPPROTO_TCP), which the network namespace and the proxy can see, and
+/// plain UDP, which only reaches the empty namespace. Everything else that
+/// carries TCP or UDP (MPTCP, SCTP, UDP-Lite, DCCP, SMC, ping sockets,
+/// SEQPACKET/RDM) is refused. The degraded tier has no network namespace:
+/// there UDP and new unix sockets go too (SPEC §4.4).
+fn socket_rules(degraded: bool) -> Result<Vec<SeccompRule>> {
     let allowed_families = [
         libc::AF_UNIX,
         libc::AF_INET,
@@ -95,7 +157,31 @@ fn eperm_rules(degraded: bool) -> Result<BTreeMap<i64, Vec<SeccompRule>>> {
     ])?);
     // SOCK_PACKET (10) is the obsolete spelling of packet sockets.
     for ty in [libc::SOCK_RAW as u64, 10] {
-        socket.push(rule(vec![cond(1, Len::Dword, Op::MaskedEq(0xf), ty)?])?);
+        socket.push(rule(vec![sock_type(ty)?])?);
+    }
+    let stream = libc::SOCK_STREAM as u64;
+    let dgram = libc::SOCK_DGRAM as u64;
+    for family in [libc::AF_INET as u64, libc::AF_INET6 as u64] {
+        let fam = || cond(0, Len::Dword, Op::Eq, family);
+        for ty in (0..16).filter(|t| *t != stream && *t != dgram) {
+            socket.push(rule(vec![fam()?, sock_type(ty)?])?);
+        }
+        socket.push(rule(vec![
+            fam()?,
+            sock_type(stream)?,
+            cond(2, Len::Dword, Op::Ne, 0)?,
+            cond(2, Len::Dword, Op::Ne, libc::IPPROTO_TCP as u64)?,
+        ])?);
+        if degraded {
+            socket.push(rule(vec![fam()?, sock_type(dgram)?])?);
+        } else {
+            socket.push(rule(vec![
+                fam()?,
+                sock_type(dgram)?,
+                cond(2, Len::Dword, Op::Ne, 0)?,
+                cond(2, Len::Dword, Op::Ne, libc::IPPROTO_UDP as u64)?,
+            ])?);
+        }
     }
     if degraded {
         socket.push(rule(vec![cond(
@@ -104,14 +190,18 @@ fn eperm_rules(degraded: bool) -> Result<BTreeMap<i64, Vec<SeccompRule>>> {
             Op::Eq,
             libc::AF_UNIX as u64,
         )?])?);
-        for family in [libc::AF_INET, libc::AF_INET6] {
-            socket.push(rule(vec![
-                cond(0, Len::Dword, Op::Eq, family as u64)?,
-                cond(1, Len::Dword, Op::MaskedEq(0xf), libc::SOCK_DGRAM as u64)?,
-            ])?);
-        }
     }
-    rules.insert(libc::SYS_socket, socket);
+    Ok(socket)
+}
+
+/// The EPERM filter's rules: syscall number to the conditions that refuse it
+/// (an empty list refuses every call).
+fn eperm_rules(degraded: bool) -> Result<BTreeMap<i64, Vec<SeccompRule>>> {
+    let mut rules: BTreeMap<i64, Vec<SeccompRule>> = BTreeMap::new();
+    for (_, nr) in denied() {
+        rules.insert(nr, vec![]);
+    }
+    rules.insert(libc::SYS_socket, socket_rules(degraded)?);
     // unshare() and clone() with any namespace flag.
     let ns = |arg: u8| -> Result<Vec<SeccompRule>> {
         NAMESPACE_FLAGS
@@ -137,6 +227,26 @@ fn eperm_rules(degraded: bool) -> Result<BTreeMap<i64, Vec<SeccompRule>>> {
             rule(vec![cond(1, Len::Dword, Op::Eq, TIOCLINUX)?])?,
         ],
     );
+    // No setuid or setgid bits: a file the sandbox makes setuid would give
+    // its owner's uid (root, when airlock runs as root) to any local user.
+    for (nr, mode, flags) in mode_calls() {
+        let mut list = vec![];
+        for bit in SETID_BITS {
+            let has_bit = || cond(mode, Len::Dword, Op::MaskedEq(bit), bit);
+            match flags {
+                None => list.push(rule(vec![has_bit()?])?),
+                Some(f) => {
+                    for create in [libc::O_CREAT as u64, O_TMPFILE_BIT] {
+                        list.push(rule(vec![
+                            cond(f, Len::Dword, Op::MaskedEq(create), create)?,
+                            has_bit()?,
+                        ])?);
+                    }
+                }
+            }
+        }
+        rules.insert(nr, list);
+    }
     Ok(rules)
 }
 
@@ -151,12 +261,60 @@ fn program(rules: BTreeMap<i64, Vec<SeccompRule>>, errno: i32) -> Result<BpfProg
     filter.try_into().context("compiling the seccomp filter")
 }
 
-/// Install both filters on this thread (inherited by everything it execs).
+const RET_KILL_PROCESS: u32 = 0x8000_0000;
+const RET_ERRNO: u32 = 0x0005_0000;
+const RET_ALLOW: u32 = 0x7fff_0000;
+
+fn bpf(code: u16, jt: u8, jf: u8, k: u32) -> sock_filter {
+    sock_filter { code, jt, jf, k }
+}
+
+/// The allow-list, written by hand because it is a few range checks (a
+/// rule per number would be a linear scan of ~400 compares on every call).
+fn known_program() -> BpfProgram {
+    const LD_ABS_W: u16 = 0x20; // BPF_LD | BPF_W | BPF_ABS
+    const JEQ: u16 = 0x15; // BPF_JMP | BPF_JEQ | BPF_K
+    const JGE: u16 = 0x35; // BPF_JMP | BPF_JGE | BPF_K
+    #[cfg(target_arch = "x86_64")]
+    const JSET: u16 = 0x45; // BPF_JMP | BPF_JSET | BPF_K
+    const RET: u16 = 0x06; // BPF_RET | BPF_K
+    let [(_, low_end), (high_start, high_end)] = KNOWN;
+    let mut p = vec![
+        // seccomp_data.arch: anything but this architecture dies.
+        bpf(LD_ABS_W, 0, 0, 4),
+        bpf(JEQ, 1, 0, AUDIT_ARCH),
+        bpf(RET, 0, 0, RET_KILL_PROCESS),
+        // seccomp_data.nr
+        bpf(LD_ABS_W, 0, 0, 0),
+    ];
+    #[cfg(target_arch = "x86_64")]
+    p.extend([
+        bpf(JSET, 0, 1, X32_SYSCALL_BIT),
+        bpf(RET, 0, 0, RET_KILL_PROCESS),
+    ]);
+    p.extend([
+        // nr > high_end: ENOSYS (jumps count from the next instruction).
+        bpf(JGE, 3, 0, high_end + 1),
+        // high_start <= nr <= high_end: allow.
+        bpf(JGE, 1, 0, high_start),
+        // low_end < nr < high_start: ENOSYS; below: allow.
+        bpf(JGE, 1, 0, low_end + 1),
+        bpf(RET, 0, 0, RET_ALLOW),
+        bpf(RET, 0, 0, RET_ERRNO | libc::ENOSYS as u32),
+    ]);
+    p
+}
+
+/// Install the three filters on this thread (inherited by everything it execs).
 pub fn install(degraded: bool) -> Result<()> {
+    let known = known_program();
     let eperm = program(eperm_rules(degraded)?, libc::EPERM)?;
-    let mut clone3 = BTreeMap::new();
-    clone3.insert(libc::SYS_clone3, vec![]);
-    let enosys = program(clone3, libc::ENOSYS)?;
+    let mut fallback = BTreeMap::new();
+    fallback.insert(libc::SYS_clone3, vec![]);
+    // openat2 takes its mode in a struct the filter cannot read.
+    fallback.insert(libc::SYS_openat2, vec![]);
+    let enosys = program(fallback, libc::ENOSYS)?;
+    seccompiler::apply_filter(&known).context("installing the syscall allow-list")?;
     seccompiler::apply_filter(&eperm).context("installing the seccomp filter")?;
     seccompiler::apply_filter(&enosys).context("installing the clone3 filter")?;
     Ok(())
@@ -164,6 +322,7 @@ pub fn install(degraded: bool) -> Result<()> {
 
 /// The rules in words, for `airlock policy profile`.
 pub fn describe() -> Vec<String> {
+    let [(lo_start, lo_end), (hi_start, hi_end)] = KNOWN;
     let mut out: Vec<String> = denied()
         .iter()
         .map(|(n, _)| format!("EPERM  {n}"))
@@ -171,11 +330,31 @@ pub fn describe() -> Vec<String> {
     out.push("EPERM  socket(family not in AF_UNIX, AF_INET, AF_INET6, AF_NETLINK)".into());
     out.push("EPERM  socket(AF_NETLINK, protocol != NETLINK_ROUTE)".into());
     out.push("EPERM  socket(type SOCK_RAW or SOCK_PACKET)".into());
+    out.push(
+        "EPERM  socket(AF_INET/AF_INET6) other than SOCK_STREAM with protocol 0/IPPROTO_TCP \
+         or SOCK_DGRAM with protocol 0/IPPROTO_UDP (MPTCP, SCTP, UDP-Lite, DCCP, SMC, ping, \
+         SEQPACKET, RDM)"
+            .into(),
+    );
     out.push("EPERM  unshare/clone with CLONE_NEW{NS,CGROUP,UTS,IPC,USER,PID,NET,TIME}".into());
     out.push("EPERM  personality(anything but PER_LINUX or a query)".into());
     out.push("EPERM  ioctl(TIOCSTI), ioctl(TIOCLINUX) (low 32 bits)".into());
-    out.push("ENOSYS clone3".into());
+    out.push(
+        "EPERM  S_ISUID/S_ISGID in the mode of chmod, fchmod, fchmodat, fchmodat2, mkdir, \
+         mkdirat, mknod, mknodat, creat, and open/openat with O_CREAT or O_TMPFILE"
+            .into(),
+    );
+    out.push("ENOSYS clone3, openat2 (libc falls back to clone, openat)".into());
+    out.push(format!(
+        "ENOSYS every syscall number outside the reviewed {lo_start}-{lo_end} and {hi_start}-{hi_end}"
+    ));
+    #[cfg(target_arch = "x86_64")]
+    out.push("KILL   any other architecture, and the x32 ABI (nr & 0x40000000)".into());
+    #[cfg(not(target_arch = "x86_64"))]
     out.push("KILL   any other architecture".into());
-    out.push("degraded tier only: EPERM socket(AF_UNIX) (socketpair stays), socket(AF_INET/AF_INET6, SOCK_DGRAM)".into());
+    out.push(
+        "degraded tier only: EPERM socket(AF_UNIX) (socketpair stays), socket(AF_INET/AF_INET6, SOCK_DGRAM)"
+            .into(),
+    );
     out
 }

@@ -36,6 +36,7 @@ fn plan(
         deny_read: paths(deny_read),
         deny_write: paths(deny_write),
         pin: vec![],
+        own_outputs: vec![],
         protected: vec![],
         deny_read_globs: globs.iter().map(|s| s.to_string()).collect(),
         unsupported: vec![],
@@ -47,6 +48,8 @@ fn plan(
             terminal: Some(PathBuf::from(TTY)),
             ..MacosPlan::default()
         },
+        unix_sockets: vec![],
+        limits: Default::default(),
     }
 }
 

@@ -149,6 +149,95 @@ fn syscalls() {
     }
 }
 
+/// Every socket that carries TCP or UDP, and the two the sandbox allows.
+fn protocols() {
+    let (inet, inet6) = (libc::AF_INET, libc::AF_INET6);
+    let (stream, dgram) = (libc::SOCK_STREAM, libc::SOCK_DGRAM);
+    for (name, fam, ty, proto) in [
+        ("tcp", inet, stream, 0),
+        (
+            "tcp_explicit",
+            inet6,
+            stream | libc::SOCK_CLOEXEC,
+            libc::IPPROTO_TCP,
+        ),
+        ("udp", inet, dgram, 0),
+        ("mptcp", inet, stream, 262),
+        ("mptcp6", inet6, stream | libc::SOCK_NONBLOCK, 262),
+        ("sctp_stream", inet, stream, 132),
+        ("sctp_seqpacket", inet, libc::SOCK_SEQPACKET, 132),
+        ("seqpacket", inet6, libc::SOCK_SEQPACKET, 0),
+        ("rdm", inet, libc::SOCK_RDM, 0),
+        ("dccp", inet, 6 /* SOCK_DCCP */, 33),
+        ("udplite", inet, dgram, 136),
+        ("ping", inet, dgram, libc::IPPROTO_ICMP),
+        ("ping6", inet6, dgram, libc::IPPROTO_ICMPV6),
+        ("smc", inet, stream, 256),
+        ("af_smc", 43, stream, 0),
+    ] {
+        // SAFETY: socket() with constant arguments; a descriptor is closed.
+        let fd = unsafe { libc::socket(fam, ty, proto) };
+        report(name, fd as i64);
+        if fd >= 0 {
+            // SAFETY: closing the descriptor just opened.
+            unsafe { libc::close(fd) };
+        }
+    }
+}
+
+/// Setting setuid/setgid bits every way, in the current directory, then
+/// an ordinary chmod that must still work.
+fn setid() {
+    let c = |s: &str| CString::new(s).expect("name");
+    let _ = std::fs::write("setid-file", b"#!/bin/sh\n");
+    let file = c("setid-file");
+    // SAFETY: plain file syscalls on names in the current directory.
+    unsafe {
+        report("chmod_setuid", libc::chmod(file.as_ptr(), 0o4755) as i64);
+        report("chmod_setgid", libc::chmod(file.as_ptr(), 0o2755) as i64);
+        report(
+            "fchmodat_setuid",
+            libc::fchmodat(libc::AT_FDCWD, file.as_ptr(), 0o4755, 0) as i64,
+        );
+        report(
+            "fchmodat2_setuid",
+            libc::syscall(452, libc::AT_FDCWD, file.as_ptr(), 0o4755, 0),
+        );
+        let fd = libc::open(file.as_ptr(), libc::O_RDONLY);
+        report("fchmod_setuid", libc::fchmod(fd, 0o4755) as i64);
+        report("fchmod_plain", libc::fchmod(fd, 0o750) as i64);
+        libc::close(fd);
+        let created = c("setid-created");
+        let fd = libc::open(created.as_ptr(), libc::O_CREAT | libc::O_WRONLY, 0o4755);
+        report("open_creat_setuid", fd as i64);
+        let fd = libc::openat(
+            libc::AT_FDCWD,
+            created.as_ptr(),
+            libc::O_CREAT | libc::O_WRONLY,
+            0o2755,
+        );
+        report("openat_creat_setgid", fd as i64);
+        let dot = c(".");
+        let fd = libc::open(dot.as_ptr(), libc::O_TMPFILE | libc::O_WRONLY, 0o4755);
+        report("open_tmpfile_setuid", fd as i64);
+        let dir = c("setid-dir");
+        report("mkdir_setgid", libc::mkdir(dir.as_ptr(), 0o2755) as i64);
+        let node = c("setid-node");
+        report(
+            "mknod_setuid",
+            libc::mknod(node.as_ptr(), libc::S_IFREG | 0o4755, 0) as i64,
+        );
+        report(
+            "openat2",
+            libc::syscall(libc::SYS_openat2, libc::AT_FDCWD, file.as_ptr(), 0, 0),
+        );
+        report("chmod_plain", libc::chmod(file.as_ptr(), 0o755) as i64);
+        let plain = c("plain-created");
+        let fd = libc::open(plain.as_ptr(), libc::O_CREAT | libc::O_WRONLY, 0o644);
+        report("open_creat_plain", fd as i64);
+    }
+}
+
 /// TIOCSTI on a real pty the sandbox opened, and an ordinary terminal ioctl.
 fn tiocsti() {
     // SAFETY: plain pty calls; descriptors are checked before use.
@@ -176,6 +265,27 @@ fn main() {
     let arg = |i: usize| args.get(i).cloned().unwrap_or_default();
     match arg(0).as_str() {
         "syscalls" => syscalls(),
+        "protocols" => protocols(),
+        "setid" => setid(),
+        "unknown-syscalls" => {
+            // SAFETY: numbers no kernel this probe runs on defines.
+            unsafe {
+                report("syscall_467", libc::syscall(467, 0, 0, 0));
+                report("syscall_1000", libc::syscall(1000, 0, 0, 0));
+                report("syscall_400", libc::syscall(400, 0, 0, 0));
+            }
+        }
+        "x32" => {
+            // getpid through the x32 ABI (same arch, __X32_SYSCALL_BIT).
+            #[cfg(target_arch = "x86_64")]
+            {
+                // SAFETY: getpid has no arguments and no side effects.
+                let r = unsafe { libc::syscall(0x4000_0000 | libc::SYS_getpid) };
+                report("x32", r);
+            }
+            #[cfg(not(target_arch = "x86_64"))]
+            println!("x32: not x86_64");
+        }
         "tiocsti" => tiocsti(),
         "connect-tcp" => io_result(
             "connect_tcp",

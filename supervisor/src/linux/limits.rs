@@ -1,0 +1,244 @@
+//! `[limits]` (SPEC §4.6), with the kernel's own mechanisms:
+//! - pids: RLIMIT_NPROC set right after the user namespace is created. The
+//!   kernel counts it per user *per user namespace* (ucounts), so it caps
+//!   the sandbox's tasks without counting the user's other processes. The
+//!   kernel exempts real uid 0 from RLIMIT_NPROC, so for root a pids cgroup
+//!   carries the limit (cgroup v2 where the controller is delegated to our
+//!   cgroup, else the v1 pids hierarchy).
+//! - memory: a cgroup's memory.max (v2) or memory.limit_in_bytes (v1).
+//! - tmp: the size of the private /tmp and /dev/shm tmpfs (mounts.rs).
+//!
+//! The supervisor makes the cgroups and moves the helper in while the
+//! helper builds the namespaces; the helper waits for that before it
+//! forks. A limit the policy sets that cannot be enforced is an error; the pids
+//! default that cannot be enforced (root without a usable cgroup) is said
+//! by `doctor` and logged.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use anyhow::{bail, Context, Result};
+
+use crate::plan::Limits;
+
+/// The size of the sandbox's /dev tmpfs: it holds only mount points and links.
+pub const DEV_SIZE: &str = "size=1M";
+
+pub fn tmpfs_size(limits: &Limits) -> String {
+    format!("size={}", limits.tmp)
+}
+
+fn is_root() -> bool {
+    // SAFETY: getuid has no preconditions.
+    unsafe { libc::getuid() == 0 }
+}
+
+/// Where a controller's cgroup for this process lives, and which file
+/// names its limit: cgroup v2 first, then v1.
+fn cgroup_dir(controller: &str) -> Option<(PathBuf, bool)> {
+    let own = fs::read_to_string("/proc/self/cgroup").ok()?;
+    let mounts = fs::read_to_string("/proc/self/mountinfo").ok()?;
+    let mount_of = |fstype: &str, option: Option<&str>| -> Option<PathBuf> {
+        mounts.lines().find_map(|l| {
+            let (pre, post) = l.split_once(" - ")?;
+            let mut post = post.split_whitespace();
+            if post.next()? != fstype {
+                return None;
+            }
+            let super_opts = post.nth(1).unwrap_or("");
+            if let Some(o) = option {
+                if !super_opts.split(',').any(|x| x == o) {
+                    return None;
+                }
+            }
+            pre.split_whitespace().nth(4).map(PathBuf::from)
+        })
+    };
+    // v2: "0::/path", usable when our cgroup delegates the controller.
+    if let Some(path) = own.lines().find_map(|l| l.strip_prefix("0::")) {
+        if let Some(root) = mount_of("cgroup2", None) {
+            let dir = root.join(path.trim_start_matches('/'));
+            let delegated = fs::read_to_string(dir.join("cgroup.subtree_control"))
+                .is_ok_and(|s| s.split_whitespace().any(|c| c == controller));
+            if delegated {
+                return Some((dir, true));
+            }
+        }
+    }
+    // v1: "N:controller[,other]:/path".
+    let path = own.lines().find_map(|l| {
+        let mut f = l.splitn(3, ':');
+        let (_, ctrls, path) = (f.next()?, f.next()?, f.next()?);
+        ctrls.split(',').any(|c| c == controller).then_some(path)
+    })?;
+    let root = mount_of("cgroup", Some(controller))?;
+    Some((root.join(path.trim_start_matches('/')), false))
+}
+
+/// The sandbox's cgroups, made by the supervisor, which stays outside and
+/// removes them when the run is over (the helper has exited by then).
+pub struct Cgroup {
+    dirs: Vec<PathBuf>,
+}
+
+impl Drop for Cgroup {
+    fn drop(&mut self) {
+        for dir in &self.dirs {
+            let _ = fs::remove_dir(dir);
+        }
+    }
+}
+
+impl Cgroup {
+    /// Move `pid` (the helper, before it forks anything) into every cgroup.
+    pub fn add(&self, pid: libc::pid_t) -> Result<()> {
+        for dir in &self.dirs {
+            fs::write(dir.join("cgroup.procs"), pid.to_string())
+                .with_context(|| format!("moving the sandbox into {}", dir.display()))?;
+        }
+        Ok(())
+    }
+}
+
+/// Remove the empty cgroups of helpers that died without cleaning up (a
+/// SIGKILLed supervisor takes its helper along at once). rmdir fails on a
+/// cgroup that still has tasks, and a live helper's pid is skipped.
+fn sweep(parent: &Path) {
+    let Ok(entries) = fs::read_dir(parent) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let name = e.file_name();
+        let Some(pid) = name.to_str().and_then(|n| n.strip_prefix("airlock-")) else {
+            continue;
+        };
+        if pid.parse::<u32>().is_ok() && !Path::new("/proc").join(pid).exists() {
+            let _ = fs::remove_dir(e.path());
+        }
+    }
+}
+
+/// Swap must not stretch a memory limit: cgroup v2's memory.swap.max, or
+/// v1's memory.memsw.limit_in_bytes (memory plus swap), where they exist.
+fn no_swap(dir: &Path, v2: bool, bytes: &str) -> Result<()> {
+    let (file, value) = if v2 {
+        ("memory.swap.max", "0")
+    } else {
+        ("memory.memsw.limit_in_bytes", bytes)
+    };
+    let path = dir.join(file);
+    if path.exists() {
+        fs::write(&path, value).with_context(|| format!("writing {}", path.display()))?;
+    }
+    Ok(())
+}
+
+fn create(controller: &str, file: (&str, &str), value: &str) -> Result<PathBuf> {
+    let (parent, v2) = cgroup_dir(controller)
+        .with_context(|| format!("no {controller} cgroup is available to this user"))?;
+    sweep(&parent);
+    let dir = parent.join(format!("airlock-{}", std::process::id()));
+    fs::create_dir(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    let name = if v2 { file.0 } else { file.1 };
+    let done = fs::write(dir.join(name), value)
+        .with_context(|| format!("writing {}", dir.join(name).display()))
+        .and_then(|_| match controller {
+            "memory" => no_swap(&dir, v2, value),
+            _ => Ok(()),
+        });
+    if let Err(e) = done {
+        let _ = fs::remove_dir(&dir);
+        return Err(e);
+    }
+    Ok(dir)
+}
+
+/// Before the namespaces: the cgroups that carry `memory`, and `pids` for
+/// root (the kernel exempts uid 0 from RLIMIT_NPROC).
+pub fn create_cgroups(limits: &Limits) -> Result<Cgroup> {
+    let mut cg = Cgroup { dirs: vec![] };
+    if let Some(bytes) = limits.memory {
+        let dir = create(
+            "memory",
+            ("memory.max", "memory.limit_in_bytes"),
+            &bytes.to_string(),
+        )
+        .map_err(|e| {
+            anyhow::anyhow!("limits.memory cannot be enforced here: {e:#} (it needs a delegated cgroup v2 memory controller)")
+        })?;
+        cg.dirs.push(dir);
+    }
+    if is_root() {
+        match create("pids", ("pids.max", "pids.max"), &limits.pids.to_string()) {
+            Ok(dir) => cg.dirs.push(dir),
+            Err(e) if limits.pids_configured => {
+                bail!("limits.pids cannot be enforced for root here: {e:#} (the kernel exempts uid 0 from RLIMIT_NPROC; it needs a pids cgroup)")
+            }
+            Err(e) => tracing::warn!("the default pids limit is not enforced for root: {e:#}"),
+        }
+    }
+    Ok(cg)
+}
+
+/// In the helper, before it starts anything: wait until the supervisor
+/// has placed it in the cgroups (`Sandbox::start`).
+pub fn wait_until_placed(channel: &mut std::os::unix::net::UnixStream) -> Result<()> {
+    let mut byte = [0u8; 1];
+    match std::io::Read::read_exact(channel, &mut byte) {
+        Ok(()) if byte == *b"1" => Ok(()),
+        _ => bail!("the sandbox could not be placed in its cgroups"),
+    }
+}
+
+/// Right after the user namespace is created: RLIMIT_NPROC, counted in it.
+pub fn set_nproc(limits: &Limits) -> Result<()> {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit and setrlimit on a valid struct. A lower hard
+    // limit the user already has stays (it cannot be raised anyway).
+    if unsafe { libc::getrlimit(libc::RLIMIT_NPROC, &mut lim) } != 0 {
+        return Err(std::io::Error::last_os_error()).context("reading RLIMIT_NPROC");
+    }
+    lim.rlim_max = lim.rlim_max.min(limits.pids.into());
+    lim.rlim_cur = lim.rlim_max;
+    // SAFETY: as above.
+    if unsafe { libc::setrlimit(libc::RLIMIT_NPROC, &lim) } != 0 {
+        return Err(std::io::Error::last_os_error()).context("setting RLIMIT_NPROC");
+    }
+    Ok(())
+}
+
+/// For `doctor`: each limit, and how (or whether) this machine enforces it.
+pub fn describe() -> Vec<String> {
+    let cg = |c: &str| -> String {
+        match cgroup_dir(c) {
+            Some((dir, true)) => format!("cgroup v2 under {}", dir.display()),
+            Some((dir, false)) if Path::new(&dir).exists() => {
+                format!("cgroup v1 under {}", dir.display())
+            }
+            _ => String::new(),
+        }
+    };
+    let pids = if is_root() {
+        match cg("pids") {
+            s if s.is_empty() => "not enforced for root (no pids cgroup; the kernel exempts uid 0 from RLIMIT_NPROC); setting it is an error".to_string(),
+            s => s,
+        }
+    } else {
+        "RLIMIT_NPROC, counted in the sandbox's user namespace".to_string()
+    };
+    let memory = match cg("memory") {
+        s if s.is_empty() => {
+            "not enforceable (no delegated cgroup memory controller); setting it is an error"
+                .to_string()
+        }
+        s => s,
+    };
+    vec![
+        format!("pids (default 4096): {pids}"),
+        format!("memory (no default): {memory}"),
+        "tmp (default 1G): size of the private /tmp and /dev/shm tmpfs".to_string(),
+    ]
+}
