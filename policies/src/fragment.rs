@@ -53,6 +53,8 @@ pub struct Fragment {
     pub macos_keychain: Option<Located<bool>>,
     /// `[macos] dnssd`: the system resolver inside the Seatbelt sandbox.
     pub macos_dnssd: Option<Located<bool>>,
+    /// Made by a preset (its `[env] set` yields to explicit ones).
+    pub preset: bool,
 }
 
 impl Fragment {
@@ -92,6 +94,7 @@ impl Fragment {
             audit_otlp: None,
             macos_keychain: None,
             macos_dnssd: None,
+            preset: false,
         }
     }
 

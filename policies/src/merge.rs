@@ -107,6 +107,10 @@ impl Policy {
                     let mut pf = Fragment::empty(f.layer, format!("preset {}", name.value));
                     pf.allow = resolved.rules(f.layer);
                     pf.write = resolved.write_entries(f.layer);
+                    pf.deny_read = resolved.deny_read_entries(f.layer);
+                    pf.env_set = resolved.env_entries(f.layer);
+                    pf.credentials = resolved.credential_entries(f.layer);
+                    pf.preset = true;
                     preset_frags.push(pf);
                     presets.push(resolved);
                 }
@@ -221,7 +225,10 @@ impl Policy {
             }
         }
         let mut env_set = BTreeMap::new();
-        for f in &frags {
+        // What a preset sets yields to an explicit `[env] set` at any layer.
+        let (from_presets, explicit): (Vec<&Fragment>, Vec<&Fragment>) =
+            frags.iter().partition(|f| f.preset);
+        for f in from_presets.into_iter().chain(explicit) {
             for (k, v) in &f.env_set {
                 env_set.insert(k.clone(), v.clone());
             }

@@ -71,6 +71,16 @@ impl Pattern {
         if trimmed.is_empty() {
             return Err(err("empty pattern"));
         }
+        if let Some((scheme, rest)) = trimmed.split_once("://") {
+            // A URL where a host pattern belongs: say what a pattern is.
+            let host = rest.split(['/', '?', '#']).next().unwrap_or("");
+            let host = host.rsplit_once('@').map_or(host, |(_, h)| h);
+            return Err(err(&format!(
+                "a host pattern is a host name with an optional port (example.com, *.example.com, example.com:8443, 10.0.0.0/8), not a URL; \
+                 for {scheme}://{host}/ write {host}{}",
+                if host.contains(':') { "" } else { " (ports 80 and 443)" }
+            )));
+        }
         let (host_part, port_part) = if trimmed.contains('/') && !trimmed.starts_with('[') {
             // CIDR: an IPv4 CIDR may carry a port after its prefix length.
             match trimmed.rsplit_once('/') {

@@ -183,12 +183,25 @@ pub struct RequestRule {
 
 /// A header the proxy sets on the way out; `value` may hold
 /// `${env:NAME}`, read from the supervisor's environment.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct Credential {
     pub host: Pattern,
     pub header: String,
     pub value: String,
     pub origin: Located<()>,
+}
+
+/// The value is a secret (a preset's credential holds the token itself):
+/// never printed.
+impl std::fmt::Debug for Credential {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Credential")
+            .field("host", &self.host.text)
+            .field("header", &self.header)
+            .field("value", &"<hidden>")
+            .field("origin", &self.origin.origin)
+            .finish()
+    }
 }
 
 /// Expand `${env:NAME}` references. Unknown variables are an error: a

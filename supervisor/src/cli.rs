@@ -8,7 +8,11 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 #[command(
     name = "airlock",
     version,
-    about = "Run commands in an OS sandbox whose only way out is a policy-enforcing proxy"
+    about = "Run commands in an OS sandbox whose only way out is a policy-enforcing proxy",
+    after_help = "Policy files, lowest precedence first: built-in defaults; the user's \
+$XDG_CONFIG_HOME/airlock/policy.toml (~/.config/airlock/policy.toml); the project's \
+airlock.toml at the workspace root; --policy files; command-line flags; the managed \
+/etc/airlock/managed.toml (or $AIRLOCK_MANAGED_POLICY), which nothing below can loosen."
 )]
 pub struct Cli {
     /// More logging (-v shows every decision, -vv the details).
@@ -53,6 +57,14 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Print shell completions (e.g. `airlock completions bash > /etc/bash_completion.d/airlock`).
+    Completions {
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+    /// Print the man page in roff (`airlock manpage > airlock.1`).
+    #[command(hide = true)]
+    Manpage,
 }
 
 #[derive(ValueEnum, Clone, Copy, Debug)]
@@ -134,6 +146,10 @@ pub struct RunArgs {
     /// (SPEC §5.6). The run is open to any public host: review the file.
     #[arg(long, value_name = "FILE")]
     pub learn: Option<PathBuf>,
+    /// Pass this variable (or glob, e.g. 'MY_*') into the sandbox
+    /// (repeatable). Secret-looking names pass only when named exactly.
+    #[arg(long = "pass-env", value_name = "NAME")]
+    pub pass_env: Vec<String>,
     /// The command and its arguments.
     #[arg(last = true, required = true, value_name = "COMMAND")]
     pub command: Vec<String>,
@@ -165,16 +181,27 @@ pub enum PolicyCommand {
         managed: bool,
         #[arg(required = true, value_name = "FILE")]
         files: Vec<PathBuf>,
+        /// Print one JSON document: ok, files, errors, warnings.
+        #[arg(long)]
+        json: bool,
     },
     /// Print the decision for a target, the rule and the file that decided it.
     Explain {
         #[command(flatten)]
         policy: PolicyArgs,
+        /// A host with no port is explained for ports 443 and 80.
         #[arg(value_name = "HOST[:PORT]")]
         target: String,
+        /// Print a JSON array, one object per port explained.
+        #[arg(long)]
+        json: bool,
     },
     /// List the presets and what each resolves to on this machine.
-    Presets,
+    Presets {
+        /// Print a JSON array, one object per preset.
+        #[arg(long)]
+        json: bool,
+    },
     /// Trust the project policy and project tool configuration as they are
     /// now (SPEC §3.5); with FILE, that file only.
     Trust {
@@ -190,4 +217,26 @@ pub enum PolicyCommand {
         #[arg(long, value_name = "linux|macos")]
         target: String,
     },
+}
+
+/// A hint for the mistakes new users make with the command line: `airlock
+/// run cmd` without `--` (the command must follow it, so its own flags are
+/// never taken for airlock's).
+pub fn hint_for(e: &clap::Error, args: &[String]) -> Option<String> {
+    use clap::error::ErrorKind;
+    let run = args.get(1).is_some_and(|a| a == "run");
+    let dashes = args.iter().any(|a| a == "--");
+    if run
+        && !dashes
+        && matches!(
+            e.kind(),
+            ErrorKind::UnknownArgument | ErrorKind::MissingRequiredArgument
+        )
+    {
+        return Some(
+            "hint: the command goes after `--`, so that its own flags are never taken for airlock's:\n  airlock run [OPTIONS] -- <command> [args...]"
+                .into(),
+        );
+    }
+    None
 }

@@ -45,12 +45,17 @@ pub fn config(policy: &Policy) -> Result<InspectConfig> {
             host: c.host.clone(),
             header: http::HeaderName::from_bytes(c.header.as_bytes())
                 .with_context(|| format!("credential header {:?}", c.header))?,
-            value: http::HeaderValue::from_str(&value).with_context(|| {
-                format!(
-                    "credential value for {} is not a valid header value",
-                    c.host.text
-                )
-            })?,
+            value: {
+                let mut v = http::HeaderValue::from_str(&value).with_context(|| {
+                    format!(
+                        "credential value for {} is not a valid header value",
+                        c.host.text
+                    )
+                })?;
+                // Never printed by Debug, nor compressed into HPACK tables.
+                v.set_sensitive(true);
+                v
+            },
         });
     }
     Ok(InspectConfig {

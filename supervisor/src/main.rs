@@ -15,6 +15,7 @@ mod ca_cmd;
 mod cli;
 mod doctor;
 mod env;
+mod explain_cmd;
 mod inspect_setup;
 mod integrity;
 mod learn;
@@ -24,6 +25,7 @@ mod linux;
 mod macos;
 mod plan;
 mod policy_cmd;
+mod prepare;
 mod probe;
 mod proxy_cmd;
 mod report;
@@ -81,21 +83,57 @@ fn main() -> ExitCode {
             }
         }
     }
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(c) => c,
+        Err(e) => {
+            let _ = e.print();
+            if let Some(hint) = cli::hint_for(&e, &std::env::args().collect::<Vec<_>>()) {
+                eprintln!("\n{hint}");
+            }
+            return ExitCode::from(e.exit_code().clamp(0, 255) as u8);
+        }
+    };
     init_tracing(cli.verbose);
     let result = match &cli.command {
-        Command::Policy(PolicyCommand::Check { files, managed }) => {
-            policy_cmd::check(files, *managed)
-        }
-        Command::Policy(PolicyCommand::Explain { policy, target }) => {
-            policy_cmd::explain(policy, target)
-        }
-        Command::Policy(PolicyCommand::Presets) => policy_cmd::presets(),
+        Command::Policy(PolicyCommand::Check {
+            files,
+            managed,
+            json,
+        }) => policy_cmd::check(files, *managed, *json),
+        Command::Policy(PolicyCommand::Explain {
+            policy,
+            target,
+            json,
+        }) => explain_cmd::explain(policy, target, *json),
+        Command::Policy(PolicyCommand::Presets { json }) => explain_cmd::presets(*json),
         Command::Policy(PolicyCommand::Trust { policy, file }) => {
             policy_cmd::trust(policy, file.as_deref())
         }
         Command::Policy(PolicyCommand::Profile { policy, target }) => {
             policy_cmd::profile(policy, target)
+        }
+        Command::Completions { shell } => {
+            use clap::CommandFactory;
+            let mut cmd = Cli::command();
+            // Into memory first: the generator panics on a write error
+            // (a closed pipe), a buffer has none.
+            let mut buf = Vec::new();
+            clap_complete::generate(*shell, &mut cmd, "airlock", &mut buf);
+            use std::io::Write as _;
+            let _ = std::io::stdout().lock().write_all(&buf);
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Manpage => {
+            use clap::CommandFactory;
+            let mut buf = Vec::new();
+            clap_mangen::Man::new(Cli::command())
+                .render(&mut buf)
+                .map_err(anyhow::Error::from)
+                .map(|()| {
+                    use std::io::Write as _;
+                    let _ = std::io::stdout().lock().write_all(&buf);
+                    ExitCode::SUCCESS
+                })
         }
         Command::Run(args) => run_cmd::run(args),
         Command::Proxy(args) => proxy_cmd::run(args),

@@ -1,23 +1,21 @@
-//! `airlock policy check | explain | presets`.
+//! `airlock policy check | trust | profile` (`explain` and `presets` are
+//! in explain_cmd.rs).
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use airlock_policy::{
-    check_address, decide, how_to_allow, inspects, Fragment, Host, Layer, Policy, Target, PRESETS,
-};
+use airlock_policy::{Fragment, Layer, Policy};
 use anyhow::{Context, Result};
 
 use crate::cli::PolicyArgs;
-use crate::probe::SystemProbe;
 use crate::sources::{build_policy, load_file, managed_policy_path};
 
 /// Validate files; each problem is printed as `file:line:column: message`.
 /// Files are also checked against the managed policy, which they cannot
 /// loosen; with `managed`, they are checked as managed policies. Rules and
 /// credentials that can never apply are warned about (SPEC §5.3).
-pub fn check(files: &[PathBuf], managed: bool) -> Result<ExitCode> {
-    let mut failed = false;
+pub fn check(files: &[PathBuf], managed: bool, as_json: bool) -> Result<ExitCode> {
+    let mut errors: Vec<String> = vec![];
     let mut frags = vec![];
     let layer = if managed {
         Layer::Managed
@@ -29,10 +27,7 @@ pub fn check(files: &[PathBuf], managed: bool) -> Result<ExitCode> {
             Ok(Some(f)) => frags.push(f),
             Ok(None) => {}
             Err(diags) => {
-                failed = true;
-                for d in diags {
-                    say!("{d}");
-                }
+                errors.extend(diags.iter().map(|d| d.to_string()));
             }
         }
     }
@@ -46,10 +41,7 @@ pub fn check(files: &[PathBuf], managed: bool) -> Result<ExitCode> {
             Ok(Some(m)) => frags.push(m),
             Ok(None) => {}
             Err(diags) => {
-                failed = true;
-                for d in diags {
-                    say!("{d}");
-                }
+                errors.extend(diags.iter().map(|d| d.to_string()));
             }
         }
     }
@@ -57,21 +49,35 @@ pub fn check(files: &[PathBuf], managed: bool) -> Result<ExitCode> {
     all.extend(frags);
     // Presets are not resolved here: checking a file must not run tools.
     let policy = Policy::build(all, &airlock_policy::preset::Offline);
-    for c in &policy.conflicts {
-        failed = true;
-        say!("{c}");
-    }
-    for w in never_apply(&policy) {
-        say!("warning: {w}");
-    }
-    if failed {
-        Ok(ExitCode::from(1))
+    errors.extend(policy.conflicts.iter().map(|c| c.to_string()));
+    let warnings = never_apply(&policy);
+    let failed = !errors.is_empty();
+    if as_json {
+        let doc = serde_json::json!({
+            "ok": !failed,
+            "files": files.iter().map(|f| f.display().to_string()).collect::<Vec<_>>(),
+            "errors": errors,
+            "warnings": warnings,
+        });
+        say!("{}", serde_json::to_string_pretty(&doc)?);
     } else {
-        for f in files {
-            say!("{}: ok", f.display());
+        for e in &errors {
+            say!("{e}");
         }
-        Ok(ExitCode::SUCCESS)
+        for w in &warnings {
+            say!("warning: {w}");
+        }
+        if !failed {
+            for f in files {
+                say!("{}: ok", f.display());
+            }
+        }
     }
+    Ok(if failed {
+        ExitCode::from(1)
+    } else {
+        ExitCode::SUCCESS
+    })
 }
 
 /// Request rules and credentials that can never apply: no allow rule
@@ -102,92 +108,6 @@ pub fn never_apply(policy: &Policy) -> Vec<String> {
         }
     }
     out
-}
-
-pub fn explain(args: &PolicyArgs, target: &str) -> Result<ExitCode> {
-    let built = build_policy(args, &[], crate::sources::Named::NeedTrust)?;
-    built.warn_untrusted();
-    let policy = built.policy;
-    let target = match Target::parse(target, Some(443)) {
-        Ok(t) => t,
-        Err(e) => {
-            say!("target:   {target}");
-            say!("verdict:  deny");
-            say!("reason:   invalid-host");
-            say!("detail:   {e}");
-            return Ok(ExitCode::SUCCESS);
-        }
-    };
-    let d = decide(&policy, &target);
-    say!("target:   {target}");
-    say!("verdict:  {}", d.verdict.as_str());
-    say!("reason:   {}", d.reason);
-    match &d.rule {
-        Some(r) => {
-            say!("rule:     {}", r.value.text);
-            say!("source:   {} ({} layer)", r.origin, r.layer.name());
-        }
-        None if d.verdict == airlock_policy::Verdict::Ask => {
-            say!(
-                "rule:     none matched; unknown = \"ask\" ({})",
-                policy.unknown.origin
-            );
-        }
-        None => say!(
-            "rule:     none matched; unknown = \"deny\" ({})",
-            policy.unknown.origin
-        ),
-    }
-    if inspects(&policy, &target) {
-        say!("inspect:  yes (TLS is decrypted and checked)");
-    }
-    if d.is_allow() {
-        let pinned = match &target.host {
-            Host::Ip(ip) => Some((*ip, "IP literal".to_string())),
-            name => policy
-                .resolve
-                .get(name)
-                .map(|ip| (ip.value, ip.origin.to_string())),
-        };
-        match pinned {
-            Some((ip, from)) => {
-                let nets: Vec<_> = policy.allow_private.iter().map(|n| n.value).collect();
-                match check_address(ip, &nets, &[]) {
-                    Ok(()) => say!("address:  {ip} ({from}): allowed"),
-                    Err(why) => say!(
-                        "address:  {ip} ({from}): refused, private-address ({why}); allow the range with --allow-private"
-                    ),
-                }
-            }
-            None => say!("address:  resolved by the proxy at connect time, then checked against private ranges"),
-        }
-    } else {
-        say!("to allow: {}", how_to_allow(&target, d.reason));
-    }
-    Ok(ExitCode::SUCCESS)
-}
-
-pub fn presets() -> Result<ExitCode> {
-    let workspace = std::env::current_dir().context("cannot read the current directory")?;
-    let trust = crate::trust::Trust::new(vec![workspace.clone()]);
-    let probe = SystemProbe {
-        workspace,
-        trust: &trust,
-    };
-    for p in PRESETS {
-        say!("{}: {}", p.name, p.summary);
-        let r = p.resolve(&probe);
-        for (host, from) in &r.hosts {
-            say!("  allow {host:<40} from {from}");
-        }
-        for (path, from) in &r.writes {
-            say!("  write {path:<40} from {from}");
-        }
-        for n in &r.notes {
-            say!("  note: {n}");
-        }
-    }
-    Ok(ExitCode::SUCCESS)
 }
 
 /// `airlock policy profile --target linux|macos`.
@@ -228,8 +148,12 @@ pub fn profile(args: &PolicyArgs, target: &str) -> Result<ExitCode> {
                 }
             );
             say!(
-                "network: {:?}{}",
-                net,
+                "network: {}{}",
+                match net {
+                    crate::plan::Net::Proxy => "proxy",
+                    crate::plan::Net::None => "none (loopback only)",
+                    crate::plan::Net::Host => "host (no boundary)",
+                },
                 if net == crate::plan::Net::Proxy {
                     format!(
                         " (proxy on 127.0.0.1:{} inside)",
@@ -253,11 +177,16 @@ pub fn profile(args: &PolicyArgs, target: &str) -> Result<ExitCode> {
             }
             say!("tmpfs     /run, /var/run, /dev/shm");
             say!("tmpfs     /dev with null zero full random urandom tty, devpts /dev/pts");
+            // What exists is hidden; an absent path is listed as such, and
+            // macOS's own locations are left out of the Linux view.
             for p in &plan.deny_read {
-                say!(
-                    "hide      {} (tmpfs over a directory, /dev/null over a file)",
-                    p.display()
-                );
+                let how = match p.symlink_metadata() {
+                    Ok(m) if m.is_dir() => "tmpfs over the directory",
+                    Ok(_) => "/dev/null bound over the file",
+                    Err(_) if p.starts_with(home.join("Library")) => continue,
+                    Err(_) => "absent now: nothing to hide",
+                };
+                say!("hide      {} ({how})", p.display());
             }
             for p in &plan.deny_write {
                 say!("readonly  {} (bind, if it exists)", p.display());

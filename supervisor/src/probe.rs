@@ -59,15 +59,7 @@ impl Probe for SystemProbe<'_> {
     /// directory a sandbox could have written.
     fn output(&self, argv: &[&str]) -> Option<String> {
         tracing::debug!(?argv, "preset probe runs in a network-less sandbox");
-        let path: Vec<String> = std::env::var("PATH")
-            .unwrap_or_else(|_| "/usr/local/bin:/usr/bin:/bin".into())
-            .split(':')
-            .filter(|d| d.starts_with('/') && !self.trust.needs_trust(Path::new(d)))
-            .map(str::to_string)
-            .collect();
-        let mut env = crate::env::scrub(std::env::vars(), &[], &Default::default());
-        env.insert("PATH".into(), path.join(":"));
-        let plan = probe_plan(argv, env);
+        let plan = probe_plan(argv, self.probe_env());
         match run_sandboxed(&plan) {
             Ok(out) => out,
             Err(e) => {
@@ -81,8 +73,45 @@ impl Probe for SystemProbe<'_> {
         std::env::var_os("HOME").map(PathBuf::from)
     }
 
+    /// Like `output`, but the sandbox's network is the proxy listener, and
+    /// the proxy here only writes down each destination and refuses it:
+    /// nothing leaves the machine.
+    fn observe(&self, argv: &[&str], extra: &[(&str, &str)]) -> Vec<String> {
+        tracing::debug!(?argv, "preset probe observes where a tool connects");
+        let mut env = self.probe_env();
+        for (k, v) in extra {
+            env.insert(k.to_string(), v.to_string());
+        }
+        crate::env::add_proxy(&mut env, crate::plan::SANDBOX_PROXY_PORT);
+        let mut plan = probe_plan(argv, env);
+        plan.net = Net::Proxy;
+        match observe_sandboxed(&plan) {
+            Ok(seen) => seen,
+            Err(e) => {
+                tracing::warn!("preset probe {argv:?} could not run sandboxed: {e:#}");
+                vec![]
+            }
+        }
+    }
+
     fn workspace(&self) -> PathBuf {
         self.workspace.clone()
+    }
+}
+
+impl SystemProbe<'_> {
+    /// A scrubbed environment whose PATH holds no directory a sandbox
+    /// could have written.
+    fn probe_env(&self) -> BTreeMap<String, String> {
+        let path: Vec<String> = std::env::var("PATH")
+            .unwrap_or_else(|_| "/usr/local/bin:/usr/bin:/bin".into())
+            .split(':')
+            .filter(|d| d.starts_with('/') && !self.trust.needs_trust(Path::new(d)))
+            .map(str::to_string)
+            .collect();
+        let mut env = crate::env::scrub(std::env::vars(), &[], &Default::default());
+        env.insert("PATH".into(), path.join(":"));
+        env
     }
 }
 
@@ -157,4 +186,98 @@ fn run_sandboxed(plan: &Plan) -> anyhow::Result<Option<String>> {
 #[cfg(not(target_os = "linux"))]
 fn run_sandboxed(_: &Plan) -> anyhow::Result<Option<String>> {
     anyhow::bail!("sandboxed probes are built for Linux only; configure the registry explicitly")
+}
+
+/// Run the probe with its proxy listener answered here: every request's
+/// destination (CONNECT or absolute-form) is recorded and refused with
+/// 403. Returns the destinations, in order, without repeats.
+#[cfg(target_os = "linux")]
+fn observe_sandboxed(plan: &Plan) -> anyhow::Result<Vec<String>> {
+    use std::io::{BufRead, BufReader, Write};
+    use std::process::Stdio;
+    use std::time::Instant;
+    let sandbox =
+        crate::linux::Sandbox::start_with(plan, [Stdio::null(), Stdio::null(), Stdio::null()])?;
+    let (mut child, fd, _) = sandbox.into_parts();
+    let listener = std::net::TcpListener::from(
+        fd.ok_or_else(|| anyhow::anyhow!("the probe sandbox has no proxy listener"))?,
+    );
+    listener.set_nonblocking(true)?;
+    let deadline = Instant::now() + PROBE_TIMEOUT;
+    let mut seen: Vec<String> = vec![];
+    loop {
+        match listener.accept() {
+            Ok((stream, _)) => {
+                let _ = stream.set_nonblocking(false);
+                let _ = stream.set_read_timeout(Some(Duration::from_secs(2)));
+                let mut line = String::new();
+                let mut reader = BufReader::new(&stream);
+                if reader.read_line(&mut line).is_ok() {
+                    if let Some(t) = destination(&line) {
+                        if !seen.contains(&t) {
+                            seen.push(t);
+                        }
+                    }
+                }
+                let _ = (&stream).write_all(
+                    b"HTTP/1.1 403 Forbidden\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
+                );
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                if child.try_wait()?.is_some() {
+                    break;
+                }
+                if Instant::now() > deadline {
+                    // SAFETY: kill(2) on our own, unreaped child.
+                    unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGKILL) };
+                    let _ = child.wait();
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(seen)
+}
+
+#[cfg(not(target_os = "linux"))]
+fn observe_sandboxed(_: &Plan) -> anyhow::Result<Vec<String>> {
+    anyhow::bail!("sandboxed probes are built for Linux only; configure the registry explicitly")
+}
+
+/// `host:port` from a request line: `CONNECT host:port HTTP/1.1`, or an
+/// absolute-form `GET http://host[:port]/path HTTP/1.1` (port 80 then).
+fn destination(line: &str) -> Option<String> {
+    let mut parts = line.split_whitespace();
+    let (method, target) = (parts.next()?, parts.next()?);
+    let t = if method == "CONNECT" {
+        target.to_string()
+    } else {
+        let u = url::Url::parse(target).ok()?;
+        format!("{}:{}", u.host_str()?, u.port_or_known_default()?)
+    };
+    // Only what a host pattern can say: a plain name or address and a port.
+    let ok = t
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'-' | b':' | b'[' | b']'));
+    (ok && t.contains(':')).then_some(t)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn destinations_from_request_lines() {
+        use super::destination;
+        assert_eq!(
+            destination("CONNECT idx.test:443 HTTP/1.1\r\n").as_deref(),
+            Some("idx.test:443")
+        );
+        assert_eq!(
+            destination("GET http://plain.test/x HTTP/1.1\r\n").as_deref(),
+            Some("plain.test:80")
+        );
+        assert_eq!(destination("CONNECT a b\x1b[2J:1 HTTP/1.1"), None);
+        assert_eq!(destination("GET /relative HTTP/1.1"), None);
+    }
 }

@@ -72,6 +72,7 @@ pub fn run(args: &RunArgs) -> Result<ExitCode> {
             .mode(0o700)
             .create(dir);
     }
+    crate::prepare::before_run(&mut policy, args, &home, &workspace)?;
     let mut plan = plan::build(
         &policy,
         &Options {

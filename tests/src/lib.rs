@@ -487,6 +487,7 @@ impl Fixture {
 }
 
 pub mod pty;
+pub mod registry;
 pub mod tls;
 pub mod who;
 

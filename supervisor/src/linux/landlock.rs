@@ -48,7 +48,11 @@ fn abi_for(v: i32) -> ABI {
 /// What the ruleset will be, for `airlock policy profile`.
 pub fn describe(read: &[PathBuf], write: &[PathBuf], abi: i32) -> Vec<String> {
     let abi = abi_for(abi);
-    let mut out = vec![format!("handled: {:?}", AccessFs::from_all(abi))];
+    let names: Vec<String> = AccessFs::from_all(abi)
+        .iter()
+        .map(|a| format!("{a:?}"))
+        .collect();
+    let mut out = vec![format!("handled: {}", names.join(", "))];
     out.extend(read.iter().map(|p| format!("read    {}", p.display())));
     out.extend(write.iter().map(|p| format!("write   {}", p.display())));
     if abi >= ABI::V6 {

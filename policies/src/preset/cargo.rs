@@ -1,0 +1,371 @@
+//! Cargo: registries from env, `.cargo/config.toml` and the host's index
+//! cache; an airlock-owned `CARGO_HOME` (cargo has no separate cache
+//! directory) holding a copy of the user's configuration without tokens;
+//! registry tokens kept outside and added by the proxy.
+
+use std::path::{Path, PathBuf};
+
+use super::{ini_values, ConfigCopy, Probe, Resolved};
+
+/// What cargo reads in place of a token it does not hold: the proxy
+/// replaces the whole `Authorization` header on the registry's host, so
+/// this value never leaves the machine. Cargo refuses to contact a
+/// registry that requires authentication without some token.
+pub const PLACEHOLDER_TOKEN: &str = "airlock-proxy-adds-the-token";
+
+/// Variables cargo reads for registries and TLS (besides
+/// `CARGO_REGISTRIES_*`), passed when set.
+const PASS: &[&str] = &[
+    "CARGO_REGISTRY_DEFAULT",
+    "CARGO_HTTP_CAINFO",
+    "CARGO_HTTP_CHECK_REVOKE",
+    "CARGO_NET_GIT_FETCH_WITH_CLI",
+    // Which toolchain rustup's `cargo` runs, when not the default place.
+    "RUSTUP_HOME",
+    "RUSTUP_TOOLCHAIN",
+    "SSL_CERT_FILE",
+    "SSL_CERT_DIR",
+];
+
+/// `NAME` as cargo spells it in environment variables.
+fn env_name(registry: &str) -> String {
+    registry.to_ascii_uppercase().replace('-', "_")
+}
+
+pub(super) fn resolve(p: &dyn Probe, r: &mut Resolved) {
+    let mut indexes: Vec<(String, String)> = vec![];
+    for (k, _) in p.env_vars() {
+        let Some(rest) = k.strip_prefix("CARGO_REGISTRIES_") else {
+            if k == "CARGO_REGISTRY_INDEX" {
+                if let Some(v) = r.pass_env(p, &k) {
+                    r.add_url(&v, format!("${k}"));
+                }
+            }
+            continue;
+        };
+        if let Some(name) = rest.strip_suffix("_INDEX") {
+            if let Some(v) = r.pass_env(p, &k) {
+                r.add_url(&v, format!("${k}"));
+                indexes.push((name.to_string(), v));
+            }
+        } else if rest.ends_with("_PROTOCOL") || rest.ends_with("_CREDENTIAL_PROVIDER") {
+            r.pass_env(p, &k);
+        }
+    }
+    for var in PASS {
+        r.pass_env(p, var);
+    }
+    let cargo_home = p
+        .env("CARGO_HOME")
+        .map(PathBuf::from)
+        .or_else(|| p.home().map(|h| h.join(".cargo")));
+    let mut files = vec![];
+    let mut dir = Some(p.workspace());
+    while let Some(d) = dir {
+        files.push(d.join(".cargo/config.toml"));
+        files.push(d.join(".cargo/config"));
+        dir = d.parent().map(Path::to_path_buf);
+    }
+    if let Some(h) = &cargo_home {
+        files.push(h.join("config.toml"));
+        files.push(h.join("config"));
+    }
+    for file in &files {
+        let Some(text) = p.read(file) else { continue };
+        for key in ["index", "registry"] {
+            for (line, v) in ini_values(&text, key) {
+                r.add_url(v, format!("{}:{line}", file.display()));
+            }
+        }
+        if let Ok(t) = text.parse::<toml::Table>() {
+            if let Some(regs) = t.get("registries").and_then(|v| v.as_table()) {
+                for (name, reg) in regs {
+                    if let Some(i) = reg.get("index").and_then(|v| v.as_str()) {
+                        indexes.push((env_name(name), i.to_string()));
+                    }
+                }
+            }
+        }
+    }
+    let Some(h) = cargo_home else {
+        r.notes
+            .push("cargo: neither CARGO_HOME nor HOME is set".into());
+        return;
+    };
+    own_home(p, r, &h, &indexes);
+    // Registries cargo has already used: the index cache is named
+    // `<host>-<hash>` and holds the registry's config.json (download and
+    // API hosts).
+    let index = h.join("registry/index");
+    let dirs = p.list_dir(&index);
+    if dirs.is_empty() && r.hosts.is_empty() {
+        observe_default_registry(p, r, &index);
+    }
+    for d in dirs {
+        let Some((host, hash)) = d.rsplit_once('-') else {
+            continue;
+        };
+        if hash.len() != 16 || !hash.bytes().all(|b| b.is_ascii_hexdigit()) {
+            continue;
+        }
+        r.add_url(
+            &format!("https://{host}/"),
+            format!("{}", index.join(&d).display()),
+        );
+        let cfg = index.join(&d).join("config.json");
+        if let Some(text) = p.read(&cfg) {
+            for key in ["\"dl\"", "\"api\""] {
+                if let Some(url) = json_string_after(&text, key) {
+                    r.add_url(&url, format!("{}", cfg.display()));
+                }
+            }
+        }
+    }
+}
+
+/// Point cargo at `<airlock cache>/cargo`: its registry cache is then the
+/// sandbox's own. The user's `config.toml` is copied there without its
+/// tokens (airlock rewrites it before every run), the user's credentials
+/// are hidden, and each token becomes a proxy credential on its
+/// registry's index host.
+fn own_home(p: &dyn Probe, r: &mut Resolved, host_home: &Path, indexes: &[(String, String)]) {
+    r.own_cache(p, "CARGO_HOME", "cargo");
+    let Some(own) = r
+        .env
+        .iter()
+        .find(|(n, _, _)| n == "CARGO_HOME")
+        .map(|(_, v, _)| PathBuf::from(v))
+    else {
+        return;
+    };
+    let mut tokens: Vec<(String, String, String)> = vec![];
+    let user_config = host_home.join("config.toml");
+    let mut copy = String::new();
+    if let Some(text) = p.read(&user_config) {
+        tokens.extend(registry_tokens(&text, &user_config));
+        for line in text.lines() {
+            let key = line.split_once('=').map(|(k, _)| k.trim());
+            if matches!(key, Some("token" | "secret-key")) {
+                continue;
+            }
+            copy.push_str(line);
+            copy.push('\n');
+        }
+        if !tokens.is_empty() {
+            r.hide(
+                &user_config,
+                "holds registry tokens; the proxy adds them".into(),
+            );
+        }
+    }
+    // Written even when empty, so nothing a sandbox left there is read.
+    r.files.push(ConfigCopy {
+        path: own.join("config.toml"),
+        text: copy,
+        from: user_config,
+    });
+    for name in ["credentials.toml", "credentials"] {
+        let file = host_home.join(name);
+        if let Some(text) = p.read(&file) {
+            tokens.extend(registry_tokens(&text, &file));
+            r.hide(&file, "cargo's registry tokens; the proxy adds them".into());
+        }
+    }
+    for (k, v) in p.env_vars() {
+        if let Some(name) = k
+            .strip_prefix("CARGO_REGISTRIES_")
+            .and_then(|n| n.strip_suffix("_TOKEN"))
+        {
+            tokens.push((name.to_string(), v, format!("${k}")));
+        }
+    }
+    for (name, token, from) in tokens {
+        if name.is_empty() {
+            r.notes.push(format!(
+                "cargo: {from}: the default registry's token is hidden; publishing from inside the sandbox is not supported"
+            ));
+            continue;
+        }
+        let Some(host) = indexes
+            .iter()
+            .find(|(n, _)| *n == name)
+            .and_then(|(_, i)| super::url_host(i))
+        else {
+            r.notes.push(format!(
+                "cargo: {from}: the token of registry {name} is hidden, and its index is unknown, so nothing adds it"
+            ));
+            continue;
+        };
+        r.credential(host, "Authorization", token, from);
+        r.set_env(
+            &format!("CARGO_REGISTRIES_{name}_TOKEN"),
+            PLACEHOLDER_TOKEN.into(),
+            "a placeholder: the proxy adds the real token".into(),
+        );
+        // Cargo reads a token for a registry that requires one only through
+        // a credential provider; `cargo:token` is the one that reads the
+        // variable above.
+        r.set_env(
+            &format!("CARGO_REGISTRIES_{name}_CREDENTIAL_PROVIDER"),
+            "cargo:token".into(),
+            "so cargo sends the placeholder the proxy replaces".into(),
+        );
+    }
+}
+
+/// An empty machine: no registry configured, none cached. Cargo is asked
+/// to resolve a dependency in the probe sandbox, whose proxy refuses
+/// everything and records where cargo tried to go: its default index.
+/// The download host is named by that index's config.json, which only a
+/// real fetch reads; the first run asks for it (or `--allow` it).
+fn observe_default_registry(p: &dyn Probe, r: &mut Resolved, index: &Path) {
+    let script = "set -e; d=$(mktemp -d); cd \"$d\"; mkdir src; : > src/lib.rs; \
+        printf '[package]\\nname = \"probe\"\\nversion = \"0.0.0\"\\nedition = \"2021\"\\n[dependencies]\\nairlock-registry-probe = \"1\"\\n' > Cargo.toml; \
+        CARGO_HOME=\"$d/home\" cargo generate-lockfile";
+    // rustup's proxy finds its toolchains through RUSTUP_HOME when set.
+    let rustup = p.env("RUSTUP_HOME");
+    let mut env = vec![("CARGO_NET_RETRY", "0")];
+    if let Some(r) = &rustup {
+        env.push(("RUSTUP_HOME", r));
+    }
+    let seen = p.observe(&["sh", "-c", script], &env);
+    if seen.is_empty() {
+        r.notes.push(format!(
+            "cargo: no registry configured, none cached in {}, and cargo connected nowhere in the probe sandbox (is cargo installed?); set CARGO_REGISTRIES_<NAME>_INDEX",
+            index.display()
+        ));
+        return;
+    }
+    for target in seen {
+        let url = match target.strip_suffix(":443") {
+            Some(host) => format!("https://{host}/"),
+            None => format!("https://{target}/"),
+        };
+        r.add_url(
+            &url,
+            "where `cargo generate-lockfile` connected in the probe sandbox (cargo's built-in default)".into(),
+        );
+    }
+    r.notes.push(
+        "cargo: the download host is named by the registry's config.json, read on the first fetch: approve it then, or allow it".into(),
+    );
+}
+
+/// `(NAME, token, where)` for `[registries.NAME] token`, and `("", …)` for
+/// the default registry's `[registry] token`.
+fn registry_tokens(text: &str, file: &Path) -> Vec<(String, String, String)> {
+    let Ok(t) = text.parse::<toml::Table>() else {
+        return vec![];
+    };
+    let from = file.display().to_string();
+    let mut out = vec![];
+    if let Some(tok) = t
+        .get("registry")
+        .and_then(|r| r.get("token"))
+        .and_then(|v| v.as_str())
+    {
+        out.push((String::new(), tok.to_string(), from.clone()));
+    }
+    if let Some(regs) = t.get("registries").and_then(|v| v.as_table()) {
+        for (name, reg) in regs {
+            if let Some(tok) = reg.get("token").and_then(|v| v.as_str()) {
+                out.push((env_name(name), tok.to_string(), from.clone()));
+            }
+        }
+    }
+    out
+}
+
+/// The string value after `"key":` in a small flat JSON object.
+fn json_string_after(text: &str, key: &str) -> Option<String> {
+    let rest = &text[text.find(key)? + key.len()..];
+    let rest = rest
+        .trim_start()
+        .strip_prefix(':')?
+        .trim_start()
+        .strip_prefix('"')?;
+    Some(rest[..rest.find('"')?].to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::find;
+    use super::super::tests::FakeProbe;
+    use super::PLACEHOLDER_TOKEN;
+
+    #[test]
+    fn own_home_and_tokens_outside() {
+        let mut p = FakeProbe::default();
+        p.env.insert(
+            "CARGO_REGISTRIES_CORP_INDEX".into(),
+            "sparse+https://cargo.corp.test/index/".into(),
+        );
+        p.files.insert(
+            "/home/u/.cargo/credentials.toml".into(),
+            "[registries.corp]\ntoken = \"cargo-s3cret\"\n[registry]\ntoken = \"pub\"\n".into(),
+        );
+        p.files.insert(
+            "/home/u/.cargo/config.toml".into(),
+            "[net]\nretry = 3\n[registries.other]\nindex = \"sparse+https://other.test/\"\ntoken = \"t2\"\n".into(),
+        );
+        let r = find("cargo").unwrap().resolve(&p);
+        let env = |k: &str| {
+            r.env
+                .iter()
+                .find(|(n, _, _)| n == k)
+                .map(|(_, v, _)| v.clone())
+        };
+        assert_eq!(
+            env("CARGO_HOME").as_deref(),
+            Some("/home/u/.cache/airlock/cargo")
+        );
+        assert_eq!(
+            env("CARGO_REGISTRIES_CORP_TOKEN").as_deref(),
+            Some(PLACEHOLDER_TOKEN)
+        );
+        assert_eq!(
+            env("CARGO_REGISTRIES_OTHER_TOKEN").as_deref(),
+            Some(PLACEHOLDER_TOKEN)
+        );
+        let creds: Vec<_> = r
+            .credentials
+            .iter()
+            .map(|c| (c.host.as_str(), c.value.as_str()))
+            .collect();
+        assert_eq!(
+            creds,
+            [("other.test", "t2"), ("cargo.corp.test", "cargo-s3cret")]
+        );
+        let hidden: Vec<_> = r.hide.iter().map(|(h, _)| h.as_str()).collect();
+        assert_eq!(
+            hidden,
+            [
+                "/home/u/.cargo/config.toml",
+                "/home/u/.cargo/credentials.toml"
+            ]
+        );
+        let copy = &r.files[0];
+        assert_eq!(
+            copy.path,
+            std::path::Path::new("/home/u/.cache/airlock/cargo/config.toml")
+        );
+        assert!(copy.text.contains("retry = 3") && !copy.text.contains("t2"));
+        assert!(r.notes.iter().any(|n| n.contains("publishing")));
+    }
+
+    #[test]
+    fn an_empty_machine_learns_the_default_registry_by_observing() {
+        let mut p = FakeProbe::default();
+        let r = find("cargo").unwrap().resolve(&p);
+        assert!(r.hosts.is_empty() && r.notes.iter().any(|n| n.contains("connected nowhere")));
+        // What the tool tried is what is allowed, whatever its name.
+        p.outputs.insert(
+            "observe cargo".into(),
+            "idx.example.test:443\nother.example.test:8443\n".into(),
+        );
+        let r = find("cargo").unwrap().resolve(&p);
+        let hosts: Vec<_> = r.hosts.iter().map(|(h, _)| h.as_str()).collect();
+        assert_eq!(hosts, ["idx.example.test", "other.example.test:8443"]);
+        assert!(r.hosts[0].1.contains("probe sandbox"));
+    }
+}

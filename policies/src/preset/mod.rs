@@ -1,0 +1,580 @@
+//! Presets (SPEC §3.4). A package-manager preset never names its registry:
+//! it asks the package manager's own configuration, environment and
+//! output, through a `Probe` the caller supplies, so that this crate stays
+//! free of I/O and enterprise mirrors work unedited.
+//!
+//! A preset is the whole recipe for its tool: the hosts, the variables the
+//! tool reads for registries and CA certificates (without secrets), caches
+//! owned by airlock, and the registry credentials kept outside the sandbox
+//! and added by the proxy. One module per tool.
+
+mod cargo;
+mod git;
+mod go;
+mod npm;
+mod pypi;
+mod secret;
+
+use std::path::{Path, PathBuf};
+
+use crate::fragment::Rule;
+use crate::pattern::{Pattern, PatternList};
+use crate::source::{Layer, Located, Origin};
+
+pub use secret::strip_url_secret;
+
+/// The machine, as presets see it.
+pub trait Probe {
+    fn env(&self, name: &str) -> Option<String>;
+    /// All environment variables (for prefixes such as `CARGO_REGISTRIES_`).
+    fn env_vars(&self) -> Vec<(String, String)>;
+    fn read(&self, path: &Path) -> Option<String>;
+    /// Entries of a directory, by file name.
+    fn list_dir(&self, path: &Path) -> Vec<String>;
+    /// Run a program and return its stdout, or `None` if it is absent or fails.
+    fn output(&self, argv: &[&str]) -> Option<String>;
+    fn home(&self) -> Option<PathBuf>;
+    fn workspace(&self) -> PathBuf;
+    /// Run a program with these extra variables, with a proxy that
+    /// refuses every connection, and return where it tried to connect
+    /// (`host:port`, in order, without repeats). For a tool whose
+    /// configuration names no registry on an empty machine: its built-in
+    /// default is learned from what it does, not from a list in airlock.
+    fn observe(&self, _argv: &[&str], _env: &[(&str, &str)]) -> Vec<String> {
+        vec![]
+    }
+}
+
+/// A machine with nothing on it: presets resolve to no hosts. For checks
+/// that must not run tools, and for tests and fuzzing.
+pub struct Offline;
+
+impl Probe for Offline {
+    fn env(&self, _: &str) -> Option<String> {
+        None
+    }
+    fn env_vars(&self) -> Vec<(String, String)> {
+        vec![]
+    }
+    fn read(&self, _: &Path) -> Option<String> {
+        None
+    }
+    fn list_dir(&self, _: &Path) -> Vec<String> {
+        vec![]
+    }
+    fn output(&self, _: &[&str]) -> Option<String> {
+        None
+    }
+    fn home(&self) -> Option<PathBuf> {
+        None
+    }
+    fn workspace(&self) -> PathBuf {
+        PathBuf::from("/")
+    }
+}
+
+pub struct Preset {
+    pub name: &'static str,
+    pub summary: &'static str,
+    resolve: fn(&dyn Probe, &mut Resolved),
+}
+
+/// A registry credential the proxy adds on the way out, so the sandbox
+/// never holds it. Its value is never printed (`Debug` hides it).
+#[derive(Clone, PartialEq, Eq)]
+pub struct PresetCredential {
+    /// Host pattern (`host` or `host:port`).
+    pub host: String,
+    pub header: String,
+    pub value: String,
+    /// Where it was found.
+    pub from: String,
+}
+
+impl std::fmt::Debug for PresetCredential {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "PresetCredential({} {}: <hidden> from {})",
+            self.host, self.header, self.from
+        )
+    }
+}
+
+/// A sanitised copy of a tool configuration file that the caller writes
+/// before the run, outside every writable root; the tool is pointed at it
+/// while the original (which holds a secret) is hidden.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigCopy {
+    pub path: PathBuf,
+    pub text: String,
+    /// The original it replaces.
+    pub from: PathBuf,
+}
+
+/// What a preset resolved to: each host with where it was found, and
+/// notes on what was looked at and not found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Resolved {
+    pub name: String,
+    pub hosts: Vec<(String, String)>,
+    /// Directories the tool writes outside the workspace (its caches),
+    /// with where each was found.
+    pub writes: Vec<(String, String)>,
+    /// The airlock-owned caches among `writes`: created when missing.
+    pub caches: Vec<String>,
+    /// Variables set inside the sandbox: (name, value, where it came from).
+    /// Values never hold a secret.
+    pub env: Vec<(String, String, String)>,
+    /// Files holding a secret, hidden inside the sandbox, with why.
+    pub hide: Vec<(String, String)>,
+    /// Credentials the proxy adds (inspecting their hosts).
+    pub credentials: Vec<PresetCredential>,
+    /// Sanitised configuration copies the caller writes before the run.
+    pub files: Vec<ConfigCopy>,
+    pub notes: Vec<String>,
+}
+
+impl Resolved {
+    fn add(&mut self, pattern: String, from: String) {
+        if !self.hosts.iter().any(|(p, _)| *p == pattern) {
+            self.hosts.push((pattern, from));
+        }
+    }
+
+    /// Add the host (and port, when not the scheme's default) of a URL.
+    fn add_url(&mut self, url: &str, from: String) {
+        if let Some(pattern) = url_host(url) {
+            if Pattern::parse(&pattern, PatternList::Allow).is_ok() {
+                self.add(pattern, from);
+            } else {
+                self.notes.push(format!("{from}: cannot allow {pattern:?}"));
+            }
+        }
+    }
+
+    fn add_write(&mut self, path: String, from: String) {
+        if !path.is_empty() && !self.writes.iter().any(|(p, _)| *p == path) {
+            self.writes.push((path, from));
+        }
+    }
+
+    /// Point the tool at an airlock-owned cache `<cache base>/<sub>`
+    /// through `var`: writable, created when missing, and never a
+    /// directory the host's own tool reads (SPEC §3.4).
+    fn own_cache(&mut self, p: &dyn Probe, var: &str, sub: &str) {
+        let Some(base) = airlock_cache(p) else {
+            self.notes.push(format!(
+                "{}: neither XDG_CACHE_HOME nor HOME is set; no cache for {var}",
+                self.name
+            ));
+            return;
+        };
+        let dir = base.join(sub).display().to_string();
+        self.add_write(dir.clone(), "airlock's own cache".into());
+        if !self.caches.contains(&dir) {
+            self.caches.push(dir.clone());
+        }
+        self.set_env(var, dir, "airlock's own cache".into());
+    }
+
+    fn set_env(&mut self, name: &str, value: String, from: String) {
+        self.env.retain(|(n, _, _)| n != name);
+        self.env.push((name.to_string(), value, from));
+    }
+
+    /// Pass the host's `name` into the sandbox when set. A URL inside it
+    /// loses its `user:password@`, which becomes a credential the proxy
+    /// adds on that URL's host; a value that is itself a secret is not
+    /// passed. Returns the value as passed.
+    fn pass_env(&mut self, p: &dyn Probe, name: &str) -> Option<String> {
+        let raw = p.env(name)?;
+        let from = format!("${name}");
+        // Lists are separated by spaces (PIP_EXTRA_INDEX_URL), commas and
+        // pipes (GOPROXY); each word is cleaned on its own.
+        let mut value = String::with_capacity(raw.len());
+        for word in raw.split_inclusive([' ', ',', '|']) {
+            let (word, sep) = match word.char_indices().last() {
+                Some((i, ' ' | ',' | '|')) => (&word[..i], &word[i..]),
+                _ => (word, ""),
+            };
+            // `name=url` (UV_INDEX) keeps its name.
+            let (prefix, url) = match word.split_once('=') {
+                Some((n, u)) if u.contains("://") => (&word[..=n.len()], u),
+                _ => ("", word),
+            };
+            match strip_url_secret(url) {
+                Some((stripped, cred)) => {
+                    if let Some(c) = cred {
+                        self.credential(c.host, &c.header, c.value, from.clone());
+                    }
+                    value.push_str(prefix);
+                    value.push_str(&stripped);
+                }
+                None => value.push_str(word),
+            }
+            value.push_str(sep);
+        }
+        self.set_env(name, value.clone(), from);
+        Some(value)
+    }
+
+    fn hide(&mut self, path: &Path, why: String) {
+        let s = path.display().to_string();
+        if !self.hide.iter().any(|(p, _)| *p == s) {
+            self.hide.push((s, why));
+        }
+    }
+
+    fn credential(&mut self, host: String, header: &str, value: String, from: String) {
+        // Policy credential values expand `${env:NAME}`; a token holding
+        // `${` cannot be carried literally, so it is left out, said aloud.
+        if value.contains("${") {
+            self.notes.push(format!(
+                "{from}: the credential for {host} holds \"${{\"; not added"
+            ));
+            return;
+        }
+        if Pattern::parse(&host, PatternList::Allow).is_err() {
+            self.notes
+                .push(format!("{from}: cannot add a credential for {host:?}"));
+            return;
+        }
+        self.credentials
+            .retain(|c| !(c.host == host && c.header == header));
+        self.credentials.push(PresetCredential {
+            host,
+            header: header.to_string(),
+            value,
+            from,
+        });
+    }
+
+    /// The cache directories as writable-path entries.
+    pub fn write_entries(&self, layer: Layer) -> Vec<Located<String>> {
+        self.writes
+            .iter()
+            .map(|(p, from)| Located::new(p.clone(), layer, self.origin(from)))
+            .collect()
+    }
+
+    /// The hidden files as `deny_read` entries.
+    pub fn deny_read_entries(&self, layer: Layer) -> Vec<Located<String>> {
+        self.hide
+            .iter()
+            .map(|(p, from)| Located::new(p.clone(), layer, self.origin(from)))
+            .collect()
+    }
+
+    /// The variables as `[env] set` entries.
+    pub fn env_entries(&self, layer: Layer) -> Vec<(String, Located<String>)> {
+        self.env
+            .iter()
+            .map(|(k, v, from)| (k.clone(), Located::new(v.clone(), layer, self.origin(from))))
+            .collect()
+    }
+
+    /// The credentials as `[[network.credential]]` entries (none holds `${`,
+    /// so none is expanded).
+    pub fn credential_entries(&self, layer: Layer) -> Vec<crate::request::Credential> {
+        self.credentials
+            .iter()
+            .filter_map(|c| {
+                let host = Pattern::parse(&c.host, PatternList::Allow).ok()?;
+                Some(crate::request::Credential {
+                    host,
+                    header: c.header.clone(),
+                    value: c.value.clone(),
+                    origin: Located::new((), layer, self.origin(&c.from)),
+                })
+            })
+            .collect()
+    }
+
+    fn origin(&self, from: &str) -> Origin {
+        Origin::Preset {
+            name: self.name.clone(),
+            from: from.to_string(),
+        }
+    }
+
+    pub fn rules(&self, layer: Layer) -> Vec<Rule> {
+        self.hosts
+            .iter()
+            .filter_map(|(p, from)| {
+                Pattern::parse(p, PatternList::Allow)
+                    .ok()
+                    .map(|pat| Located::new(pat, layer, self.origin(from)))
+            })
+            .collect()
+    }
+}
+
+/// `host` or `host:port` (when not the scheme's default) of an http(s) URL,
+/// after the prefixes cargo puts in front of index URLs.
+pub fn url_host(url: &str) -> Option<String> {
+    let raw = url.trim().trim_matches(['"', '\'']);
+    let raw = raw
+        .strip_prefix("sparse+")
+        .or_else(|| raw.strip_prefix("registry+"))
+        .or_else(|| raw.strip_prefix("git+"))
+        .unwrap_or(raw);
+    let u = url::Url::parse(raw).ok()?;
+    if !matches!(u.scheme(), "http" | "https") {
+        return None;
+    }
+    let host = u.host_str()?;
+    Some(match u.port() {
+        Some(p) => format!("{host}:{p}"),
+        None => host.to_string(),
+    })
+}
+
+/// `$XDG_CACHE_HOME/airlock` or `~/.cache/airlock`: the caches and
+/// configuration copies airlock owns.
+pub fn airlock_cache(p: &dyn Probe) -> Option<PathBuf> {
+    p.env("XDG_CACHE_HOME")
+        .filter(|v| v.starts_with('/'))
+        .map(PathBuf::from)
+        .or_else(|| p.home().map(|h| h.join(".cache")))
+        .map(|c| c.join("airlock"))
+}
+
+/// Where sanitised configuration copies go: beside the caches, never in
+/// one (a cache is writable inside the sandbox; this directory is not).
+fn config_copy_dir(p: &dyn Probe) -> Option<PathBuf> {
+    airlock_cache(p).map(|c| c.join("config"))
+}
+
+impl Preset {
+    pub fn resolve(&self, probe: &dyn Probe) -> Resolved {
+        let mut r = Resolved {
+            name: self.name.to_string(),
+            hosts: vec![],
+            writes: vec![],
+            caches: vec![],
+            env: vec![],
+            hide: vec![],
+            credentials: vec![],
+            files: vec![],
+            notes: vec![],
+        };
+        (self.resolve)(probe, &mut r);
+        if r.hosts.is_empty() {
+            r.notes
+                .push(format!("{}: no host found on this machine", self.name));
+        }
+        r
+    }
+}
+
+pub const PRESETS: &[Preset] = &[
+    Preset {
+        name: "npm",
+        summary: "the npm registry configured for npm/pnpm/yarn (env, .npmrc, `npm config get registry`); own cache; tokens added by the proxy",
+        resolve: npm::resolve,
+    },
+    Preset {
+        name: "pypi",
+        summary: "the Python package index configured for pip and uv (env, pip.conf, uv.toml, pip's built-in default); own caches; index passwords added by the proxy",
+        resolve: pypi::resolve,
+    },
+    Preset {
+        name: "cargo",
+        summary: "the Cargo registries configured or cached (env, .cargo/config.toml, the registry index cache); own CARGO_HOME; tokens added by the proxy",
+        resolve: cargo::resolve,
+    },
+    Preset {
+        name: "go",
+        summary: "the Go module proxy and checksum database (GOPROXY, GOSUMDB, GOPRIVATE, `go env`); own module cache",
+        resolve: go::resolve,
+    },
+    Preset {
+        name: "git",
+        summary: "git over HTTPS to the hosts of this repository's remotes (.git/config, read before the run)",
+        resolve: git::resolve,
+    },
+    Preset {
+        name: "github",
+        summary: "GitHub over HTTPS: git clone/fetch/push, the API and release downloads",
+        resolve: github,
+    },
+];
+
+pub fn find(name: &str) -> Option<&'static Preset> {
+    PRESETS.iter().find(|p| p.name == name)
+}
+
+/// `key = value` lines of an ini or npmrc file (sections ignored; the keys
+/// we look for mean the same in every section that pip and npm read).
+fn ini_values<'a>(text: &'a str, key: &'a str) -> impl Iterator<Item = (usize, &'a str)> + 'a {
+    text.lines().enumerate().filter_map(move |(i, line)| {
+        let line = line.trim();
+        if line.starts_with(['#', ';', '[']) {
+            return None;
+        }
+        let (k, v) = line.split_once('=')?;
+        (k.trim() == key).then(|| (i + 1, v.trim()))
+    })
+}
+
+fn github(_: &dyn Probe, r: &mut Resolved) {
+    for host in [
+        "github.com",
+        "api.github.com",
+        "codeload.github.com",
+        "objects.githubusercontent.com",
+        "raw.githubusercontent.com",
+        "release-assets.githubusercontent.com",
+    ] {
+        r.add(host.to_string(), "built-in list".into());
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use std::collections::BTreeMap;
+
+    /// A machine made of maps, so preset discovery is testable.
+    #[derive(Default)]
+    pub struct FakeProbe {
+        pub env: BTreeMap<String, String>,
+        pub files: BTreeMap<PathBuf, String>,
+        pub outputs: BTreeMap<String, String>,
+    }
+
+    impl Probe for FakeProbe {
+        fn env(&self, name: &str) -> Option<String> {
+            self.env.get(name).cloned()
+        }
+        fn env_vars(&self) -> Vec<(String, String)> {
+            self.env.clone().into_iter().collect()
+        }
+        fn read(&self, path: &Path) -> Option<String> {
+            self.files.get(path).cloned()
+        }
+        fn list_dir(&self, path: &Path) -> Vec<String> {
+            self.files
+                .keys()
+                .filter_map(|k| k.strip_prefix(path).ok())
+                .filter_map(|rest| rest.components().next())
+                .map(|c| c.as_os_str().to_string_lossy().into_owned())
+                .collect::<std::collections::BTreeSet<_>>()
+                .into_iter()
+                .collect()
+        }
+        fn output(&self, argv: &[&str]) -> Option<String> {
+            self.outputs.get(&argv.join(" ")).cloned()
+        }
+        fn home(&self) -> Option<PathBuf> {
+            Some(PathBuf::from("/home/u"))
+        }
+        fn workspace(&self) -> PathBuf {
+            PathBuf::from("/work/proj")
+        }
+        /// What `outputs["observe <program>"]` lists, one target a line.
+        fn observe(&self, argv: &[&str], _env: &[(&str, &str)]) -> Vec<String> {
+            let program = argv
+                .iter()
+                .find(|a| a.contains("cargo "))
+                .map_or("", |_| "cargo");
+            self.outputs
+                .get(&format!("observe {program}"))
+                .map(|o| o.lines().map(str::to_string).collect())
+                .unwrap_or_default()
+        }
+    }
+
+    fn hosts(r: &Resolved) -> Vec<&str> {
+        r.hosts.iter().map(|(h, _)| h.as_str()).collect()
+    }
+
+    #[test]
+    fn npm_prefers_env_and_files_over_asking_npm() {
+        let mut p = FakeProbe::default();
+        p.env.insert(
+            "NPM_CONFIG_REGISTRY".into(),
+            "https://mirror.corp.test/npm/".into(),
+        );
+        p.files.insert(
+            "/home/u/.npmrc".into(),
+            "; comment\n@acme:registry=https://npm.acme.test:8443/\n".into(),
+        );
+        let r = find("npm").unwrap().resolve(&p);
+        assert_eq!(hosts(&r), ["mirror.corp.test", "npm.acme.test:8443"]);
+        assert_eq!(r.hosts[0].1, "$NPM_CONFIG_REGISTRY");
+    }
+
+    #[test]
+    fn npm_asks_npm_when_unconfigured() {
+        let mut p = FakeProbe::default();
+        p.outputs.insert(
+            "npm config get registry".into(),
+            "https://registry.example.test/\n".into(),
+        );
+        let r = find("npm").unwrap().resolve(&p);
+        assert_eq!(hosts(&r), ["registry.example.test"]);
+        let empty = find("npm").unwrap().resolve(&FakeProbe::default());
+        assert!(empty.hosts.is_empty() && !empty.notes.is_empty());
+    }
+
+    #[test]
+    fn pypi_reads_pip_conf_and_env() {
+        let mut p = FakeProbe::default();
+        p.files.insert(
+            "/etc/pip.conf".into(),
+            "[global]\nindex-url = https://pypi.corp.test/simple\nextra-index-url = https://extra.corp.test/simple\n".into(),
+        );
+        p.env.insert(
+            "UV_INDEX".into(),
+            "internal=https://uv.corp.test/simple".into(),
+        );
+        let r = find("pypi").unwrap().resolve(&p);
+        assert_eq!(
+            hosts(&r),
+            ["uv.corp.test", "pypi.corp.test", "extra.corp.test"]
+        );
+        assert_eq!(r.hosts[1].1, "/etc/pip.conf:2");
+    }
+
+    #[test]
+    fn pypi_falls_back_to_what_pip_says() {
+        let mut p = FakeProbe::default();
+        p.outputs.insert(
+            "python3 -I -c from pip._internal.models.index import PyPI\nprint(PyPI.url)\nprint('https://' + PyPI.file_storage_domain + '/')".into(),
+            "https://index.example.test/\nhttps://files.example.test/\n".into(),
+        );
+        let r = find("pypi").unwrap().resolve(&p);
+        assert_eq!(hosts(&r), ["index.example.test", "files.example.test"]);
+    }
+
+    #[test]
+    fn cargo_reads_env_config_and_index_cache() {
+        let mut p = FakeProbe::default();
+        p.env.insert(
+            "CARGO_REGISTRIES_CORP_INDEX".into(),
+            "sparse+https://cargo.corp.test/index/".into(),
+        );
+        p.files.insert(
+            "/home/u/.cargo/registry/index/idx.example.test-0123456789abcdef/config.json".into(),
+            "{\"dl\": \"https://dl.example.test/crates\", \"api\": \"https://api.example.test\"}"
+                .into(),
+        );
+        p.files.insert(
+            "/work/proj/.cargo/config.toml".into(),
+            "[source.mirror]\nregistry = \"sparse+https://mirror.corp.test/\"\n".into(),
+        );
+        let r = find("cargo").unwrap().resolve(&p);
+        assert_eq!(
+            hosts(&r),
+            [
+                "cargo.corp.test",
+                "mirror.corp.test",
+                "idx.example.test",
+                "dl.example.test",
+                "api.example.test"
+            ]
+        );
+    }
+}

@@ -1,0 +1,188 @@
+//! `airlock policy explain` and `airlock policy presets`, as text or, with
+//! `--json`, as one JSON document for scripts.
+
+use std::process::ExitCode;
+
+use airlock_policy::{
+    check_address, decide, how_to_allow, inspects, Host, Policy, Target, PRESETS,
+};
+use anyhow::{Context, Result};
+use serde_json::{json, Map, Value};
+
+use crate::cli::PolicyArgs;
+use crate::probe::SystemProbe;
+use crate::sources::build_policy;
+
+/// One explained target: ordered `(field, value)` pairs.
+type Fields = Vec<(&'static str, String)>;
+
+pub fn explain(args: &PolicyArgs, target: &str, as_json: bool) -> Result<ExitCode> {
+    let built = build_policy(args, &[], crate::sources::Named::NeedTrust)?;
+    built.warn_untrusted();
+    let policy = built.policy;
+    // Without a port, both web ports: a pattern without a port allows both,
+    // and a plain-http fetch is decided on 80.
+    let targets: Vec<Result<Target, String>> = match Target::parse(target, None) {
+        Ok(t) => vec![Ok(t)],
+        Err(_) => [443, 80]
+            .into_iter()
+            .map(|port| Target::parse(target, Some(port)).map_err(|e| e.to_string()))
+            .collect(),
+    };
+    let mut all: Vec<Fields> = vec![];
+    for t in targets {
+        match t {
+            Ok(t) => all.push(explain_one(&policy, &t)),
+            Err(e) => {
+                all.push(vec![
+                    ("target", target.to_string()),
+                    ("verdict", "deny".into()),
+                    ("reason", "invalid-host".into()),
+                    ("detail", e),
+                ]);
+                break;
+            }
+        }
+    }
+    if as_json {
+        let list: Vec<Value> = all
+            .iter()
+            .map(|fields| {
+                Value::Object(
+                    fields
+                        .iter()
+                        .map(|(k, v)| (k.replace(' ', "_"), Value::String(v.clone())))
+                        .collect::<Map<_, _>>(),
+                )
+            })
+            .collect();
+        say!("{}", serde_json::to_string_pretty(&list)?);
+    } else {
+        for (i, fields) in all.iter().enumerate() {
+            if i > 0 {
+                say!("");
+            }
+            for (k, v) in fields {
+                say!("{:<10}{v}", format!("{k}:"));
+            }
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn explain_one(policy: &Policy, target: &Target) -> Fields {
+    let mut out: Fields = vec![];
+    let d = decide(policy, target);
+    out.push(("target", target.to_string()));
+    out.push(("verdict", d.verdict.as_str().to_string()));
+    out.push(("reason", d.reason.to_string()));
+    match &d.rule {
+        Some(r) => {
+            out.push(("rule", r.value.text.clone()));
+            out.push(("source", format!("{} ({} layer)", r.origin, r.layer.name())));
+        }
+        None => {
+            let unknown = if d.verdict == airlock_policy::Verdict::Ask {
+                "ask"
+            } else {
+                "deny"
+            };
+            out.push((
+                "rule",
+                format!(
+                    "none matched; unknown = \"{unknown}\" ({})",
+                    policy.unknown.origin
+                ),
+            ));
+        }
+    }
+    if inspects(policy, target) {
+        out.push(("inspect", "yes (TLS is decrypted and checked)".into()));
+    }
+    if d.is_allow() {
+        let pinned = match &target.host {
+            Host::Ip(ip) => Some((*ip, "IP literal".to_string())),
+            name => policy
+                .resolve
+                .get(name)
+                .map(|ip| (ip.value, ip.origin.to_string())),
+        };
+        let address = match pinned {
+            Some((ip, from)) => {
+                let nets: Vec<_> = policy.allow_private.iter().map(|n| n.value).collect();
+                match check_address(ip, &nets, &[]) {
+                    Ok(()) => format!("{ip} ({from}): allowed"),
+                    Err(why) => format!(
+                        "{ip} ({from}): refused, private-address ({why}); allow the range with --allow-private"
+                    ),
+                }
+            }
+            None => {
+                "resolved by the proxy at connect time, then checked against private ranges".into()
+            }
+        };
+        out.push(("address", address));
+    } else {
+        out.push(("to allow", how_to_allow(target, d.reason)));
+    }
+    out
+}
+
+pub fn presets(as_json: bool) -> Result<ExitCode> {
+    let workspace = std::env::current_dir().context("cannot read the current directory")?;
+    let trust = crate::trust::Trust::new(vec![workspace.clone()]);
+    let probe = SystemProbe {
+        workspace,
+        trust: &trust,
+    };
+    let mut list = vec![];
+    for p in PRESETS {
+        let r = p.resolve(&probe);
+        if as_json {
+            let pairs = |v: &[(String, String)], k: &str, f: &str| -> Vec<Value> {
+                v.iter().map(|(a, b)| json!({ k: a, f: b })).collect()
+            };
+            list.push(json!({
+                "name": p.name,
+                "summary": p.summary,
+                "hosts": pairs(&r.hosts, "host", "from"),
+                "writes": pairs(&r.writes, "path", "from"),
+                "caches": r.caches,
+                // Names only: values are the host's own.
+                "env": r.env.iter().map(|(n, _, from)| json!({"name": n, "from": from})).collect::<Vec<_>>(),
+                "hidden": pairs(&r.hide, "path", "why"),
+                "credentials": r.credentials.iter().map(|c| json!({"host": c.host, "header": c.header, "from": c.from})).collect::<Vec<_>>(),
+                "notes": r.notes,
+            }));
+            continue;
+        }
+        say!("{}: {}", p.name, p.summary);
+        for (host, from) in &r.hosts {
+            say!("  allow {host:<40} from {from}");
+        }
+        for (path, from) in &r.writes {
+            say!("  write {path:<40} from {from}");
+        }
+        for (name, _, from) in &r.env {
+            say!("  env   {name:<40} from {from}");
+        }
+        for (path, why) in &r.hide {
+            say!("  hide  {path:<40} {why}");
+        }
+        for c in &r.credentials {
+            say!(
+                "  credential {} on {:<29} from {}",
+                c.header,
+                c.host,
+                c.from
+            );
+        }
+        for n in &r.notes {
+            say!("  note: {n}");
+        }
+    }
+    if as_json {
+        say!("{}", serde_json::to_string_pretty(&list)?);
+    }
+    Ok(ExitCode::SUCCESS)
+}
