@@ -109,7 +109,12 @@ fn sweep(parent: &Path) {
     };
     for e in entries.flatten() {
         let name = e.file_name();
-        let Some(pid) = name.to_str().and_then(|n| n.strip_prefix("airlock-")) else {
+        // `airlock-<pid>-<nonce>`: the pid of the supervisor that made it.
+        let Some(pid) = name
+            .to_str()
+            .and_then(|n| n.strip_prefix("airlock-"))
+            .map(|n| n.split('-').next().unwrap_or(n))
+        else {
             continue;
         };
         if pid.parse::<u32>().is_ok() && !Path::new("/proc").join(pid).exists() {
@@ -137,7 +142,12 @@ fn create(controller: &str, file: (&str, &str), value: &str) -> Result<PathBuf> 
     let (parent, v2) = cgroup_dir(controller)
         .with_context(|| format!("no {controller} cgroup is available to this user"))?;
     sweep(&parent);
-    let dir = parent.join(format!("airlock-{}", std::process::id()));
+    // A nonce too: a pid is reused, and a stale cgroup of a killed run with
+    // the same pid may still hold its last tasks.
+    let nonce = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos());
+    let dir = parent.join(format!("airlock-{}-{nonce:08x}", std::process::id()));
     fs::create_dir(&dir).with_context(|| format!("creating {}", dir.display()))?;
     let name = if v2 { file.0 } else { file.1 };
     let done = fs::write(dir.join(name), value)
