@@ -62,6 +62,9 @@ const SYS_FCHMODAT2: i64 = 452;
 /// The bit O_TMPFILE adds to O_DIRECTORY; such an open creates a file with `mode`.
 const O_TMPFILE_BIT: u64 = 0o20_000_000;
 const SETID_BITS: [u64; 2] = [libc::S_ISUID as u64, libc::S_ISGID as u64];
+/// A send with this flag opens a TCP connection (Fast Open) without
+/// `connect()`, so Landlock's connect rule never sees it.
+const MSG_FASTOPEN: u64 = 0x2000_0000;
 
 /// Syscalls refused outright, by name (for `policy profile`) and number.
 fn denied() -> Vec<(&'static str, i64)> {
@@ -225,6 +228,33 @@ fn eperm_rules(degraded: bool) -> Result<BTreeMap<i64, Vec<SeccompRule>>> {
             rule(vec![cond(1, Len::Dword, Op::Eq, TIOCLINUX)?])?,
         ],
     );
+    // TCP Fast Open connects from inside sendto/sendmsg/sendmmsg (flags
+    // are the 4th, 3rd and 4th argument): in the degraded tier that reaches
+    // any host and port past Landlock's connect rule. Nothing a build needs
+    // uses it, so both tiers refuse it.
+    for (nr, flags) in [
+        (libc::SYS_sendto, 3),
+        (libc::SYS_sendmsg, 2),
+        (libc::SYS_sendmmsg, 3),
+    ] {
+        rules.insert(
+            nr,
+            vec![rule(vec![cond(
+                flags,
+                Len::Dword,
+                Op::MaskedEq(MSG_FASTOPEN),
+                MSG_FASTOPEN,
+            )?])?],
+        );
+    }
+    // listen() on an unbound TCP socket binds it to an ephemeral port
+    // without bind(), past Landlock's bind rule: in the degraded tier (the
+    // host's network) anyone could then connect in and receive what the
+    // command sends. bind() is refused there for every port and
+    // socket(AF_UNIX) too, so listen() has no other use.
+    if degraded {
+        rules.insert(libc::SYS_listen, vec![]);
+    }
     // No setuid or setgid bits: a file the sandbox makes setuid would give
     // its owner's uid (root, when airlock runs as root) to any local user.
     for (nr, mode, flags) in mode_calls() {
@@ -342,6 +372,9 @@ pub fn describe() -> Vec<String> {
          mkdirat, mknod, mknodat, creat, and open/openat with O_CREAT or O_TMPFILE"
             .into(),
     );
+    out.push(
+        "EPERM  sendto/sendmsg/sendmmsg with MSG_FASTOPEN (a TCP connect without connect())".into(),
+    );
     out.push("ENOSYS clone3, openat2 (libc falls back to clone, openat)".into());
     out.push(format!(
         "ENOSYS every syscall number outside the reviewed {lo_start}-{lo_end} and {hi_start}-{hi_end}"
@@ -351,7 +384,8 @@ pub fn describe() -> Vec<String> {
     #[cfg(not(target_arch = "x86_64"))]
     out.push("KILL   any other architecture".into());
     out.push(
-        "degraded tier only: EPERM socket(AF_UNIX) (socketpair stays), socket(AF_INET/AF_INET6, SOCK_DGRAM)"
+        "degraded tier only: EPERM socket(AF_UNIX) (socketpair stays), socket(AF_INET/AF_INET6, SOCK_DGRAM), \
+         listen (it would bind an ephemeral port past Landlock's bind rule)"
             .into(),
     );
     out

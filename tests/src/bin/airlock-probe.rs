@@ -260,6 +260,44 @@ fn tiocsti() {
     }
 }
 
+/// A TCP connection opened by sendto(MSG_FASTOPEN), which never calls
+/// connect(), to `addr` (an IPv4 `a.b.c.d:port`).
+fn fastopen(addr: &str) {
+    let Ok(std::net::SocketAddr::V4(v4)) = addr.parse() else {
+        println!("fastopen: bad address {addr:?}");
+        return;
+    };
+    // SAFETY: a socket this process owns, a valid sockaddr_in and buffer.
+    unsafe {
+        let fd = libc::socket(libc::AF_INET, libc::SOCK_STREAM, 0);
+        let mut sa: libc::sockaddr_in = std::mem::zeroed();
+        sa.sin_family = libc::AF_INET as libc::sa_family_t;
+        sa.sin_port = v4.port().to_be();
+        sa.sin_addr.s_addr = u32::from(*v4.ip()).to_be();
+        let data = b"fastopen-escape";
+        let r = libc::sendto(
+            fd,
+            data.as_ptr().cast(),
+            data.len(),
+            libc::MSG_FASTOPEN,
+            (&sa as *const libc::sockaddr_in).cast(),
+            std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t,
+        );
+        report("fastopen", r as i64);
+        libc::close(fd);
+    }
+}
+
+/// listen() on a TCP socket that was never bound: the kernel picks a port.
+fn listen_unbound() {
+    // SAFETY: a socket this process owns.
+    unsafe {
+        let fd = libc::socket(libc::AF_INET6, libc::SOCK_STREAM, 0);
+        report("listen_unbound", libc::listen(fd, 1) as i64);
+        libc::close(fd);
+    }
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let arg = |i: usize| args.get(i).cloned().unwrap_or_default();
@@ -291,6 +329,8 @@ fn main() {
             "connect_tcp",
             TcpStream::connect_timeout(&arg(1).parse().expect("addr"), Duration::from_secs(2)),
         ),
+        "fastopen" => fastopen(&arg(1)),
+        "listen-unbound" => listen_unbound(),
         "connect-unix" => io_result("connect_unix", UnixStream::connect(arg(1))),
         "connect-abstract" => {
             use std::os::linux::net::SocketAddrExt;
