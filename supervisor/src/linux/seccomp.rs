@@ -191,8 +191,20 @@ fn socket_rules(degraded: bool) -> Result<Vec<SeccompRule>> {
             Op::Eq,
             libc::AF_UNIX as u64,
         )?])?);
+    } else {
+        socket.push(unix_dgram()?);
     }
     Ok(socket)
+}
+
+/// A unix datagram socket sends to any path with sendto()/sendmsg(), where
+/// no connect() is made for unixconnect.rs to decide: refused, from socket()
+/// and from socketpair() alike (stream and seqpacket ones ignore addresses).
+fn unix_dgram() -> Result<SeccompRule> {
+    rule(vec![
+        cond(0, Len::Dword, Op::Eq, libc::AF_UNIX as u64)?,
+        sock_type(libc::SOCK_DGRAM as u64)?,
+    ])
 }
 
 /// The EPERM filter's rules: syscall number to the conditions that refuse it
@@ -203,6 +215,7 @@ fn eperm_rules(degraded: bool) -> Result<BTreeMap<i64, Vec<SeccompRule>>> {
         rules.insert(nr, vec![]);
     }
     rules.insert(libc::SYS_socket, socket_rules(degraded)?);
+    rules.insert(libc::SYS_socketpair, vec![unix_dgram()?]);
     // unshare() and clone() with any namespace flag.
     let ns = |arg: u8| -> Result<Vec<SeccompRule>> {
         NAMESPACE_FLAGS
@@ -373,6 +386,15 @@ pub fn describe() -> Vec<String> {
             .into(),
     );
     out.push(
+        "EPERM  socket/socketpair(AF_UNIX, SOCK_DGRAM) (sends to any path without connect())"
+            .into(),
+    );
+    out.push(
+        "NOTIFY connect(): performed by the helper; a unix socket outside the sandbox (no listener \
+         of the sandbox's) is refused unless [filesystem] unix_sockets grants it"
+            .into(),
+    );
+    out.push(
         "EPERM  sendto/sendmsg/sendmmsg with MSG_FASTOPEN (a TCP connect without connect())".into(),
     );
     out.push("ENOSYS clone3, openat2 (libc falls back to clone, openat)".into());
@@ -384,7 +406,7 @@ pub fn describe() -> Vec<String> {
     #[cfg(not(target_arch = "x86_64"))]
     out.push("KILL   any other architecture".into());
     out.push(
-        "degraded tier only: EPERM socket(AF_UNIX) (socketpair stays), socket(AF_INET/AF_INET6, SOCK_DGRAM), \
+        "degraded tier only: EPERM socket(AF_UNIX) (stream socketpairs stay), no connect() notification, socket(AF_INET/AF_INET6, SOCK_DGRAM), \
          listen (it would bind an ephemeral port past Landlock's bind rule)"
             .into(),
     );
