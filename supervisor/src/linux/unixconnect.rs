@@ -34,6 +34,7 @@
 use std::ffi::CString;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use anyhow::{Context, Result};
@@ -51,7 +52,7 @@ const NOTIF_ID_VALID: libc::c_ulong = 0x4008_2102;
 const PIDFD_THREAD: libc::c_uint = libc::O_EXCL as libc::c_uint;
 
 #[repr(C)]
-#[derive(Default)]
+#[derive(Default, Clone, Copy)]
 struct SeccompData {
     nr: i32,
     arch: u32,
@@ -60,7 +61,7 @@ struct SeccompData {
 }
 
 #[repr(C)]
-#[derive(Default)]
+#[derive(Default, Clone, Copy)]
 struct Notif {
     id: u64,
     pid: u32,
@@ -168,6 +169,20 @@ pub fn serve(plan: &Plan, fd: OwnedFd, diag: OwnedFd, helper: libc::pid_t) -> Re
             m.file_type().is_socket().then(|| (m.dev(), m.ino()))
         })
         .collect();
+    // Reading the caller's address and descriptor needs ptrace access to
+    // the sandbox's processes: Yama's scope 2 and 3 leave it to
+    // CAP_SYS_PTRACE, and every connect() would then fail.
+    let yama = std::fs::read_to_string("/proc/sys/kernel/yama/ptrace_scope")
+        .ok()
+        .and_then(|s| s.trim().parse::<u32>().ok())
+        .unwrap_or(0);
+    // SAFETY: geteuid has no preconditions.
+    if yama >= 2 && unsafe { libc::geteuid() } != 0 {
+        anyhow::bail!(
+            "kernel.yama.ptrace_scope is {yama}: airlock cannot decide the sandbox's connect() calls \
+             (it reads their arguments as a parent may at scope 1); set it to 1 or run as root"
+        );
+    }
     let sandbox_ns = readlink(&format!("/proc/{helper}/ns/pid_for_children"))
         .context("reading the sandbox's PID namespace")?;
     let ctx = Arc::new(Decider {
@@ -210,29 +225,43 @@ fn receive(fd: OwnedFd, ctx: Arc<Decider>) {
                 _ => return, // every sandbox process is gone
             }
         }
-        let (fd, ctx) = (fd.clone(), ctx.clone());
-        // A thread each: a blocking connect must not hold up the others.
-        let spawned = std::thread::Builder::new().spawn(move || {
-            let (val, error) = match handle(&fd, &ctx, &req) {
-                Ok(v) => (v, 0),
-                Err(e) => (0, -e),
-            };
-            let resp = NotifResp {
-                id: req.id,
-                val,
-                error,
-                flags: 0,
-            };
-            // SAFETY: NOTIF_SEND reads a seccomp_notif_resp; ENOENT
-            // (the caller went away) needs nothing more.
-            unsafe { libc::ioctl(fd.as_raw_fd(), NOTIF_SEND, &resp) };
-        });
-        if spawned.is_err() {
-            tracing::warn!(
-                "no thread for a connect() request; it stays blocked until the run ends"
-            );
+        // A thread each, so that a blocking connect does not hold up the
+        // others; past a bound (a sandbox that floods connects) or when no
+        // thread can start, answered here, in order.
+        static IN_FLIGHT: AtomicUsize = AtomicUsize::new(0);
+        if IN_FLIGHT.fetch_add(1, Ordering::SeqCst) < MAX_THREADS {
+            let (fd2, ctx2) = (fd.clone(), ctx.clone());
+            let req2 = req;
+            let spawned = std::thread::Builder::new().spawn(move || {
+                respond(&fd2, &ctx2, &req2);
+                IN_FLIGHT.fetch_sub(1, Ordering::SeqCst);
+            });
+            if spawned.is_ok() {
+                continue;
+            }
         }
+        respond(&fd, &ctx, &req);
+        IN_FLIGHT.fetch_sub(1, Ordering::SeqCst);
     }
+}
+
+/// Connects performed at once, each on its own thread.
+const MAX_THREADS: usize = 64;
+
+fn respond(fd: &OwnedFd, ctx: &Decider, req: &Notif) {
+    let (val, error) = match handle(fd, ctx, req) {
+        Ok(v) => (v, 0),
+        Err(e) => (0, -e),
+    };
+    let resp = NotifResp {
+        id: req.id,
+        val,
+        error,
+        flags: 0,
+    };
+    // SAFETY: NOTIF_SEND reads a seccomp_notif_resp; ENOENT (the caller
+    // went away) needs nothing more.
+    unsafe { libc::ioctl(fd.as_raw_fd(), NOTIF_SEND, &resp) };
 }
 
 fn check(r: libc::c_long) -> std::result::Result<libc::c_long, i32> {
