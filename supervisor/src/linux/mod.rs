@@ -63,6 +63,9 @@ impl Sandbox {
     pub fn start_with(plan: &Plan, stdio: [Stdio; 3]) -> Result<Sandbox> {
         let [stdin, stdout, stderr] = stdio;
         // A limit that cannot be enforced stops the run before anything starts.
+        if plan.degraded.is_none() {
+            unixconnect::check_ptrace()?;
+        }
         let cgroups = limits::create_cgroups(&plan.limits)?;
         let (ours, theirs) = UnixStream::pair().context("creating the sandbox channel")?;
         // The helper must inherit its end; nothing else is spawned meanwhile.
@@ -112,7 +115,12 @@ impl Sandbox {
         if plan.degraded.is_none() {
             let fd = recv_or_error(&channel)?;
             let diag = recv_or_error(&channel)?;
-            unixconnect::serve(plan, fd, diag, child.id() as libc::pid_t)?;
+            if let Err(e) = unixconnect::serve(plan, fd, diag, child.id() as libc::pid_t) {
+                // Its connects would fail (the listener is gone); stop it.
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(e);
+            }
         }
         Ok(Sandbox {
             child,

@@ -157,6 +157,27 @@ fn readlink(p: &str) -> Option<String> {
     Some(std::fs::read_link(p).ok()?.to_string_lossy().into_owned())
 }
 
+/// Before the sandbox starts: reading a caller's address and descriptor
+/// needs ptrace access to the sandbox's processes, which Yama's scope 2
+/// leaves to CAP_SYS_PTRACE and scope 3 to nobody; every connect() would
+/// then fail.
+pub fn check_ptrace() -> Result<()> {
+    let yama = std::fs::read_to_string("/proc/sys/kernel/yama/ptrace_scope")
+        .ok()
+        .and_then(|s| s.trim().parse::<u32>().ok())
+        .unwrap_or(0);
+    // SAFETY: geteuid has no preconditions.
+    let root = unsafe { libc::geteuid() } == 0;
+    if yama >= 3 || (yama == 2 && !root) {
+        anyhow::bail!(
+            "kernel.yama.ptrace_scope is {yama}: airlock cannot decide the sandbox's connect() calls \
+             (it reads their arguments as a parent may at scope 1); set it to 1{}",
+            if yama == 2 { " or run as root" } else { "" }
+        );
+    }
+    Ok(())
+}
+
 /// In the supervisor, once the sandbox's PID 1 has sent the listener:
 /// serve the notifications on a thread of their own.
 pub fn serve(plan: &Plan, fd: OwnedFd, diag: OwnedFd, helper: libc::pid_t) -> Result<()> {
@@ -169,20 +190,6 @@ pub fn serve(plan: &Plan, fd: OwnedFd, diag: OwnedFd, helper: libc::pid_t) -> Re
             m.file_type().is_socket().then(|| (m.dev(), m.ino()))
         })
         .collect();
-    // Reading the caller's address and descriptor needs ptrace access to
-    // the sandbox's processes: Yama's scope 2 and 3 leave it to
-    // CAP_SYS_PTRACE, and every connect() would then fail.
-    let yama = std::fs::read_to_string("/proc/sys/kernel/yama/ptrace_scope")
-        .ok()
-        .and_then(|s| s.trim().parse::<u32>().ok())
-        .unwrap_or(0);
-    // SAFETY: geteuid has no preconditions.
-    if yama >= 2 && unsafe { libc::geteuid() } != 0 {
-        anyhow::bail!(
-            "kernel.yama.ptrace_scope is {yama}: airlock cannot decide the sandbox's connect() calls \
-             (it reads their arguments as a parent may at scope 1); set it to 1 or run as root"
-        );
-    }
     let sandbox_ns = readlink(&format!("/proc/{helper}/ns/pid_for_children"))
         .context("reading the sandbox's PID namespace")?;
     let ctx = Arc::new(Decider {
@@ -374,11 +381,9 @@ fn connect_raw(sock: &OwnedFd, addr: &[u8]) -> std::result::Result<i64, i32> {
             addr.len() as libc::socklen_t,
         )
     } as libc::c_long)
-    .map(|r| r as i64)
 }
 
-/// Connect to a path relative to this thread's working directory (the
-/// host's /proc, see `pin`).
+/// Connect to `path`: `/proc/self/fd/N` of a handle `pin` opened.
 fn connect_path(sock: &OwnedFd, path: &str) -> std::result::Result<i64, i32> {
     // SAFETY: sockaddr_un is plain old data.
     let mut sa: libc::sockaddr_un = unsafe { std::mem::zeroed() };
@@ -395,7 +400,6 @@ fn connect_path(sock: &OwnedFd, path: &str) -> std::result::Result<i64, i32> {
             len as libc::socklen_t,
         )
     } as libc::c_long)
-    .map(|r| r as i64)
 }
 
 /// Open the caller's path once, as the caller would resolve it: in its
@@ -472,7 +476,7 @@ pub fn diag_socket() -> Result<OwnedFd> {
             NETLINK_SOCK_DIAG,
         )
     } as libc::c_long)
-    .map_err(|e| std::io::Error::from_raw_os_error(e))
+    .map_err(std::io::Error::from_raw_os_error)
     .context("opening a sock_diag socket")
 }
 
