@@ -36,7 +36,8 @@ pub struct Findings {
 pub const DEGRADED_RESIDUAL_RISK: &str = concat!(
     "Landlock allows TCP connect by port, not by address: the command can reach any listener ",
     "on the proxy's port at any address (another loopback address, or a remote host); ",
-    "without a mount namespace, host unix sockets are kept out only by refusing socket(AF_UNIX), ",
+    "without a mount namespace, host unix sockets are kept out only by refusing socket(AF_UNIX) ",
+    "and unix datagram socketpairs (no connect() notification there), ",
     "and /tmp, /dev/shm and other terminals are withheld (TMPDIR is private), not replaced; ",
     "the pids limit counts on top of the user's other processes"
 );

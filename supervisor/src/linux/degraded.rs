@@ -2,8 +2,11 @@
 //! user namespaces are unavailable: no namespaces and no mounts, so
 //! Landlock carries the whole boundary (denied paths carved out, TCP
 //! connect to the proxy's host loopback port only), seccomp refuses UDP,
-//! raw sockets, new unix sockets and every other TCP-carrying protocol,
-//! and a subreaper kills leftovers.
+//! raw sockets, new unix sockets (and unix datagram socketpairs, which
+//! could send to any path), every other TCP-carrying protocol, TCP Fast
+//! Open (a connect Landlock never sees) and listen() (an unbound socket's
+//! listen picks a port past Landlock's bind rule), and a subreaper kills
+//! leftovers.
 //!
 //! Without mounts nothing can be replaced, only withheld: the host's /tmp,
 //! /dev/shm and /dev/pts are carved out of every rule; TMPDIR points at a

@@ -164,7 +164,15 @@ fn pid1(plan: &Plan, channel: &mut UnixStream, gate: capture::Gate) -> Result<i3
     // Capture is in place (or off) before the command can connect.
     gate.wait();
     // 6. seccomp.
+    // Made before seccomp, which refuses sock_diag sockets.
+    let diag = super::unixconnect::diag_socket()?;
     seccomp::install(false)?;
+    // From here every connect() waits for the supervisor's decision.
+    let listener = super::unixconnect::install()?;
+    netns::send_fd(channel, listener.as_fd())
+        .and_then(|_| netns::send_fd(channel, diag.as_fd()))
+        .context("passing the connect() listener to the supervisor")?;
+    drop((listener, diag));
     // 7. Init: the command must not inherit the channel.
     close_on_exec(channel)?;
     init::run(plan, channel, init::Reap::Namespace)

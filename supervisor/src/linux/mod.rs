@@ -14,6 +14,7 @@ pub mod netlink;
 pub mod netns;
 pub mod seccomp;
 pub mod sockets;
+pub mod unixconnect;
 
 use std::io::{BufRead, BufReader, Write};
 use std::os::fd::{AsRawFd, OwnedFd};
@@ -66,6 +67,9 @@ impl Sandbox {
     pub fn start_with(plan: &Plan, stdio: [Stdio; 3]) -> Result<Sandbox> {
         let [stdin, stdout, stderr] = stdio;
         // A limit that cannot be enforced stops the run before anything starts.
+        if plan.degraded.is_none() {
+            unixconnect::check_ptrace()?;
+        }
         let cgroups = limits::create_cgroups(&plan.limits)?;
         let (ours, theirs) = UnixStream::pair().context("creating the sandbox channel")?;
         // The helper must inherit its end; nothing else is spawned meanwhile.
@@ -106,21 +110,7 @@ impl Sandbox {
         }
         // The degraded tier's proxy listener is the supervisor's own.
         let listener = if plan.net == Net::Proxy && plan.degraded.is_none() {
-            match netns::recv_fd(&channel)? {
-                (_, Some(fd)) => Some(fd),
-                (first, None) => {
-                    // The helper failed before it could bind: it wrote why.
-                    let mut text = vec![first];
-                    let _ = std::io::Read::read_to_end(&mut &channel, &mut text);
-                    let msg = String::from_utf8_lossy(&text);
-                    let msg = msg
-                        .lines()
-                        .next()
-                        .unwrap_or("")
-                        .trim_start_matches("error: ");
-                    anyhow::bail!("{msg}");
-                }
-            }
+            Some(recv_or_error(&channel)?)
         } else {
             None
         };
@@ -128,6 +118,18 @@ impl Sandbox {
             Some(_) => Some(capture::recv(&channel)?),
             None => None,
         };
+        // The full tier's PID 1 sends the connect() listener last: from then
+        // on the sandbox's connects are decided here (unixconnect.rs).
+        if plan.degraded.is_none() {
+            let fd = recv_or_error(&channel)?;
+            let diag = recv_or_error(&channel)?;
+            if let Err(e) = unixconnect::serve(plan, fd, diag, child.id() as libc::pid_t) {
+                // Its connects would fail (the listener is gone); stop it.
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(e);
+            }
+        }
         Ok(Sandbox {
             child,
             listener,
@@ -145,6 +147,25 @@ impl Sandbox {
             self.listener,
             Channel(self.channel, self.cgroups),
         )
+    }
+}
+
+/// A descriptor from the helper, or the error it wrote instead.
+fn recv_or_error(channel: &UnixStream) -> Result<OwnedFd> {
+    match netns::recv_fd(channel)? {
+        (_, Some(fd)) => Ok(fd),
+        (first, None) => {
+            // The helper failed before it got there: it wrote why.
+            let mut text = vec![first];
+            let _ = std::io::Read::read_to_end(&mut &*channel, &mut text);
+            let msg = String::from_utf8_lossy(&text);
+            let msg = msg
+                .lines()
+                .next()
+                .unwrap_or("")
+                .trim_start_matches("error: ");
+            anyhow::bail!("sandbox setup failed: {msg}");
+        }
     }
 }
 

@@ -55,7 +55,7 @@ pub fn send_fd(sock: &UnixStream, fd: BorrowedFd<'_>) -> Result<()> {
         MsgFlags::empty(),
         None,
     )
-    .context("passing the proxy listener to the supervisor")?;
+    .context("passing a descriptor to the supervisor")?;
     Ok(())
 }
 
@@ -71,7 +71,7 @@ pub fn recv_fd(sock: &UnixStream) -> Result<(u8, Option<OwnedFd>)> {
         Some(&mut space),
         MsgFlags::MSG_CMSG_CLOEXEC,
     )
-    .context("receiving the proxy listener from the sandbox")?;
+    .context("receiving a descriptor from the sandbox")?;
     let mut fd = None;
     for c in msg.cmsgs().context("reading the control message")? {
         if let ControlMessageOwned::ScmRights(fds) = c {
@@ -85,7 +85,7 @@ pub fn recv_fd(sock: &UnixStream) -> Result<(u8, Option<OwnedFd>)> {
         }
     }
     if msg.bytes == 0 {
-        bail!("the sandbox closed its channel before sending the proxy listener");
+        bail!("the sandbox closed its channel before it was ready");
     }
     Ok((byte[0], fd))
 }

@@ -62,6 +62,9 @@ const SYS_FCHMODAT2: i64 = 452;
 /// The bit O_TMPFILE adds to O_DIRECTORY; such an open creates a file with `mode`.
 const O_TMPFILE_BIT: u64 = 0o20_000_000;
 const SETID_BITS: [u64; 2] = [libc::S_ISUID as u64, libc::S_ISGID as u64];
+/// A send with this flag opens a TCP connection (Fast Open) without
+/// `connect()`, so Landlock's connect rule never sees it.
+const MSG_FASTOPEN: u64 = 0x2000_0000;
 
 /// Syscalls refused outright, by name (for `policy profile`) and number.
 fn denied() -> Vec<(&'static str, i64)> {
@@ -190,8 +193,20 @@ fn socket_rules(degraded: bool) -> Result<Vec<SeccompRule>> {
             Op::Eq,
             libc::AF_UNIX as u64,
         )?])?);
+    } else {
+        socket.push(unix_dgram()?);
     }
     Ok(socket)
+}
+
+/// A unix datagram socket sends to any path with sendto()/sendmsg(), where
+/// no connect() is made for unixconnect.rs to decide: refused, from socket()
+/// and from socketpair() alike (stream and seqpacket ones ignore addresses).
+fn unix_dgram() -> Result<SeccompRule> {
+    rule(vec![
+        cond(0, Len::Dword, Op::Eq, libc::AF_UNIX as u64)?,
+        sock_type(libc::SOCK_DGRAM as u64)?,
+    ])
 }
 
 /// The EPERM filter's rules: syscall number to the conditions that refuse it
@@ -202,6 +217,7 @@ fn eperm_rules(degraded: bool) -> Result<BTreeMap<i64, Vec<SeccompRule>>> {
         rules.insert(nr, vec![]);
     }
     rules.insert(libc::SYS_socket, socket_rules(degraded)?);
+    rules.insert(libc::SYS_socketpair, vec![unix_dgram()?]);
     // unshare() and clone() with any namespace flag.
     let ns = |arg: u8| -> Result<Vec<SeccompRule>> {
         NAMESPACE_FLAGS
@@ -227,6 +243,33 @@ fn eperm_rules(degraded: bool) -> Result<BTreeMap<i64, Vec<SeccompRule>>> {
             rule(vec![cond(1, Len::Dword, Op::Eq, TIOCLINUX)?])?,
         ],
     );
+    // TCP Fast Open connects from inside sendto/sendmsg/sendmmsg (flags
+    // are the 4th, 3rd and 4th argument): in the degraded tier that reaches
+    // any host and port past Landlock's connect rule. Nothing a build needs
+    // uses it, so both tiers refuse it.
+    for (nr, flags) in [
+        (libc::SYS_sendto, 3),
+        (libc::SYS_sendmsg, 2),
+        (libc::SYS_sendmmsg, 3),
+    ] {
+        rules.insert(
+            nr,
+            vec![rule(vec![cond(
+                flags,
+                Len::Dword,
+                Op::MaskedEq(MSG_FASTOPEN),
+                MSG_FASTOPEN,
+            )?])?],
+        );
+    }
+    // listen() on an unbound TCP socket binds it to an ephemeral port
+    // without bind(), past Landlock's bind rule: in the degraded tier (the
+    // host's network) anyone could then connect in and receive what the
+    // command sends. bind() is refused there for every port and
+    // socket(AF_UNIX) too, so listen() has no other use.
+    if degraded {
+        rules.insert(libc::SYS_listen, vec![]);
+    }
     // No setuid or setgid bits: a file the sandbox makes setuid would give
     // its owner's uid (root, when airlock runs as root) to any local user.
     for (nr, mode, flags) in mode_calls() {
@@ -344,6 +387,18 @@ pub fn describe() -> Vec<String> {
          mkdirat, mknod, mknodat, creat, and open/openat with O_CREAT or O_TMPFILE"
             .into(),
     );
+    out.push(
+        "EPERM  socket/socketpair(AF_UNIX, SOCK_DGRAM) (sends to any path without connect())"
+            .into(),
+    );
+    out.push(
+        "NOTIFY connect(): performed by the helper; a unix socket outside the sandbox (no listener \
+         of the sandbox's) is refused unless [filesystem] unix_sockets grants it"
+            .into(),
+    );
+    out.push(
+        "EPERM  sendto/sendmsg/sendmmsg with MSG_FASTOPEN (a TCP connect without connect())".into(),
+    );
     out.push("ENOSYS clone3, openat2 (libc falls back to clone, openat)".into());
     out.push(format!(
         "ENOSYS every syscall number outside the reviewed {lo_start}-{lo_end} and {hi_start}-{hi_end}"
@@ -353,7 +408,8 @@ pub fn describe() -> Vec<String> {
     #[cfg(not(target_arch = "x86_64"))]
     out.push("KILL   any other architecture".into());
     out.push(
-        "degraded tier only: EPERM socket(AF_UNIX) (socketpair stays), socket(AF_INET/AF_INET6, SOCK_DGRAM)"
+        "degraded tier only: EPERM socket(AF_UNIX) (stream socketpairs stay), no connect() notification, socket(AF_INET/AF_INET6, SOCK_DGRAM), \
+         listen (it would bind an ephemeral port past Landlock's bind rule)"
             .into(),
     );
     out

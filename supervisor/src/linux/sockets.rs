@@ -17,10 +17,13 @@
 //! on the kernels airlock supports, and seccomp cannot read the path. Walking
 //! the filesystem for socket inodes would cost seconds.
 //!
-//! Residual: a socket bound in another network namespace (a container's)
-//! is not listed in ours, nor is one bound after the sandbox starts, nor a
-//! second hard link to a socket inode; the degraded tier (no mounts) refuses
-//! `socket(AF_UNIX)` altogether instead.
+//! This list cannot name a socket bound in another network namespace (a
+//! container's), one bound after the sandbox starts, one bound by a
+//! relative path (listed as given), one whose directory was renamed, or a
+//! second hard link: `unixconnect.rs` refuses a connect() to any of those
+//! (it lets through only sockets the sandbox bound and granted ones). The
+//! degraded tier (no mounts) refuses `socket(AF_UNIX)` and unix datagram
+//! socketpairs instead.
 
 use std::fs;
 use std::os::fd::{AsRawFd, OwnedFd};

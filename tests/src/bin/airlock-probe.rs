@@ -260,6 +260,94 @@ fn tiocsti() {
     }
 }
 
+/// A TCP connection opened by sendto(MSG_FASTOPEN), which never calls
+/// connect(), to `addr` (an IPv4 `a.b.c.d:port`).
+fn fastopen(addr: &str) {
+    let Ok(std::net::SocketAddr::V4(v4)) = addr.parse() else {
+        println!("fastopen: bad address {addr:?}");
+        return;
+    };
+    // SAFETY: a socket this process owns, a valid sockaddr_in and buffer.
+    unsafe {
+        let fd = libc::socket(libc::AF_INET, libc::SOCK_STREAM, 0);
+        let mut sa: libc::sockaddr_in = std::mem::zeroed();
+        sa.sin_family = libc::AF_INET as libc::sa_family_t;
+        sa.sin_port = v4.port().to_be();
+        sa.sin_addr.s_addr = u32::from(*v4.ip()).to_be();
+        let data = b"fastopen-escape";
+        let r = libc::sendto(
+            fd,
+            data.as_ptr().cast(),
+            data.len(),
+            libc::MSG_FASTOPEN,
+            (&sa as *const libc::sockaddr_in).cast(),
+            std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t,
+        );
+        report("fastopen", r as i64);
+        libc::close(fd);
+    }
+}
+
+/// listen() on a TCP socket that was never bound: the kernel picks a port.
+fn listen_unbound() {
+    // SAFETY: a socket this process owns.
+    unsafe {
+        let fd = libc::socket(libc::AF_INET6, libc::SOCK_STREAM, 0);
+        report("listen_unbound", libc::listen(fd, 1) as i64);
+        libc::close(fd);
+    }
+}
+
+/// Outside the sandbox: a unix socket bound at PATH exactly as given
+/// (relative to the working directory, as a service may do) that answers
+/// every connection with a banner, for SECS seconds.
+fn serve_unix(path: &str, secs: &str) {
+    let Ok(l) = std::os::unix::net::UnixListener::bind(path) else {
+        println!("serve_unix: cannot bind {path}");
+        return;
+    };
+    println!("serve_unix: listening");
+    let _ = std::io::stdout().flush();
+    let secs: u64 = secs.parse().unwrap_or(10);
+    std::thread::spawn(move || {
+        for mut c in l.incoming().map_while(Result::ok) {
+            let _ = c.write_all(b"HOST-SERVICE-BANNER\n");
+        }
+    });
+    std::thread::sleep(Duration::from_secs(secs));
+}
+
+/// A unix server and client of the sandbox's own, by absolute and relative path.
+fn inner_unix() {
+    let _ = std::fs::remove_file("inner.sock");
+    let r = std::os::unix::net::UnixListener::bind("inner.sock").and_then(|l| {
+        let abs = std::env::current_dir()?.join("inner.sock");
+        for target in [abs.as_path(), std::path::Path::new("inner.sock")] {
+            let mut c = UnixStream::connect(target)?;
+            let (mut a, _) = l.accept()?;
+            a.write_all(b"x")?;
+            let mut b = [0u8; 1];
+            c.read_exact(&mut b)?;
+        }
+        std::fs::remove_file("inner.sock")
+    });
+    io_result("inner_unix", r);
+}
+
+/// Unix datagram sockets, which could send to any path without connect().
+fn unix_dgram() {
+    let mut sv = [0 as libc::c_int; 2];
+    // SAFETY: socket and socketpair with valid arguments; closed right away.
+    unsafe {
+        let fd = libc::socket(libc::AF_UNIX, libc::SOCK_DGRAM, 0);
+        report("unix_dgram_socket", fd as i64);
+        let r = libc::socketpair(libc::AF_UNIX, libc::SOCK_DGRAM, 0, sv.as_mut_ptr());
+        report("unix_dgram_socketpair", r as i64);
+        let r = libc::socketpair(libc::AF_UNIX, libc::SOCK_STREAM, 0, sv.as_mut_ptr());
+        report("unix_stream_socketpair", r as i64);
+    }
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let arg = |i: usize| args.get(i).cloned().unwrap_or_default();
@@ -291,6 +379,11 @@ fn main() {
             "connect_tcp",
             TcpStream::connect_timeout(&arg(1).parse().expect("addr"), Duration::from_secs(2)),
         ),
+        "fastopen" => fastopen(&arg(1)),
+        "serve-unix" => serve_unix(&arg(1), &arg(2)),
+        "inner-unix" => inner_unix(),
+        "unix-dgram" => unix_dgram(),
+        "listen-unbound" => listen_unbound(),
         "connect-unix" => io_result("connect_unix", UnixStream::connect(arg(1))),
         "connect-abstract" => {
             use std::os::linux::net::SocketAddrExt;
