@@ -7,6 +7,8 @@
 //! the host's next `git status`, even during the run (an IDE polls it): the
 //! sandbox is killed at once instead, and the check follows.
 //! Linux inotify, on the nearest existing parent; an eventfd wakes it to stop.
+//! It runs only where a repository could be redirected: closing an inotify
+//! instance costs a kernel grace period.
 
 use std::collections::HashMap;
 use std::os::fd::{AsFd, OwnedFd};
@@ -101,7 +103,14 @@ pub fn start(set: &[Protected], killer: Arc<OnceLock<Killer>>) -> Option<Watch> 
             child = parent.to_path_buf();
         }
     }
-    if dirs.is_empty() {
+    // Closing an inotify instance waits for an SRCU grace period (15–20 ms
+    // here, on every run's exit path): watch only when a creation would be
+    // grounds to stop the sandbox. Names that are only reported are caught
+    // by the post-run check just the same.
+    if !dirs
+        .values()
+        .any(|(_, names)| names.iter().any(|(_, k)| *k == Kind::Kill))
+    {
         return None;
     }
     let wake =
