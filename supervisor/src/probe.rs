@@ -248,6 +248,7 @@ fn observe_sandboxed(_: &Plan) -> anyhow::Result<Vec<String>> {
 
 /// `host:port` from a request line: `CONNECT host:port HTTP/1.1`, or an
 /// absolute-form `GET http://host[:port]/path HTTP/1.1` (port 80 then).
+#[cfg_attr(not(target_os = "linux"), allow(dead_code))]
 fn destination(line: &str) -> Option<String> {
     let mut parts = line.split_whitespace();
     let (method, target) = (parts.next()?, parts.next()?);
