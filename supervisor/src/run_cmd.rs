@@ -317,19 +317,10 @@ fn run_platform(
         sandbox.teardown,
     )?;
     #[cfg(target_os = "linux")]
-    {
-        // SAFETY: pidfd_open on our own child; the result is checked.
-        let fd =
-            unsafe { libc::syscall(libc::SYS_pidfd_open, sandbox.child.id() as libc::pid_t, 0) };
-        let pidfd = (fd >= 0).then(|| {
-            // SAFETY: a fresh descriptor we own.
-            unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd as i32) }
-        });
-        let _ = killer.set(crate::integrity::watch::Killer {
-            pidfd,
-            signal: sandbox.teardown,
-        });
-    }
+    let _ = killer.set(crate::integrity::watch::Killer::of(
+        sandbox.child.id() as libc::pid_t,
+        sandbox.teardown,
+    ));
     if let Some(a) = &audit {
         crate::run_audit::begin(a, args, workspace, sandbox.tier);
     }
@@ -539,11 +530,8 @@ fn on_termination(
     let mut int = signal(SignalKind::interrupt()).context("handling SIGINT")?;
     let state = Arc::new(std::sync::Mutex::new((0, None)));
     let shared = state.clone();
-    // A pidfd, so a signal that arrives after the helper was reaped (and
-    // its pid reused) reaches nobody.
     #[cfg(target_os = "linux")]
-    // SAFETY: pidfd_open on our own child; the result is checked.
-    let pidfd = unsafe { libc::syscall(libc::SYS_pidfd_open, helper, 0) } as libc::c_int;
+    let killer = crate::integrity::watch::Killer::of(helper, teardown);
     runtime.spawn(async move {
         let sig = tokio::select! {
             _ = term.recv() => libc::SIGTERM,
@@ -555,18 +543,7 @@ fn on_termination(
             *g = (sig, ns);
         }
         #[cfg(target_os = "linux")]
-        if pidfd >= 0 {
-            // SAFETY: signalling through the pidfd we opened.
-            unsafe {
-                libc::syscall(
-                    libc::SYS_pidfd_send_signal,
-                    pidfd,
-                    teardown,
-                    std::ptr::null::<libc::c_void>(),
-                    0,
-                )
-            };
-        }
+        killer.kill();
         #[cfg(not(target_os = "linux"))]
         // SAFETY: kill(2) on our own child.
         unsafe {

@@ -43,7 +43,19 @@ pub struct Killer {
 }
 
 impl Killer {
-    fn kill(&self) {
+    /// A pidfd for `pid` (our own unreaped child), so a signal sent after it
+    /// was reaped and its pid reused reaches nobody.
+    pub fn of(pid: libc::pid_t, signal: libc::c_int) -> Killer {
+        // SAFETY: pidfd_open on our own child; the result is checked.
+        let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+        let pidfd = (fd >= 0).then(|| {
+            // SAFETY: a fresh descriptor we own.
+            unsafe { <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd as i32) }
+        });
+        Killer { pidfd, signal }
+    }
+
+    pub fn kill(&self) {
         if let Some(fd) = &self.pidfd {
             // SAFETY: signalling through a pidfd we own.
             unsafe {
