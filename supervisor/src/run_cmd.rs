@@ -18,8 +18,49 @@ use crate::sources::build_policy;
 
 pub const EXIT_TIMEOUT: u8 = 124;
 
+/// CLOCK_MONOTONIC in nanoseconds: the clock the sandbox helper marks its
+/// setup steps on.
+pub(crate) fn monotonic_ns() -> i128 {
+    let mut t = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime fills the struct it is given.
+    if unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut t) } != 0 {
+        return 0;
+    }
+    i128::from(t.tv_sec) * 1_000_000_000 + i128::from(t.tv_nsec)
+}
+
+/// A setup step of the sandbox helper (`linux/helper.rs`), at `-vv`, on
+/// the same clock as the other phases: `phase: <ns> <name>`.
+fn sandbox_phase(line: &str, started_ns: i128) {
+    let Some((ns, name)) = line.split_once(' ') else {
+        return;
+    };
+    let Ok(ns) = ns.parse::<i128>() else { return };
+    let elapsed = std::time::Duration::from_nanos(u64::try_from(ns - started_ns).unwrap_or(0));
+    tracing::debug!(?elapsed, step = name, "sandbox setup");
+}
+
+/// The sandbox helper, started first thing on Linux so that its exec
+/// overlaps building the policy and the plan (`linux::Spawned`).
+#[cfg(target_os = "linux")]
+type Early = Option<crate::linux::Spawned>;
+#[cfg(not(target_os = "linux"))]
+type Early = ();
+
 pub fn run(args: &RunArgs) -> Result<ExitCode> {
     let started = Instant::now();
+    #[cfg(target_os = "linux")]
+    let early: Early = crate::linux::Spawned::spawn([
+        std::process::Stdio::inherit(),
+        std::process::Stdio::inherit(),
+        std::process::Stdio::inherit(),
+    ])
+    .ok();
+    #[cfg(not(target_os = "linux"))]
+    let early: Early = ();
     // A previous run whose airlock was killed left its check to us.
     crate::integrity::recover();
     let built = build_policy(&args.policy, &args.write, crate::sources::Named::NeedTrust)?;
@@ -123,7 +164,9 @@ pub fn run(args: &RunArgs) -> Result<ExitCode> {
     for u in &plan.unsupported {
         eprintln!("airlock: warning: {u} cannot be enforced by mounts (only plain paths and a trailing /**)");
     }
-    run_platform(args, policy, plan, timeout, started, &workspace, learn)
+    run_platform(
+        args, policy, plan, timeout, started, &workspace, learn, early,
+    )
 }
 
 /// A sandbox that has been started, whatever the platform.
@@ -147,7 +190,7 @@ struct Started {
 /// Start the sandbox. Runs on the main thread: on Linux the helper's
 /// parent-death signal follows the spawning thread.
 #[cfg(target_os = "linux")]
-fn start(plan: &plan::Plan) -> Result<Started> {
+fn start(plan: &plan::Plan, early: Early) -> Result<Started> {
     use crate::linux::{attribution::SandboxProcesses, Sandbox};
     if crate::doctor::is_wsl1() {
         bail!("WSL1 has no namespaces and no Landlock; airlock needs WSL2 (wsl --set-version <distro> 2)");
@@ -191,7 +234,10 @@ fn start(plan: &plan::Plan) -> Result<Started> {
         );
         plan.degraded = Some(port);
     }
-    let mut sandbox = Sandbox::start(&plan)?;
+    let mut sandbox = match early {
+        Some(spawned) => Sandbox::start_spawned(&plan, spawned)?,
+        None => Sandbox::start(&plan)?,
+    };
     let capture = sandbox.capture.take();
     let (child, fd, channel) = sandbox.into_parts();
     let anchor = child.id();
@@ -217,7 +263,7 @@ fn start(plan: &plan::Plan) -> Result<Started> {
 }
 
 #[cfg(target_os = "macos")]
-fn start(plan: &plan::Plan) -> Result<Started> {
+fn start(plan: &plan::Plan, _: Early) -> Result<Started> {
     let mut plan = plan.clone();
     // The proxy listens on a random loopback port in the supervisor.
     let listener = match plan.net {
@@ -247,7 +293,7 @@ fn start(plan: &plan::Plan) -> Result<Started> {
 }
 
 #[cfg(not(any(target_os = "linux", target_os = "macos")))]
-fn start(_: &plan::Plan) -> Result<Started> {
+fn start(_: &plan::Plan, _: Early) -> Result<Started> {
     bail!("airlock run is not available on this platform; it never runs a command unsandboxed")
 }
 
@@ -259,6 +305,7 @@ fn run_platform(
     started: Instant,
     workspace: &std::path::Path,
     learn: Option<crate::learn::Learn>,
+    early: Early,
 ) -> Result<ExitCode> {
     let run = run_id();
     // Opened before the command runs, without following links (SPEC §3.5).
@@ -301,7 +348,7 @@ fn run_platform(
     let watch = crate::integrity::watch::start(&plan.protected, killer.clone());
     tracing::debug!(elapsed = ?started.elapsed(), paths = plan.protected.len(), "protected set recorded");
     // Spawned from this (main) thread: see `start`.
-    let sandbox = match start(&plan) {
+    let sandbox = match start(&plan, early) {
         Ok(s) => s,
         Err(e) => {
             // Nothing ran: there is nothing to check.
@@ -353,6 +400,7 @@ fn run_platform(
     crate::linux::capture::serve(&runtime, &engine, sandbox.capture);
 
     let status = wait(sandbox.child, timeout, sandbox.teardown);
+    tracing::debug!(elapsed = ?started.elapsed(), "sandbox helper reaped");
     (sandbox.finish)();
     let mut status = status?;
     tracing::debug!(elapsed = ?started.elapsed(), "sandbox exited");
@@ -405,6 +453,10 @@ fn run_platform(
         code = 125;
     }
     for m in (sandbox.messages)() {
+        if let Some(p) = m.strip_prefix("phase: ") {
+            sandbox_phase(p, monotonic_ns() - started.elapsed().as_nanos() as i128);
+            continue;
+        }
         // The sandbox wrote these: shown with control characters escaped.
         let m = airlock_proxy::escape::line(&m, 1000);
         if let Some(e) = m.strip_prefix("error: ") {
@@ -415,6 +467,7 @@ fn run_platform(
         }
     }
     runtime.shutdown_timeout(Duration::from_millis(100));
+    tracing::debug!(elapsed = ?started.elapsed(), "runtime shut down");
     if let Some(b) = &bundle {
         b.remove();
     }
@@ -452,6 +505,7 @@ fn run_platform(
             },
         )?;
     }
+    tracing::debug!(elapsed = ?started.elapsed(), "run finished");
     Ok(ExitCode::from(code.clamp(0, 255) as u8))
 }
 

@@ -83,14 +83,14 @@ const REDIRECTS: &[&str] = &[
 
 /// Start watching the parents of every absent protected path.
 pub fn start(set: &[Protected], killer: Arc<OnceLock<Killer>>) -> Option<Watch> {
-    let inotify = Inotify::init(InitFlags::IN_CLOEXEC | InitFlags::IN_NONBLOCK).ok()?;
-    let mut dirs: HashMap<i32, (PathBuf, Vec<(std::ffi::OsString, Kind)>)> = HashMap::new();
+    // The nearest existing ancestor of each absent path, and the name below
+    // it on the way.
+    let mut wanted: Vec<(PathBuf, std::ffi::OsString, Kind)> = vec![];
     for p in set {
         let path = p.path();
         if std::fs::symlink_metadata(&path).is_ok() {
             continue;
         }
-        // The nearest existing ancestor, and the name below it on the way.
         let mut child = path.clone();
         while let Some(parent) = child.parent() {
             if parent.is_dir() {
@@ -101,29 +101,30 @@ pub fn start(set: &[Protected], killer: Arc<OnceLock<Killer>>) -> Option<Watch> 
                     && parent.join("HEAD").exists()
                     && REDIRECTS.iter().any(|r| name == *r);
                 let kind = if in_git_dir { Kind::Kill } else { Kind::Report };
-                let flags = AddWatchFlags::IN_CREATE
-                    | AddWatchFlags::IN_MOVED_TO
-                    | AddWatchFlags::IN_ONLYDIR;
-                if let Ok(wd) = inotify.add_watch(parent, flags) {
-                    let e = dirs
-                        .entry(wd.as_raw())
-                        .or_insert_with(|| (parent.to_path_buf(), vec![]));
-                    e.1.push((name.to_os_string(), kind));
-                }
+                wanted.push((parent.to_path_buf(), name.to_os_string(), kind));
                 break;
             }
             child = parent.to_path_buf();
         }
     }
     // Closing an inotify instance waits for an SRCU grace period (15–20 ms
-    // here, on every run's exit path): watch only when a creation would be
-    // grounds to stop the sandbox. Names that are only reported are caught
-    // by the post-run check just the same.
-    if !dirs
-        .values()
-        .any(|(_, names)| names.iter().any(|(_, k)| *k == Kind::Kill))
-    {
+    // here, on every run's exit path), even one that never had a watch:
+    // make one only when a creation would be grounds to stop the sandbox.
+    // Names that are only reported are caught by the post-run check just
+    // the same.
+    if !wanted.iter().any(|(_, _, k)| *k == Kind::Kill) {
         return None;
+    }
+    let inotify = Inotify::init(InitFlags::IN_CLOEXEC | InitFlags::IN_NONBLOCK).ok()?;
+    let mut dirs: HashMap<i32, (PathBuf, Vec<(std::ffi::OsString, Kind)>)> = HashMap::new();
+    let flags = AddWatchFlags::IN_CREATE | AddWatchFlags::IN_MOVED_TO | AddWatchFlags::IN_ONLYDIR;
+    for (parent, name, kind) in wanted {
+        if let Ok(wd) = inotify.add_watch(&parent, flags) {
+            dirs.entry(wd.as_raw())
+                .or_insert_with(|| (parent, vec![]))
+                .1
+                .push((name, kind));
+        }
     }
     let wake =
         EventFd::from_value_and_flags(0, EfdFlags::EFD_CLOEXEC | EfdFlags::EFD_NONBLOCK).ok()?;

@@ -82,6 +82,7 @@ fn write_id_maps(uid: u32, gid: u32) -> Result<()> {
 
 fn build_and_run(channel: &mut UnixStream, supervisor: libc::pid_t) -> Result<i32> {
     let plan = read_plan(channel)?;
+    phase("plan read");
     if let Some(proxy_port) = plan.degraded {
         return super::degraded::run(&plan, channel, proxy_port);
     }
@@ -89,6 +90,7 @@ fn build_and_run(channel: &mut UnixStream, supervisor: libc::pid_t) -> Result<i3
     let (uid, gid) = (getuid().as_raw(), getgid().as_raw());
     // Before the network namespace hides them: the host's unix sockets.
     sockets::snapshot()?;
+    phase("host sockets listed");
 
     // 1. Namespaces: user (our ids mapped), mount, PID, IPC, and network
     //    unless the user asked for the host's.
@@ -100,9 +102,13 @@ fn build_and_run(channel: &mut UnixStream, supervisor: libc::pid_t) -> Result<i3
         flags |= CloneFlags::CLONE_NEWNET;
     }
     unshare(flags).map_err(super::explain_unshare)?;
+    phase("namespaces");
     write_id_maps(uid, gid)?;
-    // Counted in the new user namespace from here on.
-    limits::set_nproc(&plan.limits)?;
+    // Where PID 1 cannot cap its namespace's pids (before Linux 6.14):
+    // RLIMIT_NPROC, counted in the new user namespace from here on.
+    if !limits::pids_by_namespace(&plan.limits) {
+        limits::set_nproc(&plan.limits)?;
+    }
 
     // 2. Network: loopback up; the proxy listener goes to the supervisor.
     if plan.net != Net::Host {
@@ -116,9 +122,11 @@ fn build_and_run(channel: &mut UnixStream, supervisor: libc::pid_t) -> Result<i3
         captured = Some(capture::bind());
     }
     let mut gate = capture::Gate::new()?;
+    phase("network");
 
     // Nothing starts before the supervisor has put us in the cgroups.
     limits::wait_until_placed(channel)?;
+    phase("cgroups placed");
 
     // SAFETY: the helper is single-threaded.
     match unsafe { fork() }.context("starting the sandbox's init")? {
@@ -139,7 +147,9 @@ fn build_and_run(channel: &mut UnixStream, supervisor: libc::pid_t) -> Result<i3
                 capture::send(channel, &c)?;
             }
             gate.open();
-            match waitpid(child, None) {
+            let status = waitpid(child, None);
+            phase_now(channel, "init exited");
+            match status {
                 Ok(WaitStatus::Exited(_, code)) => return Ok(code),
                 Ok(WaitStatus::Signaled(_, sig, _)) => return Ok(128 + sig as i32),
                 Ok(_) => continue,
@@ -154,28 +164,67 @@ fn build_and_run(channel: &mut UnixStream, supervisor: libc::pid_t) -> Result<i3
 fn pid1(plan: &Plan, channel: &mut UnixStream, gate: capture::Gate) -> Result<i32> {
     // Our parent (the helper) lives outside this PID namespace: it is pid 0 here.
     caps::die_with_parent(0)?;
+    // The supervisor tells the sandbox's processes by this namespace; it
+    // gets it from us rather than from /proc/<helper>, which is gone once
+    // a quick command has finished.
+    let pid_ns = std::fs::File::open("/proc/self/ns/pid").context("opening our PID namespace")?;
     // 3. Mounts.
+    phase("init started");
     mounts::setup(plan)?;
+    if limits::pids_by_namespace(&plan.limits) {
+        limits::set_pid_max(&plan.limits)?;
+    }
+    phase("mounts");
     // 4. Lock down.
     caps::drop_all()?;
     caps::no_new_privs()?;
     // 5. Landlock.
     landlock::restrict(&plan.read, &plan.write, plan.allow_degraded)?;
+    phase("capabilities dropped, landlock");
     // Capture is in place (or off) before the command can connect.
     gate.wait();
     // 6. seccomp.
     // Made before seccomp, which refuses sock_diag sockets.
     let diag = super::unixconnect::diag_socket()?;
     seccomp::install(false)?;
+    phase("seccomp");
     // From here every connect() waits for the supervisor's decision.
     let listener = super::unixconnect::install()?;
     netns::send_fd(channel, listener.as_fd())
         .and_then(|_| netns::send_fd(channel, diag.as_fd()))
+        .and_then(|_| netns::send_fd(channel, pid_ns.as_fd()))
         .context("passing the connect() listener to the supervisor")?;
-    drop((listener, diag));
+    drop((listener, diag, pid_ns));
+    phase("connect() listener passed");
+    send_phases(channel);
     // 7. Init: the command must not inherit the channel.
     close_on_exec(channel)?;
     init::run(plan, channel, init::Reap::Namespace)
+}
+
+/// Setup steps' ends, on CLOCK_MONOTONIC, for the supervisor's `-vv`.
+/// Kept here and written by PID 1 once the descriptors have been passed
+/// (a line in between would break that exchange); PID 1 inherits the
+/// helper's marks with the fork.
+static PHASES: std::sync::Mutex<String> = std::sync::Mutex::new(String::new());
+
+fn phase(name: &str) {
+    let now = crate::run_cmd::monotonic_ns();
+    if let Ok(mut p) = PHASES.lock() {
+        p.push_str(&format!("phase: {now} {name}\n"));
+    }
+}
+
+/// A step after the descriptors have been passed: written at once.
+pub fn phase_now(channel: &mut UnixStream, name: &str) {
+    let now = crate::run_cmd::monotonic_ns();
+    let _ = channel.write_all(format!("phase: {now} {name}\n").as_bytes());
+}
+
+fn send_phases(channel: &mut UnixStream) {
+    if let Ok(p) = PHASES.lock() {
+        let _ = channel.write_all(p.as_bytes());
+    }
 }
 
 pub fn close_on_exec(channel: &UnixStream) -> Result<()> {

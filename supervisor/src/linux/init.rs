@@ -181,6 +181,7 @@ pub fn run(plan: &Plan, channel: &mut UnixStream, reap: Reap) -> Result<i32> {
             match waitpid(Pid::from_raw(-1), Some(WaitPidFlag::WNOHANG)) {
                 Ok(WaitStatus::StillAlive) | Err(_) => break,
                 Ok(status) if status.pid() == Some(command) => {
+                    super::helper::phase_now(channel, "command exited");
                     let code = exit_code(status).unwrap_or(125);
                     // Nothing started inside outlives the command.
                     match reap {
@@ -190,6 +191,7 @@ pub fn run(plan: &Plan, channel: &mut UnixStream, reap: Reap) -> Result<i32> {
                         }
                         Reap::Subreaper => kill_descendants(),
                     }
+                    super::helper::phase_now(channel, "leftovers reaped");
                     return Ok(code);
                 }
                 Ok(_) => {}

@@ -1,10 +1,16 @@
 //! `[limits]` (SPEC §4.6), with the kernel's own mechanisms:
-//! - pids: RLIMIT_NPROC set right after the user namespace is created. The
-//!   kernel counts it per user *per user namespace* (ucounts), so it caps
-//!   the sandbox's tasks without counting the user's other processes. The
-//!   kernel exempts real uid 0 from RLIMIT_NPROC, so for root a pids cgroup
-//!   carries the limit (cgroup v2 where the controller is delegated to our
-//!   cgroup, else the v1 pids hierarchy).
+//! - pids: the `pid_max` of the sandbox's own PID namespace (Linux ≥ 6.14
+//!   makes it per namespace). Every task of the sandbox holds a number in
+//!   that namespace, below pid_max, so `pid_max = pids + 1` caps them at
+//!   `pids`, exactly, for root as for an ordinary user, at the cost of one
+//!   write. Once numbers wrap the kernel skips 1–299, so the ceiling can
+//!   then be up to 299 lower; never higher. The sandbox cannot raise it: it
+//!   has no capabilities left. Before 6.14 (and in the degraded tier, which
+//!   has no PID namespace): RLIMIT_NPROC, counted per user per user
+//!   namespace (ucounts); the kernel exempts real uid 0 from it, so for root
+//!   a pids cgroup carries the limit (cgroup v2 where the controller is
+//!   delegated to our cgroup, else the v1 pids hierarchy, where moving a
+//!   process in waits for an RCU grace period, ~25 ms).
 //! - memory: a cgroup's memory.max (v2) or memory.limit_in_bytes (v1).
 //! - tmp: the size of the private /tmp and /dev/shm tmpfs (mounts.rs).
 //!
@@ -26,6 +32,48 @@ pub const DEV_SIZE: &str = "size=1M";
 
 pub fn tmpfs_size(limits: &Limits) -> String {
     format!("size={}", limits.tmp)
+}
+
+/// The kernel refuses a pid_max below this (RESERVED_PIDS + 1).
+const PID_MAX_MIN: u32 = 301;
+
+fn kernel_at_least(major: u32, minor: u32) -> bool {
+    // SAFETY: uname fills the struct it is given.
+    let mut u: libc::utsname = unsafe { std::mem::zeroed() };
+    // SAFETY: as above.
+    if unsafe { libc::uname(&mut u) } != 0 {
+        return false;
+    }
+    // SAFETY: uname NUL-terminates its fields.
+    let release = unsafe { std::ffi::CStr::from_ptr(u.release.as_ptr()) }.to_string_lossy();
+    let mut nums = release
+        .split(|c: char| !c.is_ascii_digit())
+        .map(|n| n.parse::<u32>().unwrap_or(0));
+    let (ma, mi) = (nums.next().unwrap_or(0), nums.next().unwrap_or(0));
+    (ma, mi) >= (major, minor)
+}
+
+/// Whether the full tier caps pids with its PID namespace's own pid_max
+/// (Linux ≥ 6.14); the supervisor and the helper both ask, and agree.
+pub fn pids_by_namespace(limits: &Limits) -> bool {
+    limits.pids.saturating_add(1) >= PID_MAX_MIN && kernel_at_least(6, 14)
+}
+
+/// In the sandbox's PID 1, while it still has its capabilities: cap the
+/// namespace's task numbers, and check that the kernel took it.
+pub fn set_pid_max(limits: &Limits) -> Result<()> {
+    const FILE: &str = "/proc/sys/kernel/pid_max";
+    let want = limits.pids.saturating_add(1);
+    fs::write(FILE, want.to_string())
+        .with_context(|| format!("limits.pids: setting this PID namespace's pid_max to {want}"))?;
+    let got = fs::read_to_string(FILE).context("limits.pids: reading pid_max back")?;
+    if got.trim() != want.to_string() {
+        bail!(
+            "limits.pids: pid_max reads {} after writing {want}",
+            got.trim()
+        );
+    }
+    Ok(())
 }
 
 fn is_root() -> bool {
@@ -164,8 +212,9 @@ fn create(controller: &str, file: (&str, &str), value: &str) -> Result<PathBuf> 
 }
 
 /// Before the namespaces: the cgroups that carry `memory`, and `pids` for
-/// root (the kernel exempts uid 0 from RLIMIT_NPROC).
-pub fn create_cgroups(limits: &Limits) -> Result<Cgroup> {
+/// root where no PID namespace carries it (the kernel exempts uid 0 from
+/// RLIMIT_NPROC).
+pub fn create_cgroups(limits: &Limits, pids_by_namespace: bool) -> Result<Cgroup> {
     let mut cg = Cgroup { dirs: vec![] };
     if let Some(bytes) = limits.memory {
         let dir = create(
@@ -178,7 +227,7 @@ pub fn create_cgroups(limits: &Limits) -> Result<Cgroup> {
         })?;
         cg.dirs.push(dir);
     }
-    if is_root() {
+    if is_root() && !pids_by_namespace {
         match create("pids", ("pids.max", "pids.max"), &limits.pids.to_string()) {
             Ok(dir) => cg.dirs.push(dir),
             Err(e) if limits.pids_configured => {
@@ -231,13 +280,21 @@ pub fn describe() -> Vec<String> {
             _ => String::new(),
         }
     };
-    let pids = if is_root() {
+    let fallback = if is_root() {
         match cg("pids") {
             s if s.is_empty() => "not enforced for root (no pids cgroup; the kernel exempts uid 0 from RLIMIT_NPROC); setting it is an error".to_string(),
             s => s,
         }
     } else {
         "RLIMIT_NPROC, counted in the sandbox's user namespace".to_string()
+    };
+    let pids = if pids_by_namespace(&Limits::default()) {
+        format!(
+            "pid_max of the sandbox's own PID namespace (exact; Linux >= 6.14); \
+             in the degraded tier, which has no PID namespace: {fallback}"
+        )
+    } else {
+        fallback
     };
     let memory = match cg("memory") {
         s if s.is_empty() => {

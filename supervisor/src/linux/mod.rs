@@ -65,12 +65,92 @@ impl Sandbox {
 
     /// Start the helper with the command's stdin, stdout and stderr given.
     pub fn start_with(plan: &Plan, stdio: [Stdio; 3]) -> Result<Sandbox> {
-        let [stdin, stdout, stderr] = stdio;
+        Self::start_spawned(plan, Spawned::spawn(stdio)?)
+    }
+
+    /// Hand the plan to a helper started earlier.
+    pub fn start_spawned(plan: &Plan, mut spawned: Spawned) -> Result<Sandbox> {
+        // `spawned` keeps the child until the end: on an error, dropping it
+        // kills the helper.
+        let (Some(pid), Some(mut channel)) = (
+            spawned.child.as_ref().map(|c| c.id() as libc::pid_t),
+            spawned.channel.take(),
+        ) else {
+            anyhow::bail!("the sandbox helper was already used");
+        };
         // A limit that cannot be enforced stops the run before anything starts.
         if plan.degraded.is_none() {
             unixconnect::check_ptrace()?;
         }
-        let cgroups = limits::create_cgroups(&plan.limits)?;
+        let by_ns = plan.degraded.is_none() && limits::pids_by_namespace(&plan.limits);
+        let cgroups = limits::create_cgroups(&plan.limits, by_ns)?;
+        let body = serde_json::to_vec(plan).context("encoding the sandbox plan")?;
+        channel
+            .write_all(&(body.len() as u32).to_be_bytes())
+            .and_then(|_| channel.write_all(&body))
+            .context("sending the sandbox plan")?;
+        // While the helper builds the namespaces, put it in the cgroups (a
+        // migration waits for an RCU grace period: milliseconds); it waits
+        // for this byte before it starts anything else.
+        let placed = cgroups.add(pid);
+        let _ = channel.write_all(if placed.is_ok() { b"1" } else { b"0" });
+        placed?;
+        // The degraded tier's proxy listener is the supervisor's own.
+        let listener = if plan.net == Net::Proxy && plan.degraded.is_none() {
+            Some(recv_or_error(&channel)?)
+        } else {
+            None
+        };
+        let capture = match listener {
+            Some(_) => Some(capture::recv(&channel)?),
+            None => None,
+        };
+        // The full tier's PID 1 sends the connect() listener last: from then
+        // on the sandbox's connects are decided here (unixconnect.rs).
+        if plan.degraded.is_none() {
+            let fd = recv_or_error(&channel)?;
+            let diag = recv_or_error(&channel)?;
+            let pid_ns = recv_or_error(&channel)?;
+            // On an error its connects would fail (the listener is gone):
+            // it is stopped.
+            unixconnect::serve(plan, fd, diag, &pid_ns)?;
+        }
+        let Some(child) = spawned.child.take() else {
+            anyhow::bail!("the sandbox helper was already used");
+        };
+        Ok(Sandbox {
+            child,
+            listener,
+            capture,
+            channel,
+            cgroups,
+        })
+    }
+
+    /// Split off the channel, for reading messages after the helper is
+    /// waited on; the cgroups go when the channel is dropped.
+    pub fn into_parts(self) -> (Child, Option<OwnedFd>, Channel) {
+        (
+            self.child,
+            self.listener,
+            Channel(self.channel, self.cgroups),
+        )
+    }
+}
+
+/// A helper started ahead of its plan (`run` starts it first thing), so
+/// that its exec overlaps the supervisor's own preparation. Unused, it is
+/// killed.
+pub struct Spawned {
+    child: Option<Child>,
+    channel: Option<UnixStream>,
+}
+
+impl Spawned {
+    /// Start the helper. Call from the main thread: the helper's
+    /// parent-death signal follows the thread that spawned it.
+    pub fn spawn(stdio: [Stdio; 3]) -> Result<Spawned> {
+        let [stdin, stdout, stderr] = stdio;
         let (ours, theirs) = UnixStream::pair().context("creating the sandbox channel")?;
         // The helper must inherit its end; nothing else is spawned meanwhile.
         let fd = theirs.as_raw_fd();
@@ -91,62 +171,19 @@ impl Sandbox {
             .spawn()
             .context("starting the sandbox helper")?;
         drop(theirs);
-        let mut channel = ours;
-        let body = serde_json::to_vec(plan).context("encoding the sandbox plan")?;
-        channel
-            .write_all(&(body.len() as u32).to_be_bytes())
-            .and_then(|_| channel.write_all(&body))
-            .context("sending the sandbox plan")?;
-        // While the helper builds the namespaces, put it in the cgroups (a
-        // migration waits for an RCU grace period: milliseconds); it waits
-        // for this byte before it starts anything else.
-        let mut child = child;
-        let placed = cgroups.add(child.id() as libc::pid_t);
-        let _ = channel.write_all(if placed.is_ok() { b"1" } else { b"0" });
-        if let Err(e) = placed {
-            let _ = child.kill();
-            let _ = child.wait();
-            return Err(e);
-        }
-        // The degraded tier's proxy listener is the supervisor's own.
-        let listener = if plan.net == Net::Proxy && plan.degraded.is_none() {
-            Some(recv_or_error(&channel)?)
-        } else {
-            None
-        };
-        let capture = match listener {
-            Some(_) => Some(capture::recv(&channel)?),
-            None => None,
-        };
-        // The full tier's PID 1 sends the connect() listener last: from then
-        // on the sandbox's connects are decided here (unixconnect.rs).
-        if plan.degraded.is_none() {
-            let fd = recv_or_error(&channel)?;
-            let diag = recv_or_error(&channel)?;
-            if let Err(e) = unixconnect::serve(plan, fd, diag, child.id() as libc::pid_t) {
-                // Its connects would fail (the listener is gone); stop it.
-                let _ = child.kill();
-                let _ = child.wait();
-                return Err(e);
-            }
-        }
-        Ok(Sandbox {
-            child,
-            listener,
-            capture,
-            channel,
-            cgroups,
+        Ok(Spawned {
+            child: Some(child),
+            channel: Some(ours),
         })
     }
+}
 
-    /// Split off the channel, for reading messages after the helper is
-    /// waited on; the cgroups go when the channel is dropped.
-    pub fn into_parts(self) -> (Child, Option<OwnedFd>, Channel) {
-        (
-            self.child,
-            self.listener,
-            Channel(self.channel, self.cgroups),
-        )
+impl Drop for Spawned {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
     }
 }
 

@@ -32,7 +32,7 @@
 //! sockets, which could send to any path without connect().
 
 use std::ffi::CString;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -180,7 +180,7 @@ pub fn check_ptrace() -> Result<()> {
 
 /// In the supervisor, once the sandbox's PID 1 has sent the listener:
 /// serve the notifications on a thread of their own.
-pub fn serve(plan: &Plan, fd: OwnedFd, diag: OwnedFd, helper: libc::pid_t) -> Result<()> {
+pub fn serve(plan: &Plan, fd: OwnedFd, diag: OwnedFd, pid_ns: &OwnedFd) -> Result<()> {
     use std::os::unix::fs::{FileTypeExt, MetadataExt};
     let granted = plan
         .unix_sockets
@@ -190,7 +190,9 @@ pub fn serve(plan: &Plan, fd: OwnedFd, diag: OwnedFd, helper: libc::pid_t) -> Re
             m.file_type().is_socket().then(|| (m.dev(), m.ino()))
         })
         .collect();
-    let sandbox_ns = readlink(&format!("/proc/{helper}/ns/pid_for_children"))
+    // As /proc/<pid>/ns/pid reads for the sandbox's processes.
+    let sandbox_ns = nix::sys::stat::fstat(pid_ns.as_fd())
+        .map(|st| format!("pid:[{}]", st.st_ino))
         .context("reading the sandbox's PID namespace")?;
     let ctx = Arc::new(Decider {
         diag,
