@@ -160,7 +160,12 @@ fn pid1(plan: &Plan, channel: &mut UnixStream, gate: capture::Gate) -> Result<i3
     caps::drop_all()?;
     caps::no_new_privs()?;
     // 5. Landlock.
-    landlock::restrict(&plan.read, &plan.write, plan.allow_degraded)?;
+    landlock::restrict(
+        &plan.read,
+        &plan.write,
+        &plan.deny_read,
+        plan.allow_degraded,
+    )?;
     // Capture is in place (or off) before the command can connect.
     gate.wait();
     // 6. seccomp.
