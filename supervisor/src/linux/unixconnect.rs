@@ -25,17 +25,17 @@
 //!   addresses live in the sandbox's own network namespace, except with
 //!   `--network host`, where the same check applies to them.
 //!
-//! Cost: a notification round trip, a thread and, for a unix path, one
-//! sock_diag dump per connect (tens of microseconds in the sandbox's own
-//! namespace). Consequences: a listener inside sees the supervisor as its
+//! Cost: a notification round trip, a hand-over to a waiting worker thread
+//! and, for a unix path, one sock_diag dump per connect (tens of
+//! microseconds in the sandbox's own namespace). Consequences: a listener inside sees the supervisor as its
 //! peer (`SO_PEERCRED` pid 0 there); seccomp refuses unix datagram
 //! sockets, which could send to any path without connect().
 
 use std::ffi::CString;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{mpsc, Arc, Mutex};
 
 use anyhow::{Context, Result};
 
@@ -207,6 +207,7 @@ pub fn serve(plan: &Plan, fd: OwnedFd, diag: OwnedFd, helper: libc::pid_t) -> Re
 
 fn receive(fd: OwnedFd, ctx: Arc<Decider>) {
     let fd = Arc::new(fd);
+    let mut pool = Pool::new();
     loop {
         let mut pfd = libc::pollfd {
             fd: fd.as_raw_fd(),
@@ -232,27 +233,68 @@ fn receive(fd: OwnedFd, ctx: Arc<Decider>) {
                 _ => return, // every sandbox process is gone
             }
         }
-        // A thread each, so that a blocking connect does not hold up the
-        // others; past a bound (a sandbox that floods connects) or when no
-        // thread can start, answered here, in order.
-        static IN_FLIGHT: AtomicUsize = AtomicUsize::new(0);
-        if IN_FLIGHT.fetch_add(1, Ordering::SeqCst) < MAX_THREADS {
-            let (fd2, ctx2) = (fd.clone(), ctx.clone());
-            let req2 = req;
-            let spawned = std::thread::Builder::new().spawn(move || {
-                respond(&fd2, &ctx2, &req2);
-                IN_FLIGHT.fetch_sub(1, Ordering::SeqCst);
-            });
+        // A worker each, so that a blocking connect does not hold up the
+        // others. Workers stay for the next notification (starting a thread
+        // per connect() cost more than deciding it); a new one starts only
+        // when none is idle. Past the bound (a sandbox that floods
+        // connects), or when no thread can start, answered here, in order.
+        let mut taken = pool
+            .idle
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+            .is_ok();
+        if !taken && pool.workers < MAX_THREADS {
+            let (fd2, ctx2, rx2, idle2) =
+                (fd.clone(), ctx.clone(), pool.rx.clone(), pool.idle.clone());
+            let spawned = std::thread::Builder::new()
+                .name("connect-worker".into())
+                .spawn(move || worker(&fd2, &ctx2, &rx2, &idle2));
             if spawned.is_ok() {
-                continue;
+                pool.workers += 1;
+                taken = true;
             }
         }
+        if taken && pool.tx.send(req).is_ok() {
+            continue;
+        }
         respond(&fd, &ctx, &req);
-        IN_FLIGHT.fetch_sub(1, Ordering::SeqCst);
     }
 }
 
-/// Connects performed at once, each on its own thread.
+/// The workers of one sandbox: every notification sent on `tx` meets
+/// either a worker counted in `idle` (claimed before sending) or one
+/// started for it, so none waits behind a connect() in progress.
+struct Pool {
+    tx: mpsc::Sender<Notif>,
+    rx: Arc<Mutex<mpsc::Receiver<Notif>>>,
+    idle: Arc<AtomicUsize>,
+    workers: usize,
+}
+
+impl Pool {
+    fn new() -> Pool {
+        let (tx, rx) = mpsc::channel();
+        Pool {
+            tx,
+            rx: Arc::new(Mutex::new(rx)),
+            idle: Arc::new(AtomicUsize::new(0)),
+            workers: 0,
+        }
+    }
+}
+
+/// Answer notifications until the receiving loop ends (the sandbox is gone).
+fn worker(fd: &OwnedFd, ctx: &Decider, rx: &Mutex<mpsc::Receiver<Notif>>, idle: &AtomicUsize) {
+    loop {
+        let next = rx.lock().unwrap_or_else(|p| p.into_inner()).recv();
+        let Ok(req) = next else {
+            return;
+        };
+        respond(fd, ctx, &req);
+        idle.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
+/// Connects performed at once, each on a worker of its own.
 const MAX_THREADS: usize = 64;
 
 fn respond(fd: &OwnedFd, ctx: &Decider, req: &Notif) {
@@ -287,9 +329,23 @@ fn owned(r: libc::c_long) -> std::result::Result<OwnedFd, i32> {
 /// Perform one connect(); Ok(return value) or Err(errno).
 fn handle(listener: &OwnedFd, ctx: &Decider, req: &Notif) -> std::result::Result<i64, i32> {
     let [sockfd, addr_ptr, addr_len, ..] = req.data.args;
-    // SAFETY: pidfd_open on a pid from the notification; checked below.
-    let pidfd = owned(unsafe { libc::syscall(libc::SYS_pidfd_open, req.pid, PIDFD_THREAD) })
-        // Before Linux 6.9 only a thread-group leader has a pidfd.
+    // Before Linux 6.9 only a thread-group leader has a pidfd (EINVAL for
+    // the flag): learnt once, not paid for on every connect().
+    static NO_THREAD_PIDFD: AtomicBool = AtomicBool::new(false);
+    let thread_pidfd = || -> std::result::Result<OwnedFd, i32> {
+        if NO_THREAD_PIDFD.load(Ordering::Relaxed) {
+            return Err(libc::EINVAL);
+        }
+        // SAFETY: pidfd_open on a pid from the notification; checked below.
+        owned(unsafe { libc::syscall(libc::SYS_pidfd_open, req.pid, PIDFD_THREAD) }).inspect_err(
+            |e| {
+                if *e == libc::EINVAL {
+                    NO_THREAD_PIDFD.store(true, Ordering::Relaxed);
+                }
+            },
+        )
+    };
+    let pidfd = thread_pidfd()
         // SAFETY: as above.
         .or_else(|_| owned(unsafe { libc::syscall(libc::SYS_pidfd_open, req.pid, 0) }))?;
     // The pid might have been reused before pidfd_open: the notification is
