@@ -14,8 +14,22 @@ use nix::unistd::{fork, getgid, getuid, ForkResult};
 use super::{caps, capture, init, landlock, limits, mounts, netns, seccomp, sockets};
 use crate::plan::{Net, Plan, SANDBOX_PROXY_PORT};
 
+/// Set by the supervisor at `-vv`: the helper logs its steps to stderr
+/// (the command's, which the command's environment never sees: init
+/// exec's it with the plan's).
+pub const DEBUG_ENV: &str = "AIRLOCK_HELPER_DEBUG";
+
 /// Entry point of `airlock __sandbox-helper <fd>`; never returns.
 pub fn main(fd: RawFd, supervisor: libc::pid_t) -> ! {
+    if std::env::var_os(DEBUG_ENV).is_some() {
+        // No thread of its own: the helper stays single-threaded.
+        tracing_subscriber::fmt()
+            .with_max_level(tracing::Level::DEBUG)
+            .with_writer(std::io::stderr)
+            .with_target(false)
+            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+            .init();
+    }
     // SAFETY: the supervisor passed us this end of its socketpair.
     let mut channel = unsafe { UnixStream::from_raw_fd(fd) };
     // Only stdin, stdout and stderr cross into the sandbox (SPEC §4.6):
@@ -155,7 +169,9 @@ fn pid1(plan: &Plan, channel: &mut UnixStream, gate: capture::Gate) -> Result<i3
     // Our parent (the helper) lives outside this PID namespace: it is pid 0 here.
     caps::die_with_parent(0)?;
     // 3. Mounts.
+    let started = std::time::Instant::now();
     mounts::setup(plan)?;
+    tracing::debug!(elapsed = ?started.elapsed(), "helper: mounts made");
     // 4. Lock down.
     caps::drop_all()?;
     caps::no_new_privs()?;
@@ -171,7 +187,9 @@ fn pid1(plan: &Plan, channel: &mut UnixStream, gate: capture::Gate) -> Result<i3
     // 6. seccomp.
     // Made before seccomp, which refuses sock_diag sockets.
     let diag = super::unixconnect::diag_socket()?;
+    let started = std::time::Instant::now();
     seccomp::install(false)?;
+    tracing::debug!(elapsed = ?started.elapsed(), "helper: seccomp installed");
     // From here every connect() waits for the supervisor's decision.
     let listener = super::unixconnect::install()?;
     netns::send_fd(channel, listener.as_fd())

@@ -264,7 +264,7 @@ fn carve_real(
     };
     // The names here that lead to a denied path; any other entry that is
     // not a link is granted whole without comparing it to every one.
-    let leading: Vec<&std::ffi::OsStr> = denied
+    let leading: std::collections::HashSet<&std::ffi::OsStr> = denied
         .iter()
         .filter_map(|d| d.strip_prefix(&real).ok()?.components().next())
         .map(|c| c.as_os_str())
@@ -272,7 +272,7 @@ fn carve_real(
     for e in entries.flatten() {
         match e.file_type() {
             Ok(t) if !t.is_symlink() => {
-                if leading.contains(&e.file_name().as_os_str()) {
+                if leading.contains(e.file_name().as_os_str()) {
                     carve_real(e.path(), t.is_dir(), denied, out, split, depth + 1);
                 } else {
                     out.push(e.path());

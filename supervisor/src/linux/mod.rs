@@ -85,6 +85,8 @@ impl Sandbox {
             .arg(fd.to_string())
             .arg(std::process::id().to_string())
             .env_clear()
+            // `-vv`: the helper reports the cost of its steps too.
+            .envs(tracing::enabled!(tracing::Level::DEBUG).then_some((helper::DEBUG_ENV, "1")))
             .stdin(stdin)
             .stdout(stdout)
             .stderr(stderr)
