@@ -205,22 +205,32 @@ fn the_degraded_tiers_tmpdir_has_a_size_cap_or_the_run_is_refused() {
                 "{ctx}"
             );
         }
-        // Without a configured limit the run goes on either way.
+        // Without a configured limit the run goes on either way, and the
+        // run's warning and its report state the gap.
         let f = fixture();
+        let reports = tempfile::tempdir_in(base()).unwrap();
+        std::fs::set_permissions(reports.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
+        let report = reports.path().join("report.json");
         let out = run(&mut command(
             &f,
             Tier::Degraded,
             user,
-            &["--network", "none"],
+            &["--network", "none", "--report", report.to_str().unwrap()],
             "echo t > \"$TMPDIR/t\" && echo wrote-tmp",
         ));
         let ctx = format!("as_user={user}\n{}", show(&out));
         assert_eq!(out.code, 0, "{ctx}");
         assert!(has_line(&out, "wrote-tmp"), "{ctx}");
+        let gap = "TMPDIR is capped by [limits] tmp only where";
+        assert!(out.stderr.contains(gap), "the run's warning\n{ctx}");
+        let rep: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
+        assert_eq!(rep["tier"], "linux-degraded", "{rep}");
         assert!(
-            out.stderr
-                .contains("TMPDIR is capped by [limits] tmp only where"),
-            "the run's warning states the gap\n{ctx}"
+            rep["residual_risk"]
+                .as_str()
+                .is_some_and(|r| r.contains(gap)),
+            "{rep}"
         );
     }
 }
