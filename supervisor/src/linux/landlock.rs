@@ -3,6 +3,10 @@
 //! and abstract-socket and signal scoping from ABI 6. Following the
 //! kernel's sandboxer example: ask the kernel for its ABI, handle exactly
 //! that, and treat anything less than full enforcement as an error.
+//!
+//! The read grant is split around `deny_read` paths outside the writable
+//! roots (`read_splits`, `carve`), present or absent, so that `deny_read`
+//! holds for what the host creates or replaces during the run (SPEC §4.5).
 
 use std::path::{Path, PathBuf};
 
@@ -46,7 +50,12 @@ fn abi_for(v: i32) -> ABI {
 }
 
 /// What the ruleset will be, for `airlock policy profile`.
-pub fn describe(read: &[PathBuf], write: &[PathBuf], abi: i32) -> Vec<String> {
+pub fn describe(
+    read: &[PathBuf],
+    write: &[PathBuf],
+    deny_read: &[PathBuf],
+    abi: i32,
+) -> Vec<String> {
     let abi = abi_for(abi);
     let names: Vec<String> = AccessFs::from_all(abi)
         .iter()
@@ -55,6 +64,11 @@ pub fn describe(read: &[PathBuf], write: &[PathBuf], abi: i32) -> Vec<String> {
     let mut out = vec![format!("handled: {}", names.join(", "))];
     out.extend(read.iter().map(|p| format!("read    {}", p.display())));
     out.extend(write.iter().map(|p| format!("write   {}", p.display())));
+    let (_, split) = carve(read, &read_splits(deny_read, write));
+    if !split.is_empty() {
+        out.push("split for deny_read (entries granted one by one; one made during the run is unreadable):".into());
+    }
+    out.extend(split.iter().map(|p| format!("split   {}", p.display())));
     if abi >= ABI::V6 {
         out.push("scoped: abstract unix sockets, signals".into());
     }
@@ -155,7 +169,10 @@ pub fn restrict(
 /// host could replace by rename (the mount over it then goes with the old
 /// name). The cost: whatever the host creates during the run next to such
 /// a path, in a directory that was split, is unreadable inside until the
-/// next run (a new file in HOME, say). Inside a writable root the grant
+/// next run (a new file in HOME, say), and a directory the host moves into
+/// a `deny_read` path keeps the grant it had (rules follow inodes, not
+/// names). A symlink the host makes elsewhere to a denied path does not
+/// reach it: Landlock checks the ancestors of the file opened. Inside a writable root the grant
 /// cannot be split without making the root unwritable; there the mounts
 /// hide what exists and the post-run check covers the rest (SPEC §4.5).
 pub fn read_splits(deny_read: &[PathBuf], write: &[PathBuf]) -> Vec<PathBuf> {
