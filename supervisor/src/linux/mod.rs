@@ -15,6 +15,7 @@ pub mod netns;
 pub mod seccomp;
 pub mod sockets;
 pub mod unixconnect;
+pub mod workers;
 
 use std::io::{BufRead, BufReader, Write};
 use std::os::fd::{AsRawFd, OwnedFd};

@@ -34,8 +34,8 @@
 use std::ffi::CString;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{mpsc, Arc, Mutex};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 
 use anyhow::{Context, Result};
 
@@ -207,7 +207,7 @@ pub fn serve(plan: &Plan, fd: OwnedFd, diag: OwnedFd, helper: libc::pid_t) -> Re
 
 fn receive(fd: OwnedFd, ctx: Arc<Decider>) {
     let fd = Arc::new(fd);
-    let mut pool = Pool::new();
+    let mut pool = super::workers::Pool::new("connect-worker", MAX_THREADS);
     loop {
         let mut pfd = libc::pollfd {
             fd: fd.as_raw_fd(),
@@ -233,64 +233,13 @@ fn receive(fd: OwnedFd, ctx: Arc<Decider>) {
                 _ => return, // every sandbox process is gone
             }
         }
-        // A worker each, so that a blocking connect does not hold up the
-        // others. Workers stay for the next notification (starting a thread
-        // per connect() cost more than deciding it); a new one starts only
-        // when none is idle. Past the bound (a sandbox that floods
+        // A worker each (workers.rs), so that a blocking connect does not
+        // hold up the others. Past the bound (a sandbox that floods
         // connects), or when no thread can start, answered here, in order.
-        let mut taken = pool
-            .idle
-            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
-            .is_ok();
-        if !taken && pool.workers < MAX_THREADS {
-            let (fd2, ctx2, rx2, idle2) =
-                (fd.clone(), ctx.clone(), pool.rx.clone(), pool.idle.clone());
-            let spawned = std::thread::Builder::new()
-                .name("connect-worker".into())
-                .spawn(move || worker(&fd2, &ctx2, &rx2, &idle2));
-            if spawned.is_ok() {
-                pool.workers += 1;
-                taken = true;
-            }
+        let (fd2, ctx2) = (fd.clone(), ctx.clone());
+        if let Some(req) = pool.hand(req, move |req| respond(&fd2, &ctx2, &req)) {
+            respond(&fd, &ctx, &req);
         }
-        if taken && pool.tx.send(req).is_ok() {
-            continue;
-        }
-        respond(&fd, &ctx, &req);
-    }
-}
-
-/// The workers of one sandbox: every notification sent on `tx` meets
-/// either a worker counted in `idle` (claimed before sending) or one
-/// started for it, so none waits behind a connect() in progress.
-struct Pool {
-    tx: mpsc::Sender<Notif>,
-    rx: Arc<Mutex<mpsc::Receiver<Notif>>>,
-    idle: Arc<AtomicUsize>,
-    workers: usize,
-}
-
-impl Pool {
-    fn new() -> Pool {
-        let (tx, rx) = mpsc::channel();
-        Pool {
-            tx,
-            rx: Arc::new(Mutex::new(rx)),
-            idle: Arc::new(AtomicUsize::new(0)),
-            workers: 0,
-        }
-    }
-}
-
-/// Answer notifications until the receiving loop ends (the sandbox is gone).
-fn worker(fd: &OwnedFd, ctx: &Decider, rx: &Mutex<mpsc::Receiver<Notif>>, idle: &AtomicUsize) {
-    loop {
-        let next = rx.lock().unwrap_or_else(|p| p.into_inner()).recv();
-        let Ok(req) = next else {
-            return;
-        };
-        respond(fd, ctx, &req);
-        idle.fetch_add(1, Ordering::SeqCst);
     }
 }
 
