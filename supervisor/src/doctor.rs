@@ -39,6 +39,8 @@ pub const DEGRADED_RESIDUAL_RISK: &str = concat!(
     "without a mount namespace, host unix sockets are kept out only by refusing socket(AF_UNIX) ",
     "and unix datagram socketpairs (no connect() notification there), ",
     "and /tmp, /dev/shm and other terminals are withheld (TMPDIR is private), not replaced; ",
+    "TMPDIR is capped by [limits] tmp only where airlock may mount (root with CAP_SYS_ADMIN), ",
+    "elsewhere its size is not capped and setting tmp is an error; ",
     "the pids limit counts on top of the user's other processes"
 );
 

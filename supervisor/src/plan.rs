@@ -92,6 +92,10 @@ pub struct Limits {
     pub memory: Option<u64>,
     /// Bytes of the private /tmp and /dev/shm each.
     pub tmp: u64,
+    /// Whether a policy set `tmp` (the degraded tier refuses to run when
+    /// it cannot enforce it).
+    #[serde(default)]
+    pub tmp_configured: bool,
 }
 
 pub const DEFAULT_PIDS: u32 = 4096;
@@ -104,6 +108,7 @@ impl Default for Limits {
             pids_configured: false,
             memory: None,
             tmp: DEFAULT_TMP,
+            tmp_configured: false,
         }
     }
 }
@@ -318,6 +323,7 @@ pub fn build(policy: &Policy, o: &Options) -> Plan {
             pids_configured: policy.pids.is_some(),
             memory: policy.memory.as_ref().map(|m| m.value),
             tmp: policy.tmp.as_ref().map_or(DEFAULT_TMP, |t| t.value),
+            tmp_configured: policy.tmp.is_some(),
         },
     }
 }

@@ -201,7 +201,8 @@ pub fn profile(args: &PolicyArgs, target: &str) -> Result<ExitCode> {
             #[cfg(not(target_os = "linux"))]
             let abi = 6;
             #[cfg(target_os = "linux")]
-            for l in crate::linux::landlock::describe(&plan.read, &plan.write, abi) {
+            for l in crate::linux::landlock::describe(&plan.read, &plan.write, &plan.deny_read, abi)
+            {
                 say!("{l}");
             }
             #[cfg(not(target_os = "linux"))]

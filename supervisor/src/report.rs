@@ -19,6 +19,9 @@ pub struct Report<'a> {
     pub run: &'a str,
     pub exit_code: i32,
     pub tier: &'a str,
+    /// What the tier that ran does not cover (the degraded tier's, SPEC §4.4).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub residual_risk: Option<&'a str>,
     pub duration_ms: u64,
     pub blocked: &'a [Blocked],
     pub approvals: &'a [Approval],

@@ -493,6 +493,8 @@ fn run_platform(
             &Report {
                 exit_code: code,
                 tier: sandbox.tier,
+                residual_risk: (sandbox.tier == "linux-degraded")
+                    .then_some(crate::doctor::DEGRADED_RESIDUAL_RISK),
                 duration_ms,
                 blocked: &blocked,
                 approvals: &approvals,

@@ -14,23 +14,28 @@
 //! /dev/ptmx and the terminal the command was given stay reachable.
 //! Consequences: a program that writes to /tmp by name, or uses POSIX
 //! shared memory or semaphores, or opens a new pty's slave, fails here.
+//! `[limits] tmp` caps TMPDIR only where a tmpfs can be mounted on it (see
+//! `cap_tmpdir`): elsewhere a configured limit is an error.
 //!
 //! Landlock grants by hierarchy, so a denied path that exists inside a
 //! writable root (`.git/config`) splits that root: its other entries stay
 //! writable, but no new name can be created at the root itself (any right
 //! granted there would reach the denied path too). Absent denied paths do
-//! not split (the post-run check of SPEC §4.5 covers their creation).
+//! not split a writable root (the post-run check of SPEC §4.5 covers their
+//! creation); an absent `deny_read` path outside the writable roots splits
+//! the read roots, as in the full tier.
 use std::io::Write;
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 
-use anyhow::{Context, Result};
+use anyhow::{bail, Context, Result};
+use nix::mount::{mount, MsFlags};
 use nix::sys::signal::kill;
 use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
 use nix::unistd::{fork, ForkResult};
 
 use super::{caps, init, landlock, limits, seccomp};
-use crate::plan::Plan;
+use crate::plan::{Limits, Plan};
 
 /// Device files the command may write (the rest of the host's /dev is withheld).
 const DEVICES: &[&str] = &[
@@ -177,6 +182,53 @@ fn subreaper() -> Result<()> {
     Ok(())
 }
 
+/// `[limits] tmp` (SPEC §4.6) for the private TMPDIR: a tmpfs of that size
+/// mounted on it, in a mount namespace of the sandbox's own (the host, the
+/// watcher included, still sees the empty directory, which the watcher
+/// removes). Without a user namespace only CAP_SYS_ADMIN can do that: root,
+/// outside a container that dropped it. RLIMIT_FSIZE is no substitute (it
+/// caps one file, not the total). Where no tmpfs can be made, a configured
+/// limit is an error; the default one is not enforced, as the run's warning
+/// and `doctor` say (`DEGRADED_RESIDUAL_RISK`, `limits::describe`).
+fn cap_tmpdir(limits: &Limits, tmp: &Path) -> Result<()> {
+    // SAFETY: unshare with a flag only; this process is single-threaded.
+    if unsafe { libc::unshare(libc::CLONE_NEWNS) } != 0 {
+        let e = std::io::Error::last_os_error();
+        if limits.tmp_configured {
+            bail!(
+                "limits.tmp cannot be enforced in the degraded tier here: no mount namespace for a tmpfs on TMPDIR ({e}); \
+                 it needs root with CAP_SYS_ADMIN, or user namespaces for the full tier (see `airlock doctor`)"
+            );
+        }
+        // The default: not enforced here, as the run's warning says.
+        return Ok(());
+    }
+    // Ours must not propagate back to the host; the host's still reach us.
+    mount(
+        None::<&str>,
+        "/",
+        None::<&str>,
+        MsFlags::MS_REC | MsFlags::MS_SLAVE,
+        None::<&str>,
+    )
+    .context("making the degraded tier's mounts private")?;
+    // SAFETY: getuid and getgid have no preconditions.
+    let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
+    let data = format!(
+        "mode=0700,uid={uid},gid={gid},{}",
+        limits::tmpfs_size(limits)
+    );
+    mount(
+        Some("tmpfs"),
+        tmp,
+        Some("tmpfs"),
+        MsFlags::MS_NOSUID | MsFlags::MS_NODEV,
+        Some(data.as_str()),
+    )
+    .with_context(|| format!("mounting a tmpfs on TMPDIR {}", tmp.display()))?;
+    Ok(())
+}
+
 /// Init of the degraded sandbox: confine itself, then start the command.
 fn sandbox_init(
     plan: &Plan,
@@ -197,6 +249,7 @@ fn sandbox_init(
     let mut nproc = plan.limits.clone();
     nproc.pids = u32::try_from(own_tasks() + u64::from(plan.limits.pids)).unwrap_or(u32::MAX);
     limits::set_nproc(&nproc)?;
+    cap_tmpdir(&plan.limits, tmp)?;
     caps::drop_all()?;
     caps::no_new_privs()?;
     let withheld = [Path::new("/tmp"), Path::new("/dev")].map(PathBuf::from);
@@ -225,8 +278,14 @@ fn sandbox_init(
         )
         .chain(own.iter().cloned())
         .collect();
-    let (read, listable) = landlock::carve(&plan.read, &hidden_read);
-    let (mut write, _) = landlock::carve(&plan.write, &hidden_write);
+    // Read: what is hidden now, and every deny_read path outside the
+    // writable roots even if absent (created by the host during the run,
+    // it must stay unreadable; see `landlock::read_splits`). Write: only
+    // what exists splits, so the workspace root stays writable.
+    let mut read_denied = landlock::existing(&hidden_read);
+    read_denied.extend(landlock::read_splits(&plan.deny_read, &plan.write));
+    let (read, listable) = landlock::carve(&plan.read, &read_denied);
+    let (mut write, _) = landlock::carve(&plan.write, &landlock::existing(&hidden_write));
     write.push(tmp.to_path_buf());
     write.extend(DEVICES.iter().map(PathBuf::from));
     write.extend(own_terminals());

@@ -14,8 +14,22 @@ use nix::unistd::{fork, getgid, getuid, ForkResult};
 use super::{caps, capture, init, landlock, limits, mounts, netns, seccomp, sockets};
 use crate::plan::{Net, Plan, SANDBOX_PROXY_PORT};
 
+/// Set by the supervisor at `-vv`: the helper logs its steps to stderr
+/// (the command's, which the command's environment never sees: init
+/// exec's it with the plan's).
+pub const DEBUG_ENV: &str = "AIRLOCK_HELPER_DEBUG";
+
 /// Entry point of `airlock __sandbox-helper <fd>`; never returns.
 pub fn main(fd: RawFd, supervisor: libc::pid_t) -> ! {
+    if std::env::var_os(DEBUG_ENV).is_some() {
+        // No thread of its own: the helper stays single-threaded.
+        tracing_subscriber::fmt()
+            .with_max_level(tracing::Level::DEBUG)
+            .with_writer(std::io::stderr)
+            .with_target(false)
+            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+            .init();
+    }
     // SAFETY: the supervisor passed us this end of its socketpair.
     let mut channel = unsafe { UnixStream::from_raw_fd(fd) };
     // Only stdin, stdout and stderr cross into the sandbox (SPEC §4.6):
@@ -179,7 +193,12 @@ fn pid1(plan: &Plan, channel: &mut UnixStream, gate: capture::Gate) -> Result<i3
     caps::drop_all()?;
     caps::no_new_privs()?;
     // 5. Landlock.
-    landlock::restrict(&plan.read, &plan.write, plan.allow_degraded)?;
+    landlock::restrict(
+        &plan.read,
+        &plan.write,
+        &plan.deny_read,
+        plan.allow_degraded,
+    )?;
     phase("capabilities dropped, landlock");
     // Capture is in place (or off) before the command can connect.
     gate.wait();

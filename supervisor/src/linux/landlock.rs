@@ -3,6 +3,10 @@
 //! and abstract-socket and signal scoping from ABI 6. Following the
 //! kernel's sandboxer example: ask the kernel for its ABI, handle exactly
 //! that, and treat anything less than full enforcement as an error.
+//!
+//! The read grant is split around `deny_read` paths outside the writable
+//! roots (`read_splits`, `carve`), present or absent, so that `deny_read`
+//! holds for what the host creates or replaces during the run (SPEC §4.5).
 
 use std::path::{Path, PathBuf};
 
@@ -46,7 +50,12 @@ fn abi_for(v: i32) -> ABI {
 }
 
 /// What the ruleset will be, for `airlock policy profile`.
-pub fn describe(read: &[PathBuf], write: &[PathBuf], abi: i32) -> Vec<String> {
+pub fn describe(
+    read: &[PathBuf],
+    write: &[PathBuf],
+    deny_read: &[PathBuf],
+    abi: i32,
+) -> Vec<String> {
     let abi = abi_for(abi);
     let names: Vec<String> = AccessFs::from_all(abi)
         .iter()
@@ -55,6 +64,11 @@ pub fn describe(read: &[PathBuf], write: &[PathBuf], abi: i32) -> Vec<String> {
     let mut out = vec![format!("handled: {}", names.join(", "))];
     out.extend(read.iter().map(|p| format!("read    {}", p.display())));
     out.extend(write.iter().map(|p| format!("write   {}", p.display())));
+    let (_, split) = carve(read, &read_splits(deny_read, write));
+    if !split.is_empty() {
+        out.push("split for deny_read (entries granted one by one; one made during the run is unreadable):".into());
+    }
+    out.extend(split.iter().map(|p| format!("split   {}", p.display())));
     if abi >= ABI::V6 {
         out.push("scoped: abstract unix sockets, signals".into());
     }
@@ -71,7 +85,16 @@ fn rule(path: &Path, access: landlock::BitFlags<AccessFs>) -> Option<PathBeneath
     }
 }
 
-pub fn restrict(read: &[PathBuf], write: &[PathBuf], allow_degraded: bool) -> Result<()> {
+/// The full tier's ruleset. `deny_read` is also carved out of the read
+/// roots here (see [`read_splits`]): the mounts of step 3 hide only what
+/// exists when the sandbox starts, and a mount goes away with the name it
+/// covers when the host replaces or removes it.
+pub fn restrict(
+    read: &[PathBuf],
+    write: &[PathBuf],
+    deny_read: &[PathBuf],
+    allow_degraded: bool,
+) -> Result<()> {
     let kernel = kernel_abi();
     let abi = abi_for(kernel);
     if abi == ABI::Unsupported {
@@ -81,8 +104,10 @@ pub fn restrict(read: &[PathBuf], write: &[PathBuf], allow_degraded: bool) -> Re
         }
         bail!("this kernel has no Landlock (enable it with lsm=landlock,... on the kernel command line, Linux 5.13+), or pass --allow-degraded");
     }
+    let started = std::time::Instant::now();
     let all = AccessFs::from_all(abi);
     let read_access = AccessFs::from_read(abi);
+    let (read, listable) = carve(read, &read_splits(deny_read, write));
     let mut ruleset = Ruleset::default()
         .handle_access(all)
         .context("Landlock: handling filesystem access")?;
@@ -92,11 +117,18 @@ pub fn restrict(read: &[PathBuf], write: &[PathBuf], allow_degraded: bool) -> Re
             .context("Landlock: scoping")?;
     }
     let mut created = ruleset.create().context("Landlock: creating the ruleset")?;
-    for p in read {
-        if let Some(r) = rule(p, read_access) {
+    for p in &read {
+        if let Some(r) = rule(p, access_for(p, read_access, abi)) {
             created = created
                 .add_rule(r)
                 .with_context(|| format!("Landlock: read rule for {}", p.display()))?;
+        }
+    }
+    for p in &listable {
+        if let Some(r) = rule(p, AccessFs::ReadDir.into()) {
+            created = created
+                .add_rule(r)
+                .with_context(|| format!("Landlock: listing rule for {}", p.display()))?;
         }
     }
     let writable = write
@@ -104,7 +136,7 @@ pub fn restrict(read: &[PathBuf], write: &[PathBuf], allow_degraded: bool) -> Re
         .map(PathBuf::as_path)
         .chain([Path::new("/tmp"), Path::new("/dev")]);
     for p in writable {
-        if let Some(r) = rule(p, all) {
+        if let Some(r) = rule(p, access_for(p, all, abi)) {
             created = created
                 .add_rule(r)
                 .with_context(|| format!("Landlock: write rule for {}", p.display()))?;
@@ -113,6 +145,12 @@ pub fn restrict(read: &[PathBuf], write: &[PathBuf], allow_degraded: bool) -> Re
     let status = created
         .restrict_self()
         .context("Landlock: restricting the sandbox")?;
+    tracing::debug!(
+        read = read.len(),
+        listable = listable.len(),
+        elapsed = ?started.elapsed(),
+        "Landlock ruleset in force"
+    );
     match status.ruleset {
         RulesetStatus::FullyEnforced => Ok(()),
         other if allow_degraded => {
@@ -123,11 +161,56 @@ pub fn restrict(read: &[PathBuf], write: &[PathBuf], allow_degraded: bool) -> Re
     }
 }
 
+/// The `deny_read` paths that split the read roots: each one outside the
+/// writable roots, whether it exists now or not. An absent one splits at
+/// its nearest existing ancestor, so that what the host creates there
+/// during the run (`~/.aws/credentials`, written while the command sleeps)
+/// is under no rule and stays unreadable; so does a present one, which the
+/// host could replace by rename (the mount over it then goes with the old
+/// name). The cost: whatever the host creates during the run next to such
+/// a path, in a directory that was split, is unreadable inside until the
+/// next run (a new file in HOME, say), and a directory the host moves into
+/// a `deny_read` path keeps the grant it had (rules follow inodes, not
+/// names). A symlink the host makes elsewhere to a denied path does not
+/// reach it: Landlock checks the ancestors of the file opened. Inside a writable root the grant
+/// cannot be split without making the root unwritable; there the mounts
+/// hide what exists and the post-run check covers the rest (SPEC §4.5).
+pub fn read_splits(deny_read: &[PathBuf], write: &[PathBuf]) -> Vec<PathBuf> {
+    deny_read
+        .iter()
+        .filter(|d| !write.iter().any(|w| d.starts_with(w)))
+        .map(|d| resolved(d))
+        .collect()
+}
+
+/// `p` with its longest existing prefix resolved (symlinks followed), so an
+/// absent name below a linked directory (`~/.aws` -> `dotfiles/aws`) splits
+/// the directory the link leads to.
+pub fn resolved(p: &Path) -> PathBuf {
+    let mut rest = vec![];
+    let mut cur = p;
+    loop {
+        if let Ok(real) = std::fs::canonicalize(cur) {
+            return rest.iter().rev().fold(real, |acc, c| acc.join(c));
+        }
+        match (cur.parent(), cur.file_name()) {
+            (Some(parent), Some(name)) => {
+                rest.push(name.to_os_string());
+                cur = parent;
+            }
+            _ => return p.to_path_buf(),
+        }
+    }
+}
+
 /// The paths that cover `roots` except `denied` and everything under it:
 /// Landlock only adds access, so a denied path inside a granted root is
-/// expressed by granting its siblings instead, down to the denied path.
-/// Symlinks are resolved, and one that leads into a denied path is dropped.
-/// Also returns the directories that were split, on the way down.
+/// expressed by granting its siblings instead, down to the denied path
+/// (an absent one: down to its nearest existing ancestor, where its name
+/// is simply not granted). Symlinks are resolved, and one that leads into
+/// a denied path is dropped. Also returns the directories that were split,
+/// on the way down. Callers choose which denied paths split: every one
+/// given does, present or absent.
 pub fn carve(roots: &[PathBuf], denied: &[PathBuf]) -> (Vec<PathBuf>, Vec<PathBuf>) {
     let (mut out, mut split) = (vec![], vec![]);
     for root in roots {
@@ -140,6 +223,15 @@ pub fn carve(roots: &[PathBuf], denied: &[PathBuf]) -> (Vec<PathBuf>, Vec<PathBu
     (out, split)
 }
 
+/// Of `denied`, those that exist now.
+pub fn existing(denied: &[PathBuf]) -> Vec<PathBuf> {
+    denied
+        .iter()
+        .filter(|d| d.symlink_metadata().is_ok())
+        .cloned()
+        .collect()
+}
+
 fn carve_one(
     path: &Path,
     denied: &[PathBuf],
@@ -150,25 +242,62 @@ fn carve_one(
     let Ok(real) = std::fs::canonicalize(path) else {
         return;
     };
+    let is_dir = real.is_dir();
+    carve_real(real, is_dir, denied, out, split, depth);
+}
+
+/// `carve_one` for a path already resolved: an entry of a resolved
+/// directory that is not a symlink (most of a split HOME) costs no
+/// further lookups.
+fn carve_real(
+    real: PathBuf,
+    is_dir: bool,
+    denied: &[PathBuf],
+    out: &mut Vec<PathBuf>,
+    split: &mut Vec<PathBuf>,
+    depth: usize,
+) {
     if denied.iter().any(|d| real.starts_with(d)) {
         return;
     }
-    // Only a denied path that exists splits a root: an absent one would
-    // make the root itself (the workspace) unwritable, and creating it is
-    // caught by the post-run check of the protected set (SPEC §4.5).
-    let inside = denied
-        .iter()
-        .any(|d| d.starts_with(&real) && d != &real && d.symlink_metadata().is_ok());
-    if !inside || depth > 32 || !real.is_dir() {
+    let inside = denied.iter().any(|d| d.starts_with(&real) && d != &real);
+    if !inside || !is_dir {
         out.push(real);
         return;
     }
-    if let Ok(entries) = std::fs::read_dir(&real) {
-        for e in entries.flatten() {
-            carve_one(&e.path(), denied, out, split, depth + 1);
+    // A link back up the tree (`~/x -> ~`) is split once, not again; past
+    // the depth bound nothing is granted (fail closed).
+    if depth > 32 || split.contains(&real) {
+        return;
+    }
+    split.push(real.clone());
+    let entries = match std::fs::read_dir(&real) {
+        Ok(entries) => entries,
+        // Fail closed: nothing below a directory we cannot list is granted.
+        Err(e) => {
+            tracing::debug!("landlock: cannot split {}: {e}", real.display());
+            return;
+        }
+    };
+    // The names here that lead to a denied path; any other entry that is
+    // not a link is granted whole without comparing it to every one.
+    let leading: std::collections::HashSet<&std::ffi::OsStr> = denied
+        .iter()
+        .filter_map(|d| d.strip_prefix(&real).ok()?.components().next())
+        .map(|c| c.as_os_str())
+        .collect();
+    for e in entries.flatten() {
+        match e.file_type() {
+            Ok(t) if !t.is_symlink() => {
+                if leading.contains(e.file_name().as_os_str()) {
+                    carve_real(e.path(), t.is_dir(), denied, out, split, depth + 1);
+                } else {
+                    out.push(e.path());
+                }
+            }
+            _ => carve_one(&e.path(), denied, out, split, depth + 1),
         }
     }
-    split.push(real);
 }
 
 fn access_for(path: &Path, dir_access: BitFlags<AccessFs>, abi: ABI) -> BitFlags<AccessFs> {
@@ -276,10 +405,69 @@ mod tests {
             carve(std::slice::from_ref(&root), &[]).0,
             vec![root.clone()]
         );
-        // An absent denied path does not split the root (the workspace stays writable).
+        // Filtered to what exists, an absent denied path does not split the
+        // root (the degraded tier's workspace stays writable).
         assert_eq!(
-            carve(std::slice::from_ref(&root), &[root.join("b/.envrc")]).0,
+            carve(
+                std::slice::from_ref(&root),
+                &existing(&[root.join("b/.envrc")])
+            )
+            .0,
             vec![root.clone()]
         );
+    }
+
+    #[test]
+    fn an_absent_denied_path_splits_down_to_its_nearest_existing_ancestor() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = std::fs::canonicalize(dir.path()).unwrap();
+        for d in [
+            "home/u/.config/other",
+            "home/u/proj",
+            "home/u/dotfiles/aws",
+            "srv",
+        ] {
+            std::fs::create_dir_all(root.join(d)).unwrap();
+        }
+        std::fs::write(root.join("home/u/notes"), "x").unwrap();
+        std::os::unix::fs::symlink(root.join("home/u/dotfiles/aws"), root.join("home/u/.aws"))
+            .unwrap();
+        // A link back up the tree must not make the walk explode.
+        std::os::unix::fs::symlink(root.join("home"), root.join("home/u/up")).unwrap();
+        std::os::unix::fs::symlink(root.join("home"), root.join("home/u/up2")).unwrap();
+        let deny = [
+            root.join("home/u/.aws/credentials"),
+            root.join("home/u/.config/gh/hosts.yml"),
+            root.join("srv/secrets/key"),
+        ];
+        let splits = read_splits(&deny, &[root.join("home/u/proj")]);
+        assert!(
+            splits.contains(&root.join("home/u/dotfiles/aws/credentials")),
+            "{splits:?}"
+        );
+        let (got, split) = carve(std::slice::from_ref(&root), &splits);
+        for granted in ["home/u/notes", "home/u/proj", "home/u/.config/other"] {
+            assert!(got.contains(&root.join(granted)), "{granted}: {got:?}");
+        }
+        for never in [
+            "srv",
+            "home/u/.config",
+            "home/u/dotfiles/aws",
+            "home/u",
+            "home",
+            "",
+        ] {
+            assert!(!got.contains(&root.join(never)), "{never}: {got:?}");
+        }
+        assert!(
+            split.contains(&root.join("srv")) && split.contains(&root.join("home/u/dotfiles/aws"))
+        );
+        assert!(split.len() < 16, "{split:?}");
+        // A deny_read path inside a writable root does not split.
+        assert!(read_splits(
+            &[root.join("home/u/proj/.env")],
+            &[root.join("home/u/proj")]
+        )
+        .is_empty());
     }
 }

@@ -12,7 +12,8 @@
 //!   delegated to our cgroup, else the v1 pids hierarchy, where moving a
 //!   process in waits for an RCU grace period, ~25 ms).
 //! - memory: a cgroup's memory.max (v2) or memory.limit_in_bytes (v1).
-//! - tmp: the size of the private /tmp and /dev/shm tmpfs (mounts.rs).
+//! - tmp: the size of the private /tmp and /dev/shm tmpfs (mounts.rs); in
+//!   the degraded tier a tmpfs on TMPDIR where it can mount (degraded.rs).
 //!
 //! The supervisor makes the cgroups and moves the helper in while the
 //! helper builds the namespaces; the helper waits for that before it
@@ -269,6 +270,20 @@ pub fn set_nproc(limits: &Limits) -> Result<()> {
     Ok(())
 }
 
+/// Whether this process may mount without a user namespace (the degraded
+/// tier's TMPDIR tmpfs): CAP_SYS_ADMIN in its effective set.
+fn has_sys_admin() -> bool {
+    const CAP_SYS_ADMIN: u32 = 21;
+    fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("CapEff:"))
+                .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
+        })
+        .is_some_and(|caps| caps & (1 << CAP_SYS_ADMIN) != 0)
+}
+
 /// For `doctor`: each limit, and how (or whether) this machine enforces it.
 pub fn describe() -> Vec<String> {
     let cg = |c: &str| -> String {
@@ -306,6 +321,13 @@ pub fn describe() -> Vec<String> {
     vec![
         format!("pids (default 4096): {pids}"),
         format!("memory (no default): {memory}"),
-        "tmp (default 1G): size of the private /tmp and /dev/shm tmpfs".to_string(),
+        format!(
+            "tmp (default 1G): size of the private /tmp and /dev/shm tmpfs; degraded tier: {}",
+            if has_sys_admin() {
+                "a tmpfs of that size on TMPDIR (CAP_SYS_ADMIN)"
+            } else {
+                "not enforced (no CAP_SYS_ADMIN to mount a tmpfs on TMPDIR); setting it is an error there"
+            }
+        ),
     ]
 }

@@ -15,6 +15,7 @@ pub mod netns;
 pub mod seccomp;
 pub mod sockets;
 pub mod unixconnect;
+pub mod workers;
 
 use std::io::{BufRead, BufReader, Write};
 use std::os::fd::{AsRawFd, OwnedFd};
@@ -165,6 +166,8 @@ impl Spawned {
             .arg(fd.to_string())
             .arg(std::process::id().to_string())
             .env_clear()
+            // `-vv`: the helper reports the cost of its steps too.
+            .envs(tracing::enabled!(tracing::Level::DEBUG).then_some((helper::DEBUG_ENV, "1")))
             .stdin(stdin)
             .stdout(stdout)
             .stderr(stderr)

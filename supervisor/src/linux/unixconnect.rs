@@ -25,16 +25,16 @@
 //!   addresses live in the sandbox's own network namespace, except with
 //!   `--network host`, where the same check applies to them.
 //!
-//! Cost: a notification round trip, a thread and, for a unix path, one
-//! sock_diag dump per connect (tens of microseconds in the sandbox's own
-//! namespace). Consequences: a listener inside sees the supervisor as its
+//! Cost: a notification round trip, a hand-over to a waiting worker thread
+//! and, for a unix path, one sock_diag dump per connect (tens of
+//! microseconds in the sandbox's own namespace). Consequences: a listener inside sees the supervisor as its
 //! peer (`SO_PEERCRED` pid 0 there); seccomp refuses unix datagram
 //! sockets, which could send to any path without connect().
 
 use std::ffi::CString;
 use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use anyhow::{Context, Result};
@@ -209,6 +209,7 @@ pub fn serve(plan: &Plan, fd: OwnedFd, diag: OwnedFd, pid_ns: &OwnedFd) -> Resul
 
 fn receive(fd: OwnedFd, ctx: Arc<Decider>) {
     let fd = Arc::new(fd);
+    let mut pool = super::workers::Pool::new("connect-worker", MAX_THREADS);
     loop {
         let mut pfd = libc::pollfd {
             fd: fd.as_raw_fd(),
@@ -234,27 +235,17 @@ fn receive(fd: OwnedFd, ctx: Arc<Decider>) {
                 _ => return, // every sandbox process is gone
             }
         }
-        // A thread each, so that a blocking connect does not hold up the
-        // others; past a bound (a sandbox that floods connects) or when no
-        // thread can start, answered here, in order.
-        static IN_FLIGHT: AtomicUsize = AtomicUsize::new(0);
-        if IN_FLIGHT.fetch_add(1, Ordering::SeqCst) < MAX_THREADS {
-            let (fd2, ctx2) = (fd.clone(), ctx.clone());
-            let req2 = req;
-            let spawned = std::thread::Builder::new().spawn(move || {
-                respond(&fd2, &ctx2, &req2);
-                IN_FLIGHT.fetch_sub(1, Ordering::SeqCst);
-            });
-            if spawned.is_ok() {
-                continue;
-            }
+        // A worker each (workers.rs), so that a blocking connect does not
+        // hold up the others. Past the bound (a sandbox that floods
+        // connects), or when no thread can start, answered here, in order.
+        let (fd2, ctx2) = (fd.clone(), ctx.clone());
+        if let Some(req) = pool.hand(req, move |req| respond(&fd2, &ctx2, &req)) {
+            respond(&fd, &ctx, &req);
         }
-        respond(&fd, &ctx, &req);
-        IN_FLIGHT.fetch_sub(1, Ordering::SeqCst);
     }
 }
 
-/// Connects performed at once, each on its own thread.
+/// Connects performed at once, each on a worker of its own.
 const MAX_THREADS: usize = 64;
 
 fn respond(fd: &OwnedFd, ctx: &Decider, req: &Notif) {
@@ -289,9 +280,23 @@ fn owned(r: libc::c_long) -> std::result::Result<OwnedFd, i32> {
 /// Perform one connect(); Ok(return value) or Err(errno).
 fn handle(listener: &OwnedFd, ctx: &Decider, req: &Notif) -> std::result::Result<i64, i32> {
     let [sockfd, addr_ptr, addr_len, ..] = req.data.args;
-    // SAFETY: pidfd_open on a pid from the notification; checked below.
-    let pidfd = owned(unsafe { libc::syscall(libc::SYS_pidfd_open, req.pid, PIDFD_THREAD) })
-        // Before Linux 6.9 only a thread-group leader has a pidfd.
+    // Before Linux 6.9 only a thread-group leader has a pidfd (EINVAL for
+    // the flag): learnt once, not paid for on every connect().
+    static NO_THREAD_PIDFD: AtomicBool = AtomicBool::new(false);
+    let thread_pidfd = || -> std::result::Result<OwnedFd, i32> {
+        if NO_THREAD_PIDFD.load(Ordering::Relaxed) {
+            return Err(libc::EINVAL);
+        }
+        // SAFETY: pidfd_open on a pid from the notification; checked below.
+        owned(unsafe { libc::syscall(libc::SYS_pidfd_open, req.pid, PIDFD_THREAD) }).inspect_err(
+            |e| {
+                if *e == libc::EINVAL {
+                    NO_THREAD_PIDFD.store(true, Ordering::Relaxed);
+                }
+            },
+        )
+    };
+    let pidfd = thread_pidfd()
         // SAFETY: as above.
         .or_else(|_| owned(unsafe { libc::syscall(libc::SYS_pidfd_open, req.pid, 0) }))?;
     // The pid might have been reused before pidfd_open: the notification is

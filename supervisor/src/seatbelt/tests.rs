@@ -235,6 +235,41 @@ fn deny_read_cannot_be_read_renamed_or_linked() {
     assert!(can(&e, "file-write-unlink", "/Users/dev/project/src/a.js"));
 }
 
+/// A `deny_read` path that does not exist when the run starts, outside
+/// the writable roots, that the host creates during the run: Seatbelt
+/// matches it by name (subpath and case-insensitive regex) at access time,
+/// so the profile needs nothing to exist, and its neighbours stay readable
+/// (unlike Linux, where Landlock splits the grant by inode).
+#[test]
+fn a_deny_read_path_absent_at_start_is_refused_by_name() {
+    let p = plan(
+        Net::None,
+        &["/"],
+        &[WS],
+        &["/srv/secrets/key", "/Users/dev/.config/tool/token"],
+        &[],
+        &[],
+    );
+    let e = ev(&p);
+    for secret in [
+        "/srv/secrets/key",
+        "/SRV/Secrets/KEY",
+        "/srv/secrets/key/inner",
+        "/Users/dev/.config/tool/token",
+        "/users/DEV/.config/Tool/token",
+    ] {
+        assert!(!can(&e, "file-read-data", secret), "{secret} readable");
+    }
+    for open in [
+        "/srv/secrets/key2",
+        "/srv/secrets/other",
+        "/Users/dev/.config/tool/other",
+        "/Users/dev/new-file",
+    ] {
+        assert!(can(&e, "file-read-data", open), "{open} unreadable");
+    }
+}
+
 #[test]
 fn ancestors_up_to_root_cannot_be_moved_removed_or_created() {
     let e = ev(&npm_project());
