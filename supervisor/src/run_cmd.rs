@@ -52,6 +52,9 @@ type Early = ();
 
 pub fn run(args: &RunArgs) -> Result<ExitCode> {
     let started = Instant::now();
+    // On CLOCK_MONOTONIC, so that a benchmark can place every phase below
+    // against its own clock (`bench-startup`).
+    tracing::debug!(monotonic_ns = %monotonic_ns(), "run started");
     #[cfg(target_os = "linux")]
     let early: Early = crate::linux::Spawned::spawn([
         std::process::Stdio::inherit(),
@@ -179,6 +182,10 @@ struct Started {
     teardown: libc::c_int,
     /// Setup errors and exec failures the sandbox reported.
     messages: Box<dyn Fn() -> Vec<String>>,
+    /// Blocks until the sandbox's exit status is known with every process
+    /// of it gone, without waiting for the helper's own exit (Linux's full
+    /// tier); `None` where only waiting for the child tells.
+    status: Box<dyn Fn() -> Option<i32>>,
     /// Once the command has exited: kill and wait for whatever it left
     /// running, before any post-run check (SPEC §4.5).
     finish: Box<dyn FnOnce()>,
@@ -240,6 +247,7 @@ fn start(plan: &plan::Plan, early: Early) -> Result<Started> {
     };
     let capture = sandbox.capture.take();
     let (child, fd, channel) = sandbox.into_parts();
+    let channel = Arc::new(channel);
     let anchor = child.id();
     Ok(Started {
         child,
@@ -254,6 +262,16 @@ fn start(plan: &plan::Plan, early: Early) -> Result<Started> {
             libc::SIGUSR1
         } else {
             libc::SIGKILL
+        },
+        status: {
+            let channel = channel.clone();
+            Box::new(move || {
+                if degraded {
+                    None
+                } else {
+                    channel.wait_status()
+                }
+            })
         },
         messages: Box::new(move || channel.messages()),
         // The PID namespace ends with its init, taking every process along.
@@ -288,6 +306,7 @@ fn start(plan: &plan::Plan, _: Early) -> Result<Started> {
         tier: "macos-seatbelt",
         teardown: libc::SIGKILL,
         messages: Box::new(Vec::new),
+        status: Box::new(|| None),
         finish: Box::new(finish),
     })
 }
@@ -399,7 +418,7 @@ fn run_platform(
     #[cfg(target_os = "linux")]
     crate::linux::capture::serve(&runtime, &engine, sandbox.capture);
 
-    let status = wait(sandbox.child, timeout, sandbox.teardown);
+    let status = wait(sandbox.child, timeout, sandbox.teardown, &*sandbox.status);
     tracing::debug!(elapsed = ?started.elapsed(), "sandbox helper reaped");
     (sandbox.finish)();
     let mut status = status?;
@@ -516,6 +535,7 @@ fn wait(
     child: std::process::Child,
     timeout: Option<Duration>,
     teardown: libc::c_int,
+    early_status: &dyn Fn() -> Option<i32>,
 ) -> Result<Option<i32>> {
     use std::os::unix::process::ExitStatusExt;
     let code = |status: std::process::ExitStatus| {
@@ -525,7 +545,13 @@ fn wait(
     };
     let mut child = child;
     let Some(timeout) = timeout else {
-        // The common case: no timer, so no waiter thread either.
+        // The common case: no timer, so no waiter thread either. The helper
+        // is left to finish tearing the namespaces down (and is reaped by
+        // whoever inherits it when we exit).
+        if let Some(code) = early_status() {
+            drop(child);
+            return Ok(Some(code));
+        }
         return Ok(Some(code(child.wait().context("waiting for the sandbox")?)));
     };
     let pid = child.id() as libc::pid_t;

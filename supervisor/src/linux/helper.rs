@@ -155,22 +155,58 @@ fn build_and_run(channel: &mut UnixStream, supervisor: libc::pid_t) -> Result<i3
             };
             std::process::exit(code)
         }
-        ForkResult::Parent { child } => loop {
-            if let Some(c) = captured.take() {
-                let c = c.and_then(|c| capture::install(&c).map(|_| c));
-                capture::send(channel, &c)?;
+        ForkResult::Parent { child } => {
+            // PID 1 has the command's stdin, stdout and stderr; we let go
+            // of ours, so that a caller reading airlock's output sees its
+            // end without waiting for us to tear the namespaces down.
+            release_stdio();
+            loop {
+                if let Some(c) = captured.take() {
+                    let c = c.and_then(|c| capture::install(&c).map(|_| c));
+                    capture::send(channel, &c)?;
+                }
+                gate.open();
+                let status = waitpid(child, None);
+                phase_now(channel, "init exited");
+                // PID 1 is gone, and with it every process of the namespace:
+                // the supervisor may go on while we tear the namespaces down.
+                let code = match status {
+                    Ok(WaitStatus::Exited(_, code)) => Some(code),
+                    Ok(WaitStatus::Signaled(_, sig, _)) => Some(128 + sig as i32),
+                    _ => None,
+                };
+                if let Some(code) = code {
+                    let _ = channel.write_all(format!("status: {code}\n").as_bytes());
+                }
+                match status {
+                    Ok(WaitStatus::Exited(_, code)) => return Ok(code),
+                    Ok(WaitStatus::Signaled(_, sig, _)) => return Ok(128 + sig as i32),
+                    Ok(_) => continue,
+                    Err(nix::errno::Errno::EINTR) => continue,
+                    Err(e) => return Err(e).context("waiting for the sandbox's init"),
+                }
             }
-            gate.open();
-            let status = waitpid(child, None);
-            phase_now(channel, "init exited");
-            match status {
-                Ok(WaitStatus::Exited(_, code)) => return Ok(code),
-                Ok(WaitStatus::Signaled(_, sig, _)) => return Ok(128 + sig as i32),
-                Ok(_) => continue,
-                Err(nix::errno::Errno::EINTR) => continue,
-                Err(e) => return Err(e).context("waiting for the sandbox's init"),
-            }
-        },
+        }
+    }
+}
+
+/// Point stdin, stdout and stderr at /dev/null (stderr stays with `-vv`,
+/// which logs from here).
+fn release_stdio() {
+    let Ok(null) = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/null")
+    else {
+        return;
+    };
+    let debug = std::env::var_os(DEBUG_ENV).is_some();
+    for fd in [0, 1, 2] {
+        if fd == 2 && debug {
+            continue;
+        }
+        // SAFETY: dup2 onto our own standard descriptors.
+        unsafe { libc::dup2(std::os::fd::AsRawFd::as_raw_fd(&null), fd) };
     }
 }
 

@@ -134,7 +134,7 @@ impl Sandbox {
         (
             self.child,
             self.listener,
-            Channel(self.channel, self.cgroups),
+            Channel(self.channel, self.cgroups, Default::default()),
         )
     }
 }
@@ -209,11 +209,55 @@ fn recv_or_error(channel: &UnixStream) -> Result<OwnedFd> {
     }
 }
 
-pub struct Channel(UnixStream, #[allow(dead_code)] limits::Cgroup);
+pub struct Channel(
+    UnixStream,
+    #[allow(dead_code)] limits::Cgroup,
+    std::sync::Mutex<Vec<String>>,
+);
 
 impl Channel {
+    /// Block until the helper reports the sandbox's exit status, which it
+    /// does once PID 1 has exited: the kernel has then killed and reaped
+    /// every process of the PID namespace, so nothing of the sandbox is
+    /// left, and the helper's own exit (tearing down the namespaces, a
+    /// millisecond or more) need not be waited for. `None` when the
+    /// channel closes without one (the helper was killed, or this is the
+    /// degraded tier): wait for the helper then.
+    pub fn wait_status(&self) -> Option<i32> {
+        let _ = self.0.set_nonblocking(false);
+        let mut reader = BufReader::new(&self.0);
+        let mut status = None;
+        loop {
+            let mut line = Vec::new();
+            match reader.read_until(b'\n', &mut line) {
+                Ok(0) | Err(_) => break,
+                Ok(_) => {}
+            }
+            let line = String::from_utf8_lossy(&line).trim_end().to_string();
+            if let Some(code) = line.strip_prefix("status: ") {
+                status = code.parse().ok();
+                break;
+            }
+            if let Ok(mut held) = self.2.lock() {
+                held.push(line);
+            }
+        }
+        // Whatever came after it in the same read is kept too.
+        let rest = String::from_utf8_lossy(reader.buffer()).into_owned();
+        if let Ok(mut held) = self.2.lock() {
+            held.extend(rest.lines().map(str::to_string));
+        }
+        status
+    }
+
     pub fn messages(&self) -> Vec<String> {
-        read_messages(&self.0)
+        let mut all = self
+            .2
+            .lock()
+            .map(|mut h| std::mem::take(&mut *h))
+            .unwrap_or_default();
+        all.extend(read_messages(&self.0));
+        all
     }
 }
 

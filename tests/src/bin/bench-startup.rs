@@ -1,8 +1,12 @@
-//! Sandbox start-up cost (issue #4): `airlock run -- /bin/true` against
-//! `unshare -Urn /bin/true`, interleaved in one run, medians compared.
+//! Sandbox start-up cost (issues #4, #11, #16): `airlock run -- /bin/true`
+//! against `unshare -Urn /bin/true`, interleaved in one run, medians
+//! compared; then where the time goes: the `-vv` phases of further runs,
+//! placed on this program's clock (CLOCK_MONOTONIC) from the moment it
+//! spawns airlock to the moment airlock has exited.
 //!
-//!     cargo build --release --workspace && ./target/release/bench-startup
+//!     cargo build --release --workspace && ./target/release/bench-startup [RUNS]
 
+use std::collections::BTreeMap;
 use std::process::{Command, Stdio};
 use std::time::Instant;
 
@@ -24,26 +28,133 @@ fn median(mut v: Vec<f64>) -> f64 {
     v[v.len() / 2]
 }
 
+fn monotonic_ns() -> f64 {
+    let mut t = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime fills the struct it is given.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut t) };
+    t.tv_sec as f64 * 1e9 + t.tv_nsec as f64
+}
+
+/// A `Duration` as `{:?}` prints it, in milliseconds.
+fn debug_duration_ms(s: &str) -> Option<f64> {
+    let s = s.trim_matches('"');
+    for (unit, scale) in [("ms", 1.0), ("µs", 1e-3), ("ns", 1e-6), ("s", 1e3)] {
+        if let Some(n) = s.strip_suffix(unit) {
+            return n.parse::<f64>().ok().map(|n| n * scale);
+        }
+    }
+    None
+}
+
+fn field<'a>(line: &'a str, name: &str) -> Option<&'a str> {
+    let at = line.find(&format!("{name}="))? + name.len() + 1;
+    let rest = &line[at..];
+    let end = if rest.starts_with('"') {
+        rest[1..].find('"').map_or(rest.len(), |e| e + 2)
+    } else {
+        rest.find(' ').unwrap_or(rest.len())
+    };
+    Some(&rest[..end])
+}
+
+/// One `-vv` run: each phase's offset from the spawn, in milliseconds.
+fn phases(f: &Fixture) -> Vec<(String, f64)> {
+    let mut cmd = f.command_argv(&["-vv"], &["/bin/true"]);
+    let t0 = monotonic_ns();
+    let out = cmd.stdout(Stdio::null()).output().expect("spawn");
+    let end = (monotonic_ns() - t0) / 1e6;
+    let text = String::from_utf8_lossy(&out.stderr);
+    let mut base = None;
+    let mut got = vec![];
+    for line in text.lines() {
+        let Some((_, msg)) = line.split_once(" DEBUG ") else {
+            continue;
+        };
+        if let Some(ns) = field(msg, "monotonic_ns").and_then(|n| n.parse::<f64>().ok()) {
+            base = Some((ns - t0) / 1e6);
+            got.push((
+                "airlock started (exec, loader, arguments)".to_string(),
+                (ns - t0) / 1e6,
+            ));
+            continue;
+        }
+        let Some(ms) = field(msg, "elapsed").and_then(debug_duration_ms) else {
+            continue;
+        };
+        let name = match field(msg, "step") {
+            Some(step) => format!("  sandbox: {}", step.trim_matches('"')),
+            None => msg[..msg.find(" elapsed=").unwrap_or(msg.len())].to_string(),
+        };
+        // Only the phases measured from the start of the run.
+        if matches!(
+            name.as_str(),
+            "protected set compared" | "nested repositories searched" | "changes acted on"
+        ) || name.starts_with("host unix sockets")
+            || name.starts_with("Landlock")
+        {
+            continue;
+        }
+        got.push((name, ms));
+    }
+    let base = base.unwrap_or(0.0);
+    for (n, ms) in got.iter_mut() {
+        if !n.starts_with("airlock started") {
+            *ms += base;
+        }
+    }
+    got.push(("airlock exited (seen by its parent)".to_string(), end));
+    got
+}
+
 fn main() {
-    const N: usize = 60;
+    let n: usize = std::env::args()
+        .nth(1)
+        .and_then(|a| a.parse().ok())
+        .unwrap_or(60);
     let f = Fixture::new_in(&std::env::temp_dir().join("airlock-bench"));
     let (mut base, mut proxy, mut none) = (vec![], vec![], vec![]);
-    for i in 0..N + 5 {
+    for i in 0..n + 5 {
         let b = time(Command::new("unshare").args(["-Urn", "/bin/true"]));
         let p = time(&mut f.command_argv(&[], &["/bin/true"]));
-        let n = time(&mut f.command_argv(&["--network", "none"], &["/bin/true"]));
+        let nn = time(&mut f.command_argv(&["--network", "none"], &["/bin/true"]));
         if i >= 5 {
             base.push(b);
             proxy.push(p);
-            none.push(n);
+            none.push(nn);
         }
     }
-    let (b, p, n) = (median(base), median(proxy), median(none));
-    println!("sandbox start-up, median of {N} interleaved runs:");
-    println!("  unshare -Urn /bin/true:                 {b:.2} ms");
-    println!("  airlock run -- /bin/true (proxy):       {p:.2} ms  ratio {:.2}x (target <= 3x, stretch 2x)", p / b);
+    let (b, p, nn) = (median(base), median(proxy), median(none));
+    println!("sandbox start-up, median of {n} interleaved runs:");
+    println!("  unshare -Urn /bin/true:                  {b:.2} ms");
     println!(
-        "  airlock run --network none -- /bin/true: {n:.2} ms  ratio {:.2}x",
-        n / b
+        "  airlock run -- /bin/true (proxy):        {p:.2} ms  ratio {:.2}x (target <= 3x, stretch 2x)",
+        p / b
     );
+    println!(
+        "  airlock run --network none -- /bin/true: {nn:.2} ms  ratio {:.2}x",
+        nn / b
+    );
+
+    // Where the time goes: medians of each phase's offset over `-vv` runs.
+    let mut table: BTreeMap<String, Vec<f64>> = BTreeMap::new();
+    let runs = (n / 2).max(5);
+    for _ in 0..runs {
+        for (name, ms) in phases(&f) {
+            table.entry(name).or_default().push(ms);
+        }
+    }
+    let mut rows: Vec<(f64, String)> = table
+        .into_iter()
+        .map(|(name, v)| (median(v), name))
+        .collect();
+    rows.sort_by(|a, b| a.0.total_cmp(&b.0));
+    println!("\nphases of `airlock -vv run -- /bin/true`, median offset from the spawn over {runs} runs (-vv adds its own cost):");
+    let mut last = 0.0;
+    for (ms, name) in rows {
+        println!("  {ms:7.2} ms  (+{:5.2})  {name}", ms - last);
+        last = ms;
+    }
 }
