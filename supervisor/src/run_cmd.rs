@@ -354,6 +354,28 @@ fn run_platform(
         None => crate::approve::approver_in(&runtime, args.policy.ask.as_deref(), &policy)?,
     };
     tracing::debug!(elapsed = ?started.elapsed(), "runtime and approver ready");
+    // airlock's own approval socket is never the sandbox's to reach, even
+    // listed in unix_sockets: it would answer its own questions.
+    if let Some(ask) = args
+        .policy
+        .ask
+        .as_deref()
+        .and_then(|a| a.strip_prefix("socket:"))
+    {
+        use std::os::unix::fs::MetadataExt;
+        if let Ok(own) = std::fs::metadata(ask) {
+            plan.unix_sockets.retain(|p| {
+                let same = std::fs::metadata(p).is_ok_and(|m| m.dev() == own.dev() && m.ino() == own.ino());
+                if same {
+                    eprintln!(
+                        "airlock: warning: unix_sockets lists airlock's own approval socket ({}); it stays out of the sandbox",
+                        crate::sources::shown(p)
+                    );
+                }
+                !same
+            });
+        }
+    }
     // The protected set as it is before the sandbox can touch it.
     let snapshot = crate::integrity::snapshot::take(&plan.protected);
     let run_start = crate::integrity::nested::kernel_now();

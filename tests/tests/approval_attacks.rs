@@ -318,11 +318,21 @@ for line in f:
         f.write(json.dumps({"type": "answer", "id": m["id"], "verdict": "allow-always"}) + "\n"); f.flush()
 "#;
 
-fn sandbox_cannot_answer(who: Who, degraded: bool) {
+fn sandbox_cannot_answer(who: Who, degraded: bool, listed: bool) {
     let s = setup(who);
     let sock = s.f.home.join("approve.sock");
     let client = s.f.write("client.py", GREEDY_CLIENT);
-    let policy = s.f.write("~/ask.toml", "[network]\nask_timeout = \"2s\"\n");
+    // Listed in unix_sockets, the socket is reachable, and the sandbox's
+    // connect() is made by airlock on its behalf: the peer is airlock.
+    let grant = if listed {
+        format!("[filesystem]\nunix_sockets = [\"{}\"]\n", sock.display())
+    } else {
+        String::new()
+    };
+    let policy = s.f.write(
+        "~/ask.toml",
+        &format!("{grant}[network]\nask_timeout = \"2s\"\n"),
+    );
     let ask = format!("socket:{}", sock.display());
     // The refused client is disconnected after its error line, so `wait`
     // returns.
@@ -377,18 +387,24 @@ fn sandbox_cannot_answer(who: Who, degraded: bool) {
 
 #[test]
 fn the_sandbox_cannot_answer_on_the_approval_socket() {
-    sandbox_cannot_answer(Who::Root, false);
+    sandbox_cannot_answer(Who::Root, false, false);
+}
+
+#[test]
+fn the_sandbox_cannot_answer_on_the_approval_socket_even_when_listed() {
+    sandbox_cannot_answer(Who::Root, false, true);
+    sandbox_cannot_answer(Who::User, false, true);
 }
 
 #[test]
 fn the_sandbox_cannot_answer_on_the_approval_socket_as_a_user() {
-    sandbox_cannot_answer(Who::User, false);
+    sandbox_cannot_answer(Who::User, false, false);
 }
 
 /// No PID namespace there: the check falls to the sandbox's process set.
 #[test]
 fn the_sandbox_cannot_answer_on_the_approval_socket_in_the_degraded_tier() {
-    sandbox_cannot_answer(Who::Root, true);
+    sandbox_cannot_answer(Who::Root, true, false);
 }
 
 /// The peer-credential check on its own: `airlock proxy --ask socket`

@@ -136,6 +136,13 @@ pub fn admit(uid: u32, pid: Option<i32>) -> Result<String, String> {
     let Some(pid) = pid else {
         return Err("the client's pid is unknown".into());
     };
+    // The sandbox's connect() calls are made by airlock itself on its
+    // behalf (linux/unixconnect.rs): such a peer is airlock's own pid.
+    if u32::try_from(pid).is_ok_and(|p| p == std::process::id()) {
+        return Err(format!(
+            "pid {pid} is airlock itself: a connection made on the sandbox's behalf"
+        ));
+    }
     if super::sandbox::contains(pid) {
         return Err(format!(
             "pid {pid} is inside the sandbox (or in another PID namespace)"

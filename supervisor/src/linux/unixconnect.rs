@@ -497,7 +497,11 @@ fn bound(diag: &OwnedFd) -> std::result::Result<Vec<Bound>, i32> {
     req[6..8].copy_from_slice(&flags.to_ne_bytes());
     // unix_diag_req: family, protocol, pad, states, ino, show, cookie.
     req[16] = libc::AF_UNIX as u8;
-    req[20..24].copy_from_slice(&u32::MAX.to_ne_bytes());
+    // Listening sockets only: a connection accepted from a listener
+    // carries the listener's name and file too, and holding one (a
+    // sandbox whose stdio is such a connection) must not make the host's
+    // listener look like the sandbox's own.
+    req[20..24].copy_from_slice(&(1u32 << TCP_LISTEN).to_ne_bytes());
     req[28..32].copy_from_slice(&(UDIAG_SHOW_NAME | UDIAG_SHOW_VFS).to_ne_bytes());
     // One dump at a time per socket: the answers would interleave.
     static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
@@ -533,7 +537,14 @@ fn bound(diag: &OwnedFd) -> std::result::Result<Vec<Bound>, i32> {
 }
 
 /// One unix_diag_msg and its attributes.
+/// The kernel's sk_state of a listening socket (unix sockets reuse TCP's).
+const TCP_LISTEN: u32 = 10;
+
 fn parse_bound(msg: &[u8]) -> Option<Bound> {
+    // unix_diag_msg: family, type, state, pad, ino, cookie.
+    if u32::from(*msg.get(2)?) != TCP_LISTEN {
+        return None;
+    }
     let ino = u32::from_ne_bytes(msg.get(4..8)?.try_into().ok()?);
     let mut b = Bound {
         ino,
