@@ -195,6 +195,37 @@ fn host_abstract_sockets_are_unreachable_on_the_host_network() {
     }
 }
 
+/// A sandbox whose stdin is a connection the host's listener accepted
+/// (an inetd-style harness) holds a socket that carries the listener's
+/// name: that must not make the host's listener look like the sandbox's
+/// own, on the host's network.
+#[test]
+fn an_accepted_connection_does_not_make_the_hosts_listener_the_sandboxs() {
+    use std::os::linux::net::SocketAddrExt;
+    let name = format!("airlock-accepted-{}", std::process::id());
+    let addr = std::os::unix::net::SocketAddr::from_abstract_name(name.as_bytes()).unwrap();
+    let host = std::os::unix::net::UnixListener::bind_addr(&addr).unwrap();
+    for user in users() {
+        let f = fixture();
+        let _client = std::os::unix::net::UnixStream::connect_addr(&addr).unwrap();
+        let (accepted, _) = host.accept().unwrap();
+        host.set_nonblocking(true).unwrap();
+        let script = format!("{pr} connect-abstract {name}", pr = probe());
+        let mut cmd = command(&f, Tier::Full, user, &["--network", "host"], &script);
+        cmd.stdin(Stdio::from(std::os::fd::OwnedFd::from(accepted)));
+        let out = run(&mut cmd);
+        let ctx = format!("as_user={user}\n{}", show(&out));
+        assert!(
+            has_line(&out, "connect_abstract: ECONNREFUSED")
+                || has_line(&out, "connect_abstract: EPERM"),
+            "{ctx}"
+        );
+        // Nothing new reached the host's listener.
+        assert!(host.accept().is_err(), "{ctx}");
+        host.set_nonblocking(false).unwrap();
+    }
+}
+
 #[test]
 fn unix_datagram_sockets_are_refused() {
     for user in users() {
