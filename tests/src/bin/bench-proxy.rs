@@ -1,17 +1,25 @@
-//! Proxy benchmarks (issue #3), every figure a ratio measured side by side
-//! in one run: through `airlock proxy` against direct, and against
-//! tinyproxy when it is installed.
+//! Proxy benchmarks (issues #3 and #16), every figure measured side by
+//! side in one run: through `airlock proxy` against direct, and against
+//! squid (and tinyproxy) when installed. Each reference is optional; a
+//! missing one is named as skipped.
 //!
-//!     cargo build --release --workspace && ./target/release/bench-proxy
+//!     apt-get install -y squid wrk tinyproxy    # the references (optional)
+//!     cargo build --release -p airlock -p airlock-tests && ./target/release/bench-proxy
 //!
-//! Everything runs on 127.0.0.1.
+//! squid runs from a generated configuration in a temporary directory (see
+//! `airlock_tests::squid`), on a free loopback port; nothing is written to
+//! system directories. Everything runs on 127.0.0.1.
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::process::{Command, Stdio};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use airlock_tests::squid::Squid;
+use airlock_tests::tls::TestPki;
 use airlock_tests::{raise_fd_limit, read_head, Home, Proxy};
+use rustls::pki_types::{pem::PemObject, CertificateDer, ServerName};
 
 const BULK: u64 = 256 << 20;
 
@@ -20,28 +28,54 @@ fn origin() -> SocketAddr {
     let l = TcpListener::bind("127.0.0.1:0").expect("bind");
     let addr = l.local_addr().expect("addr");
     std::thread::spawn(move || {
-        for s in l.incoming().map_while(Result::ok) {
-            std::thread::spawn(move || serve(s));
+        for mut s in l.incoming().map_while(Result::ok) {
+            let _ = s.set_nodelay(true);
+            std::thread::spawn(move || serve(&mut s));
         }
     });
     addr
 }
 
-fn serve(mut s: TcpStream) {
-    let _ = s.set_nodelay(true);
-    let chunk = vec![0u8; 1 << 20];
-    while let Some(head) = read_head(&mut s) {
+/// The same origin over TLS, as `origin.test`, signed by the test CA.
+fn tls_origin(pki: &TestPki) -> SocketAddr {
+    let l = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let addr = l.local_addr().expect("addr");
+    let cfg = pki.server_config();
+    std::thread::spawn(move || {
+        for s in l.incoming().map_while(Result::ok) {
+            let _ = s.set_nodelay(true);
+            let cfg = cfg.clone();
+            std::thread::spawn(move || {
+                if let Ok(conn) = rustls::ServerConnection::new(cfg) {
+                    serve(&mut rustls::StreamOwned::new(conn, s));
+                }
+            });
+        }
+    });
+    addr
+}
+
+fn serve<S: Read + Write>(s: &mut S) {
+    let mut chunk = vec![];
+    while let Some(head) = read_head(s) {
         let path = head.split(' ').nth(1).unwrap_or("/");
         let n: u64 = path
             .rsplit('/')
             .next()
             .and_then(|n| n.parse().ok())
             .unwrap_or(2);
-        let hdr = format!("HTTP/1.1 200 OK\r\nContent-Length: {n}\r\n\r\n");
-        if s.write_all(hdr.as_bytes()).is_err() {
+        let mut hdr = format!("HTTP/1.1 200 OK\r\nContent-Length: {n}\r\n\r\n").into_bytes();
+        // A small answer goes out in one write (one TLS record).
+        let mut left = n;
+        if n <= 16 << 10 {
+            hdr.resize(hdr.len() + n as usize, 0);
+            left = 0;
+        } else if chunk.is_empty() {
+            chunk = vec![0u8; 1 << 20];
+        }
+        if s.write_all(&hdr).is_err() {
             return;
         }
-        let mut left = n;
         while left > 0 {
             let k = left.min(chunk.len() as u64) as usize;
             if s.write_all(&chunk[..k]).is_err() {
@@ -86,6 +120,114 @@ fn direct(origin: SocketAddr) -> TcpStream {
     let s = TcpStream::connect(origin).expect("origin");
     s.set_nodelay(true).expect("nodelay");
     s
+}
+
+type Tls = rustls::StreamOwned<rustls::ClientConnection, TcpStream>;
+
+/// A client trusting the test CA, with session resumption off: every
+/// fresh connection pays a full handshake, the same on every path.
+fn tls_client(pki: &TestPki) -> Arc<rustls::ClientConfig> {
+    let mut roots = rustls::RootCertStore::empty();
+    for c in CertificateDer::pem_file_iter(&pki.ca_pem)
+        .expect("ca file")
+        .flatten()
+    {
+        roots.add(c).expect("root");
+    }
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut cfg = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .expect("versions")
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    cfg.resumption = rustls::client::Resumption::disabled();
+    Arc::new(cfg)
+}
+
+/// How a TLS connection reaches the origin: directly, or by CONNECT to
+/// this target through this proxy.
+#[derive(Clone, Copy)]
+enum Via<'a> {
+    Direct,
+    Proxy(SocketAddr, &'a str),
+}
+
+fn tls_open(via: Via, origin: SocketAddr, cfg: &Arc<rustls::ClientConfig>) -> Tls {
+    let tcp = match via {
+        Via::Direct => direct(origin),
+        Via::Proxy(p, target) => connect_via(p, target),
+    };
+    let name = ServerName::try_from("origin.test").expect("name");
+    let conn = rustls::ClientConnection::new(cfg.clone(), name).expect("tls");
+    rustls::StreamOwned::new(conn, tcp)
+}
+
+/// One GET of `n` bytes on a keep-alive TLS connection, reading exactly
+/// its response (one request record, buffered reads: the client's own
+/// cost stays small next to the path being measured).
+fn tls_get(tls: &mut Tls, n: usize, acc: &mut Vec<u8>) {
+    let req = format!("GET /bytes/{n} HTTP/1.1\r\nHost: origin.test\r\n\r\n");
+    tls.write_all(req.as_bytes()).expect("request");
+    acc.clear();
+    let mut chunk = [0u8; 16 << 10];
+    let mut need = usize::MAX;
+    while acc.len() < need {
+        let k = tls.read(&mut chunk).expect("read");
+        assert!(k > 0, "short response");
+        acc.extend_from_slice(&chunk[..k]);
+        if need == usize::MAX {
+            if let Some(end) = acc.windows(4).position(|w| w == b"\r\n\r\n") {
+                let head = String::from_utf8_lossy(&acc[..end]);
+                let len: usize = head
+                    .lines()
+                    .find_map(|l| l.strip_prefix("Content-Length: ")?.trim().parse().ok())
+                    .expect("content-length");
+                need = end + 4 + len;
+            }
+        }
+    }
+    assert_eq!(acc.len(), need, "more than one response");
+}
+
+/// Sequential 1 KiB requests on one TLS connection for `dur`: req/s.
+fn keepalive_rps(
+    via: Via,
+    origin: SocketAddr,
+    cfg: &Arc<rustls::ClientConfig>,
+    dur: Duration,
+) -> f64 {
+    let mut tls = tls_open(via, origin, cfg);
+    let mut acc = Vec::with_capacity(4096);
+    for _ in 0..50 {
+        tls_get(&mut tls, 1024, &mut acc);
+    }
+    let (start, mut n) = (Instant::now(), 0u64);
+    while start.elapsed() < dur {
+        for _ in 0..20 {
+            tls_get(&mut tls, 1024, &mut acc);
+        }
+        n += 20;
+    }
+    n as f64 / start.elapsed().as_secs_f64()
+}
+
+/// A new connection (CONNECT when proxied), a full TLS handshake and one
+/// 1 KiB GET: microseconds.
+fn fresh_tls_us(via: Via, origin: SocketAddr, cfg: &Arc<rustls::ClientConfig>) -> f64 {
+    let mut acc = Vec::with_capacity(4096);
+    let t = Instant::now();
+    let mut tls = tls_open(via, origin, cfg);
+    tls_get(&mut tls, 1024, &mut acc);
+    let us = t.elapsed().as_secs_f64() * 1e6;
+    tls.conn.send_close_notify();
+    let _ = tls.flush();
+    us
+}
+
+fn percentile(v: &[f64], p: f64) -> f64 {
+    let mut v = v.to_vec();
+    v.sort_by(|a, b| a.total_cmp(b));
+    v[((v.len() - 1) as f64 * p).round() as usize]
 }
 
 fn median(mut v: Vec<f64>) -> f64 {
@@ -166,11 +308,16 @@ fn main() {
     let origin = origin();
     let port = origin.port();
     let allow = format!("origin.test:{port}");
+    let pki = TestPki::new(&home.path().join("pki"), &["origin.test"]);
+    let tls = tls_origin(&pki);
+    let allow_tls = format!("origin.test:{}", tls.port());
     let proxy = Proxy::start(
         &home,
         &[
             "--allow",
             &allow,
+            "--allow",
+            &allow_tls,
             "--resolve",
             "origin.test=127.0.0.1",
             "--allow-private",
@@ -180,11 +327,18 @@ fn main() {
     let target = format!("origin.test:{port}");
     let mut buf = vec![0u8; 256 * 1024];
     println!("airlock proxy benchmarks, all on 127.0.0.1; ratios from one run");
+    let cfg = tls_client(&pki);
+    let squid = Squid::start(&[port, tls.port()]);
+    match &squid {
+        Some(s) => println!("reference proxy: squid on {}", s.addr),
+        None => println!("squid: skipped (not installed or did not start; apt-get install squid)"),
+    }
+    https_cases(&proxy, squid.as_ref(), tls, &cfg);
 
     // 1. Bulk throughput, interleaved, with tinyproxy as a reference proxy.
     let tiny = tinyproxy(home.path());
     let ip_target = format!("127.0.0.1:{port}");
-    let (mut d, mut p, mut tp) = (vec![], vec![], vec![]);
+    let (mut d, mut p, mut tp, mut sp) = (vec![], vec![], vec![], vec![]);
     for _ in 0..5 {
         let mut s = direct(origin);
         let t = Instant::now();
@@ -199,6 +353,12 @@ fn main() {
             let start = Instant::now();
             get(&mut s, &ip_target, BULK, &mut buf);
             tp.push(BULK as f64 / start.elapsed().as_secs_f64());
+        }
+        if let Some(sq) = &squid {
+            let mut s = connect_via(sq.addr, &ip_target);
+            let start = Instant::now();
+            get(&mut s, &ip_target, BULK, &mut buf);
+            sp.push(BULK as f64 / start.elapsed().as_secs_f64());
         }
     }
     let (d, p) = (median(d), median(p));
@@ -215,6 +375,15 @@ fn main() {
             tp / 1048576.0,
             tp / d,
             p / tp
+        );
+    }
+    if !sp.is_empty() {
+        let sp = median(sp);
+        println!(
+            "  reference: squid {:.0} MiB/s, ratio {:.2}x of direct; airlock/squid {:.2}x",
+            sp / 1048576.0,
+            sp / d,
+            p / sp
         );
     }
     if let Some((mut child, _)) = tiny {
@@ -280,5 +449,76 @@ fn main() {
     println!(
         "proxy RSS at start: {:.1} MiB",
         rss_kib(fresh.pid()) as f64 / 1024.0
+    );
+    if let Some(sq) = &squid {
+        println!(
+            "  reference: squid RSS {:.1} MiB after the runs above",
+            rss_kib(sq.pid()) as f64 / 1024.0
+        );
+    }
+}
+
+/// HTTPS through a CONNECT tunnel (issue #16): keep-alive small records,
+/// then fresh connections, airlock and squid interleaved with direct.
+fn https_cases(
+    proxy: &Proxy,
+    squid: Option<&Squid>,
+    origin: SocketAddr,
+    cfg: &Arc<rustls::ClientConfig>,
+) {
+    let named = format!("origin.test:{}", origin.port());
+    // squid resolves CONNECT names itself; it is given the address.
+    let ip = format!("127.0.0.1:{}", origin.port());
+    let ours = Via::Proxy(proxy.addr, &named);
+    let theirs = squid.map(|s| Via::Proxy(s.addr, &ip));
+    let dur = Duration::from_millis(1500);
+    let (mut d, mut a, mut q) = (vec![], vec![], vec![]);
+    for _ in 0..5 {
+        d.push(keepalive_rps(Via::Direct, origin, cfg, dur));
+        a.push(keepalive_rps(ours, origin, cfg, dur));
+        if let Some(t) = theirs {
+            q.push(keepalive_rps(t, origin, cfg, dur));
+        }
+    }
+    let (d, a) = (median(d), median(a));
+    let vs = if q.is_empty() {
+        "squid skipped".to_string()
+    } else {
+        let q = median(q);
+        format!(
+            "squid {q:.0} req/s; airlock/squid {:.2}x (target >= 1.2x)",
+            a / q
+        )
+    };
+    println!(
+        "keep-alive HTTPS over CONNECT, 1 KiB responses, one connection (medians of 5 x 1.5 s): direct {d:.0}, airlock {a:.0} req/s ({:.2}x of direct), {vs}",
+        a / d
+    );
+
+    let (mut d, mut a, mut q) = (vec![], vec![], vec![]);
+    for _ in 0..500 {
+        d.push(fresh_tls_us(Via::Direct, origin, cfg));
+        a.push(fresh_tls_us(ours, origin, cfg));
+        if let Some(t) = theirs {
+            q.push(fresh_tls_us(t, origin, cfg));
+        }
+    }
+    let added = |v: &[f64]| {
+        (
+            percentile(v, 0.5) - percentile(&d, 0.5),
+            percentile(v, 0.99) - percentile(&d, 0.99),
+        )
+    };
+    let (a50, a99) = added(&a);
+    let vs = if q.is_empty() {
+        "squid skipped".to_string()
+    } else {
+        let (q50, q99) = added(&q);
+        format!("squid +{q50:.0} / +{q99:.0} us (target: airlock <= squid at p50)")
+    };
+    println!(
+        "fresh HTTPS connection (CONNECT + TLS handshake + 1 KiB GET), 500 each: direct p50 {:.0} us p99 {:.0} us; added p50/p99: airlock +{a50:.0} / +{a99:.0} us, {vs}",
+        percentile(&d, 0.5),
+        percentile(&d, 0.99)
     );
 }
