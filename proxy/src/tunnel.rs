@@ -290,3 +290,81 @@ pub async fn run<C: Stream, U: Stream>(
     };
     (totals, result.err())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::net::TcpListener;
+
+    /// A connected pair of loopback sockets.
+    async fn pair() -> (TcpStream, TcpStream) {
+        let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let a = TcpStream::connect(l.local_addr().unwrap()).await.unwrap();
+        let (b, _) = l.accept().await.unwrap();
+        (a, b)
+    }
+
+    fn pattern(from: usize, len: usize) -> Vec<u8> {
+        (from..from + len).map(|i| (i % 251) as u8).collect()
+    }
+
+    /// Small chunks, a bulk stretch (which switches to splice) and small
+    /// chunks again (which switch back) arrive intact and in order.
+    async fn send_mixed(mut w: impl AsyncWrite + Unpin) -> usize {
+        let mut at = 0;
+        for len in std::iter::repeat_n(300, 20)
+            .chain(std::iter::repeat_n(1 << 20, 6))
+            .chain(std::iter::repeat_n(700, 20))
+        {
+            w.write_all(&pattern(at, len)).await.unwrap();
+            at += len;
+            if len < 1000 {
+                // Let each small chunk go out as its own read.
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+        }
+        w.shutdown().await.unwrap();
+        at
+    }
+
+    async fn receive(mut r: impl AsyncRead + Unpin) -> usize {
+        let mut got = vec![];
+        r.read_to_end(&mut got).await.unwrap();
+        assert!(got == pattern(0, got.len()), "bytes changed in the tunnel");
+        got.len()
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn small_then_bulk_then_small_both_ways() {
+        let (client, near) = pair().await;
+        let (far, origin) = pair().await;
+        let tunnel = tokio::spawn(run(near, vec![], far, None, Duration::from_secs(10)));
+        let (cr, cw) = client.into_split();
+        let (or, ow) = origin.into_split();
+        let (sent_up, sent_down, got_up, got_down) =
+            tokio::join!(send_mixed(cw), send_mixed(ow), receive(or), receive(cr));
+        assert_eq!((sent_up, sent_down), (got_up, got_down));
+        let (totals, err) = tunnel.await.unwrap();
+        assert!(err.is_none(), "{err:?}");
+        assert_eq!((totals.up, totals.down), (sent_up as u64, sent_down as u64));
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn idle_pair_is_closed_and_a_busy_direction_keeps_it_open() {
+        let (client, near) = pair().await;
+        let (far, mut origin) = pair().await;
+        let idle = Duration::from_millis(300);
+        let start = Instant::now();
+        let tunnel = tokio::spawn(run(near, vec![], far, None, idle));
+        // Only the origin speaks, every 100 ms for a second: not idle.
+        for _ in 0..10 {
+            origin.write_all(b"x").await.unwrap();
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        assert!(!tunnel.is_finished(), "closed while one direction was busy");
+        let (_, err) = tunnel.await.unwrap();
+        assert!(matches!(err, Some(TunnelError::Idle(_))), "{err:?}");
+        assert!(start.elapsed() < Duration::from_secs(3));
+        drop(client);
+    }
+}
