@@ -302,6 +302,11 @@ fn tinyproxy(dir: &std::path::Path) -> Option<(std::process::Child, SocketAddr)>
     None
 }
 
+/// `BENCH_PROXY_ONLY=https,bulk,fresh,wrk,rss` runs only the named cases.
+fn wanted(case: &str) -> bool {
+    std::env::var("BENCH_PROXY_ONLY").map_or(true, |only| only.split(',').any(|c| c.trim() == case))
+}
+
 fn main() {
     raise_fd_limit();
     let home = Home::new();
@@ -333,128 +338,137 @@ fn main() {
         Some(s) => println!("reference proxy: squid on {}", s.addr),
         None => println!("squid: skipped (not installed or did not start; apt-get install squid)"),
     }
-    https_cases(&proxy, squid.as_ref(), tls, &cfg);
-
-    // 1. Bulk throughput, interleaved, with tinyproxy as a reference proxy.
-    let tiny = tinyproxy(home.path());
-    let ip_target = format!("127.0.0.1:{port}");
-    let (mut d, mut p, mut tp, mut sp) = (vec![], vec![], vec![], vec![]);
-    for _ in 0..5 {
-        let mut s = direct(origin);
-        let t = Instant::now();
-        get(&mut s, &target, BULK, &mut buf);
-        d.push(BULK as f64 / t.elapsed().as_secs_f64());
-        let mut s = connect_via(proxy.addr, &target);
-        let t = Instant::now();
-        get(&mut s, &target, BULK, &mut buf);
-        p.push(BULK as f64 / t.elapsed().as_secs_f64());
-        if let Some((_, addr)) = &tiny {
-            let mut s = connect_via(*addr, &ip_target);
-            let start = Instant::now();
-            get(&mut s, &ip_target, BULK, &mut buf);
-            tp.push(BULK as f64 / start.elapsed().as_secs_f64());
-        }
-        if let Some(sq) = &squid {
-            let mut s = connect_via(sq.addr, &ip_target);
-            let start = Instant::now();
-            get(&mut s, &ip_target, BULK, &mut buf);
-            sp.push(BULK as f64 / start.elapsed().as_secs_f64());
-        }
-    }
-    let (d, p) = (median(d), median(p));
-    println!(
-        "bulk 256 MiB over CONNECT: direct {:.0} MiB/s, airlock {:.0} MiB/s, ratio {:.2}x (target >= 0.8x)",
-        d / 1048576.0,
-        p / 1048576.0,
-        p / d
-    );
-    if !tp.is_empty() {
-        let tp = median(tp);
-        println!(
-            "  reference: tinyproxy {:.0} MiB/s, ratio {:.2}x of direct; airlock/tinyproxy {:.2}x",
-            tp / 1048576.0,
-            tp / d,
-            p / tp
-        );
-    }
-    if !sp.is_empty() {
-        let sp = median(sp);
-        println!(
-            "  reference: squid {:.0} MiB/s, ratio {:.2}x of direct; airlock/squid {:.2}x",
-            sp / 1048576.0,
-            sp / d,
-            p / sp
-        );
-    }
-    if let Some((mut child, _)) = tiny {
-        let _ = child.kill();
-        let _ = child.wait();
+    if wanted("https") {
+        https_cases(&proxy, squid.as_ref(), tls, &cfg);
     }
 
-    // 2. Fresh connection plus one small request, interleaved.
-    let (mut d, mut p) = (vec![], vec![]);
-    for _ in 0..300 {
-        let t = Instant::now();
-        let mut s = direct(origin);
-        get(&mut s, &target, 100, &mut buf);
-        d.push(t.elapsed().as_secs_f64() * 1e6);
-        let t = Instant::now();
-        let mut s = connect_via(proxy.addr, &target);
-        get(&mut s, &target, 100, &mut buf);
-        p.push(t.elapsed().as_secs_f64() * 1e6);
-    }
-    let (d, p) = (median(d), median(p));
-    println!("fresh CONNECT + small request: direct {d:.0} us, proxy {p:.0} us, ratio {:.2}x (target <= 2x)", p / d);
-
-    // 3. Absolute-form requests per second under wrk, against tinyproxy.
-    let url = format!("http://origin.test:{port}/bytes/100");
-    let url_ip = format!("http://127.0.0.1:{port}/bytes/100");
-    match Command::new("wrk").arg("--version").output() {
-        Ok(_) => {
-            let ours = wrk_rps(proxy.addr, &url, home.path());
-            let theirs = tinyproxy(home.path()).and_then(|(mut child, addr)| {
-                let r = wrk_rps(addr, &url_ip, home.path());
-                let _ = child.kill();
-                let _ = child.wait();
-                r
-            });
-            match (ours, theirs) {
-                (Some(o), Some(t)) => println!(
-                    "absolute-form HTTP, wrk -t2 -c32: airlock {o:.0} req/s, tinyproxy {t:.0} req/s, ratio {:.2}x",
-                    o / t
-                ),
-                (Some(o), None) => println!("absolute-form HTTP, wrk -t2 -c32: airlock {o:.0} req/s (tinyproxy not installed)"),
-                _ => println!("absolute-form HTTP: wrk failed"),
+    if wanted("bulk") {
+        // 1. Bulk throughput, interleaved, with tinyproxy as a reference proxy.
+        let tiny = tinyproxy(home.path());
+        let ip_target = format!("127.0.0.1:{port}");
+        let (mut d, mut p, mut tp, mut sp) = (vec![], vec![], vec![], vec![]);
+        for _ in 0..5 {
+            let mut s = direct(origin);
+            let t = Instant::now();
+            get(&mut s, &target, BULK, &mut buf);
+            d.push(BULK as f64 / t.elapsed().as_secs_f64());
+            let mut s = connect_via(proxy.addr, &target);
+            let t = Instant::now();
+            get(&mut s, &target, BULK, &mut buf);
+            p.push(BULK as f64 / t.elapsed().as_secs_f64());
+            if let Some((_, addr)) = &tiny {
+                let mut s = connect_via(*addr, &ip_target);
+                let start = Instant::now();
+                get(&mut s, &ip_target, BULK, &mut buf);
+                tp.push(BULK as f64 / start.elapsed().as_secs_f64());
+            }
+            if let Some(sq) = &squid {
+                let mut s = connect_via(sq.addr, &ip_target);
+                let start = Instant::now();
+                get(&mut s, &ip_target, BULK, &mut buf);
+                sp.push(BULK as f64 / start.elapsed().as_secs_f64());
             }
         }
-        Err(_) => println!("absolute-form HTTP: wrk not installed (apt-get install wrk tinyproxy)"),
-    }
-
-    // 4. Memory: idle, then with 1000 idle tunnels.
-    std::thread::sleep(Duration::from_millis(500));
-    let idle = rss_kib(proxy.pid());
-    let tunnels: Vec<TcpStream> = (0..1000)
-        .map(|_| connect_via(proxy.addr, &target))
-        .collect();
-    std::thread::sleep(Duration::from_millis(500));
-    let loaded = rss_kib(proxy.pid());
-    println!(
-        "proxy RSS: {:.1} MiB after the runs above (target <= 30 MB idle), {:.1} KiB per idle tunnel over 1000 tunnels (target <= 64 KiB)",
-        idle as f64 / 1024.0,
-        (loaded.saturating_sub(idle)) as f64 / 1000.0
-    );
-    drop(tunnels);
-    let fresh = Proxy::start(&home, &["--allow", &allow]);
-    std::thread::sleep(Duration::from_millis(300));
-    println!(
-        "proxy RSS at start: {:.1} MiB",
-        rss_kib(fresh.pid()) as f64 / 1024.0
-    );
-    if let Some(sq) = &squid {
+        let (d, p) = (median(d), median(p));
         println!(
-            "  reference: squid RSS {:.1} MiB after the runs above",
-            rss_kib(sq.pid()) as f64 / 1024.0
+            "bulk 256 MiB over CONNECT: direct {:.0} MiB/s, airlock {:.0} MiB/s, ratio {:.2}x (target >= 0.8x)",
+            d / 1048576.0,
+            p / 1048576.0,
+            p / d
         );
+        if !tp.is_empty() {
+            let tp = median(tp);
+            println!(
+                "  reference: tinyproxy {:.0} MiB/s, ratio {:.2}x of direct; airlock/tinyproxy {:.2}x",
+                tp / 1048576.0,
+                tp / d,
+                p / tp
+            );
+        }
+        if !sp.is_empty() {
+            let sp = median(sp);
+            println!(
+                "  reference: squid {:.0} MiB/s, ratio {:.2}x of direct; airlock/squid {:.2}x",
+                sp / 1048576.0,
+                sp / d,
+                p / sp
+            );
+        }
+        if let Some((mut child, _)) = tiny {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+    if wanted("fresh") {
+        // 2. Fresh connection plus one small request, interleaved.
+        let (mut d, mut p) = (vec![], vec![]);
+        for _ in 0..300 {
+            let t = Instant::now();
+            let mut s = direct(origin);
+            get(&mut s, &target, 100, &mut buf);
+            d.push(t.elapsed().as_secs_f64() * 1e6);
+            let t = Instant::now();
+            let mut s = connect_via(proxy.addr, &target);
+            get(&mut s, &target, 100, &mut buf);
+            p.push(t.elapsed().as_secs_f64() * 1e6);
+        }
+        let (d, p) = (median(d), median(p));
+        println!("fresh CONNECT + small request: direct {d:.0} us, proxy {p:.0} us, ratio {:.2}x (target <= 2x)", p / d);
+    }
+    if wanted("wrk") {
+        // 3. Absolute-form requests per second under wrk, against tinyproxy.
+        let url = format!("http://origin.test:{port}/bytes/100");
+        let url_ip = format!("http://127.0.0.1:{port}/bytes/100");
+        match Command::new("wrk").arg("--version").output() {
+            Ok(_) => {
+                let ours = wrk_rps(proxy.addr, &url, home.path());
+                let theirs = tinyproxy(home.path()).and_then(|(mut child, addr)| {
+                    let r = wrk_rps(addr, &url_ip, home.path());
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    r
+                });
+                match (ours, theirs) {
+                    (Some(o), Some(t)) => println!(
+                        "absolute-form HTTP, wrk -t2 -c32: airlock {o:.0} req/s, tinyproxy {t:.0} req/s, ratio {:.2}x",
+                        o / t
+                    ),
+                    (Some(o), None) => println!("absolute-form HTTP, wrk -t2 -c32: airlock {o:.0} req/s (tinyproxy not installed)"),
+                    _ => println!("absolute-form HTTP: wrk failed"),
+                }
+            }
+            Err(_) => {
+                println!("absolute-form HTTP: wrk not installed (apt-get install wrk tinyproxy)")
+            }
+        }
+    }
+    if wanted("rss") {
+        // 4. Memory: idle, then with 1000 idle tunnels.
+        std::thread::sleep(Duration::from_millis(500));
+        let idle = rss_kib(proxy.pid());
+        let tunnels: Vec<TcpStream> = (0..1000)
+            .map(|_| connect_via(proxy.addr, &target))
+            .collect();
+        std::thread::sleep(Duration::from_millis(500));
+        let loaded = rss_kib(proxy.pid());
+        println!(
+            "proxy RSS: {:.1} MiB after the runs above (target <= 30 MB idle), {:.1} KiB per idle tunnel over 1000 tunnels (target <= 64 KiB)",
+            idle as f64 / 1024.0,
+            (loaded.saturating_sub(idle)) as f64 / 1000.0
+        );
+        drop(tunnels);
+        let fresh = Proxy::start(&home, &["--allow", &allow]);
+        std::thread::sleep(Duration::from_millis(300));
+        println!(
+            "proxy RSS at start: {:.1} MiB",
+            rss_kib(fresh.pid()) as f64 / 1024.0
+        );
+        if let Some(sq) = &squid {
+            println!(
+                "  reference: squid RSS {:.1} MiB after the runs above",
+                rss_kib(sq.pid()) as f64 / 1024.0
+            );
+        }
     }
 }
 
