@@ -189,26 +189,76 @@ fn tls_get(tls: &mut Tls, n: usize, acc: &mut Vec<u8>) {
     assert_eq!(acc.len(), need, "more than one response");
 }
 
-/// Sequential 1 KiB requests on one TLS connection for `dur`: req/s.
-fn keepalive_rps(
-    via: Via,
-    origin: SocketAddr,
-    cfg: &Arc<rustls::ClientConfig>,
-    dur: Duration,
-) -> f64 {
-    let mut tls = tls_open(via, origin, cfg);
-    let mut acc = Vec::with_capacity(4096);
-    for _ in 0..50 {
-        tls_get(&mut tls, 1024, &mut acc);
-    }
-    let (start, mut n) = (Instant::now(), 0u64);
-    while start.elapsed() < dur {
-        for _ in 0..20 {
-            tls_get(&mut tls, 1024, &mut acc);
+/// One keep-alive TLS connection on one path, with what it has done.
+struct KeepAlive {
+    tls: Tls,
+    acc: Vec<u8>,
+    /// The proxy process on this path, whose CPU time is counted.
+    pid: Option<u32>,
+    rps: Vec<f64>,
+    requests: u64,
+    cpu_ticks: u64,
+}
+
+impl KeepAlive {
+    fn open(
+        via: Via,
+        origin: SocketAddr,
+        cfg: &Arc<rustls::ClientConfig>,
+        pid: Option<u32>,
+    ) -> KeepAlive {
+        let mut k = KeepAlive {
+            tls: tls_open(via, origin, cfg),
+            acc: Vec::with_capacity(4096),
+            pid,
+            rps: vec![],
+            requests: 0,
+            cpu_ticks: 0,
+        };
+        for _ in 0..50 {
+            tls_get(&mut k.tls, 1024, &mut k.acc);
         }
-        n += 20;
+        k
     }
-    n as f64 / start.elapsed().as_secs_f64()
+
+    /// Sequential 1 KiB requests for `dur`.
+    fn round(&mut self, dur: Duration) {
+        let cpu = self.pid.map(cpu_ticks);
+        let (start, mut n) = (Instant::now(), 0u64);
+        while start.elapsed() < dur {
+            for _ in 0..10 {
+                tls_get(&mut self.tls, 1024, &mut self.acc);
+            }
+            n += 10;
+        }
+        self.rps.push(n as f64 / start.elapsed().as_secs_f64());
+        self.requests += n;
+        if let (Some(pid), Some(before)) = (self.pid, cpu) {
+            self.cpu_ticks += cpu_ticks(pid).saturating_sub(before);
+        }
+    }
+
+    /// The proxy's CPU time per request, in microseconds.
+    fn cpu_us(&self) -> f64 {
+        // SAFETY: sysconf only reads a configuration value.
+        let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
+        self.cpu_ticks as f64 / hz * 1e6 / self.requests.max(1) as f64
+    }
+}
+
+/// User plus system time of a process, all its threads, in clock ticks.
+fn cpu_ticks(pid: u32) -> u64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // Fields after the parenthesised command name; utime and stime are
+    // the 14th and 15th fields of the line.
+    let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
+    let f: Vec<u64> = rest
+        .split_whitespace()
+        .skip(11)
+        .take(2)
+        .filter_map(|v| v.parse().ok())
+        .collect();
+    f.iter().sum()
 }
 
 /// A new connection (CONNECT when proxied), a full TLS handshake and one
@@ -485,28 +535,37 @@ fn https_cases(
     let ip = format!("127.0.0.1:{}", origin.port());
     let ours = Via::Proxy(proxy.addr, &named);
     let theirs = squid.map(|s| Via::Proxy(s.addr, &ip));
-    let dur = Duration::from_millis(1500);
-    let (mut d, mut a, mut q) = (vec![], vec![], vec![]);
-    for _ in 0..5 {
-        d.push(keepalive_rps(Via::Direct, origin, cfg, dur));
-        a.push(keepalive_rps(ours, origin, cfg, dur));
-        if let Some(t) = theirs {
-            q.push(keepalive_rps(t, origin, cfg, dur));
+    // Short rounds, interleaved, on connections kept open throughout: the
+    // load of a shared machine drifts over seconds, and it then falls on
+    // every path alike. The proxies' CPU time per request is the figure
+    // that load moves least.
+    let dur = Duration::from_millis(250);
+    let mut d = KeepAlive::open(Via::Direct, origin, cfg, None);
+    let mut a = KeepAlive::open(ours, origin, cfg, Some(proxy.pid()));
+    let mut q = theirs.map(|t| KeepAlive::open(t, origin, cfg, squid.map(Squid::pid)));
+    for _ in 0..24 {
+        d.round(dur);
+        a.round(dur);
+        if let Some(q) = &mut q {
+            q.round(dur);
         }
     }
-    let (d, a) = (median(d), median(a));
-    let vs = if q.is_empty() {
-        "squid skipped".to_string()
-    } else {
-        let q = median(q);
-        format!(
-            "squid {q:.0} req/s; airlock/squid {:.2}x (target >= 1.2x)",
-            a / q
-        )
+    let (dr, ar) = (median(d.rps.clone()), median(a.rps.clone()));
+    let vs = match &q {
+        None => "squid skipped".to_string(),
+        Some(q) => {
+            let qr = median(q.rps.clone());
+            format!(
+                "squid {qr:.0} req/s, {:.1} us CPU/request; airlock/squid {:.2}x (target >= 1.2x)",
+                q.cpu_us(),
+                ar / qr
+            )
+        }
     };
     println!(
-        "keep-alive HTTPS over CONNECT, 1 KiB responses, one connection (medians of 5 x 1.5 s): direct {d:.0}, airlock {a:.0} req/s ({:.2}x of direct), {vs}",
-        a / d
+        "keep-alive HTTPS over CONNECT, 1 KiB responses, one connection each (medians of 24 interleaved 0.25 s rounds): direct {dr:.0} req/s; airlock {ar:.0} req/s ({:.2}x of direct), {:.1} us CPU/request; {vs}",
+        ar / dr,
+        a.cpu_us()
     );
 
     let (mut d, mut a, mut q) = (vec![], vec![], vec![]);
