@@ -1,5 +1,6 @@
-//! Zero-copy tunnel pumping on Linux: socket → pipe → socket with
-//! splice(2), so bulk transfers never pass through user space.
+//! Socket-to-socket pumping on Linux: small chunks by read and write
+//! through a buffer (two syscalls, no pipe), bulk transfers socket → pipe
+//! → socket with splice(2), so their bytes never pass through user space.
 
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
@@ -78,28 +79,73 @@ pub async fn fill(from: &TcpStream, pipe: &Pipe) -> io::Result<usize> {
     }
 }
 
-/// Move `len` bytes from the pipe to the socket.
-pub async fn drain(pipe: &Pipe, to: &TcpStream, mut len: usize) -> io::Result<()> {
+/// Move `len` bytes from the pipe to the socket; `progress` is called
+/// whenever some went out (a slow reader is not an idle one).
+pub async fn drain(
+    pipe: &Pipe,
+    to: &TcpStream,
+    mut len: usize,
+    progress: &impl Fn(),
+) -> io::Result<()> {
     while len > 0 {
-        to.writable().await?;
         match to.try_io(Interest::WRITABLE, || {
             splice(pipe.read.as_raw_fd(), to.as_raw_fd(), len)
         }) {
-            Ok(n) => len -= n,
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+            Ok(n) => {
+                len -= n;
+                progress();
+            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => to.writable().await?,
             Err(e) => return Err(e),
         }
     }
     Ok(())
 }
 
-/// Write all of `data` to a socket shared by reference.
-pub async fn write_all(to: &TcpStream, mut data: &[u8]) -> io::Result<()> {
+/// Read what the socket has, waiting only when it has nothing; `Ok(0)` is
+/// EOF. A read shorter than `buf` emptied the socket's receive queue, so
+/// it reports the socket as not readable (as a failed read would), and
+/// the next call waits for epoll instead of spending a syscall on EAGAIN.
+/// Data that arrives after the read raises a new edge, and tokio never
+/// clears a readiness newer than the one the read was made under, nor
+/// the closed state, so nothing is missed.
+pub async fn read(from: &TcpStream, buf: &mut [u8]) -> io::Result<usize> {
+    loop {
+        let mut short = None;
+        let r = from.try_io(Interest::READABLE, || {
+            // SAFETY: reading into a buffer we own, of its length.
+            let n = unsafe { libc::read(from.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) };
+            if n < 0 {
+                return Err(io::Error::last_os_error());
+            }
+            let n = n as usize;
+            if n > 0 && n < buf.len() {
+                short = Some(n);
+                return Err(io::ErrorKind::WouldBlock.into());
+            }
+            Ok(n)
+        });
+        match r {
+            Ok(n) => return Ok(n),
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => match short {
+                Some(n) => return Ok(n),
+                None => from.readable().await?,
+            },
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// Write all of `data` to a socket shared by reference: at once when the
+/// socket takes it, which for small chunks is nearly always.
+pub async fn write_all(to: &TcpStream, mut data: &[u8], progress: &impl Fn()) -> io::Result<()> {
     while !data.is_empty() {
-        to.writable().await?;
         match to.try_write(data) {
-            Ok(n) => data = &data[n..],
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+            Ok(n) => {
+                data = &data[n..];
+                progress();
+            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => to.writable().await?,
             Err(e) => return Err(e),
         }
     }

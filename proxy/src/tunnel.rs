@@ -1,7 +1,8 @@
-//! Copying a tunnel's bytes both ways (SPEC §5.1 limits): splice(2)
-//! between two sockets on Linux, otherwise reused buffers that start small
-//! (idle tunnels stay cheap) and grow while reads fill them; half-close
-//! passed through, and one idle timeout for the pair.
+//! Copying a tunnel's bytes both ways (SPEC §5.1 limits): between two
+//! sockets on Linux, read/write for small chunks and splice(2) for bulk;
+//! otherwise reused buffers that start small (idle tunnels stay cheap) and
+//! grow while reads fill them; half-close passed through, and one idle
+//! timeout for the pair.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -92,12 +93,13 @@ async fn gate_check<R: AsyncRead + Unpin>(
     Ok(first)
 }
 
+/// Copy one direction through a buffer that starts small (idle tunnels
+/// stay cheap) and grows while reads fill it.
 async fn copy<R, W>(
     mut from: R,
     mut to: W,
     first: &[u8],
     activity: &Activity,
-    idle: Duration,
     count: &mut u64,
 ) -> Result<(), TunnelError>
 where
@@ -110,12 +112,7 @@ where
     }
     let mut buf = vec![0u8; START_BUF];
     loop {
-        let n = match tokio::time::timeout(idle, from.read(&mut buf)).await {
-            Ok(r) => r?,
-            // The other direction may have been busy all along.
-            Err(_) if activity.idle_for() < idle => continue,
-            Err(_) => return Err(TunnelError::Idle(idle)),
-        };
+        let n = from.read(&mut buf).await?;
         if n == 0 {
             // Half-close: pass the EOF on and keep the other way open.
             let _ = to.shutdown().await;
@@ -130,34 +127,89 @@ where
     }
 }
 
+/// Reads that fill a buffer of this size mean a bulk transfer, which
+/// switches the direction to splice; a TLS record is at most this large.
 #[cfg(target_os = "linux")]
-async fn splice_pump(
+const SMALL_CHUNK: usize = 16 * 1024;
+/// Short splices in a row that switch a direction back to copying.
+#[cfg(target_os = "linux")]
+const SHORT_RUN: u32 = 4;
+
+/// One direction between two sockets, adaptively: small chunks (requests,
+/// responses, interactive TLS records) by read and write through a buffer,
+/// two syscalls each; once a read fills the buffer, splice(2) through a
+/// pipe, so bulk bytes stay in the kernel, until splices come back short
+/// again. Splicing a small chunk costs three syscalls (the socket to the
+/// pipe, the pipe to the socket, and the socket's EAGAIN) and more kernel
+/// work. The buffer and the pipe are made on first need: an idle tunnel
+/// holds neither.
+#[cfg(target_os = "linux")]
+async fn socket_pump(
     from: &TcpStream,
     to: &TcpStream,
     first: &[u8],
     activity: &Activity,
-    idle: Duration,
     count: &mut u64,
 ) -> Result<(), TunnelError> {
     use crate::splice;
+    let progress = || activity.touch();
     if !first.is_empty() {
-        splice::write_all(to, first).await?;
+        splice::write_all(to, first, &progress).await?;
         *count += first.len() as u64;
     }
-    let pipe = splice::Pipe::new()?;
+    let mut buf: Vec<u8> = vec![];
+    let mut pipe: Option<splice::Pipe> = None;
+    let mut short_run = 0;
     loop {
-        let n = match tokio::time::timeout(idle, splice::fill(from, &pipe)).await {
-            Ok(r) => r?,
-            Err(_) if activity.idle_for() < idle => continue,
-            Err(_) => return Err(TunnelError::Idle(idle)),
+        let n = match &pipe {
+            Some(p) if short_run < SHORT_RUN => {
+                let n = splice::fill(from, p).await?;
+                if n > 0 {
+                    activity.touch();
+                    splice::drain(p, to, n, &progress).await?;
+                }
+                short_run = if n < SMALL_CHUNK { short_run + 1 } else { 0 };
+                n
+            }
+            _ => {
+                if buf.is_empty() {
+                    from.readable().await?;
+                    buf = vec![0u8; SMALL_CHUNK];
+                }
+                let n = splice::read(from, &mut buf).await?;
+                if n > 0 {
+                    activity.touch();
+                    splice::write_all(to, &buf[..n], &progress).await?;
+                }
+                if n == buf.len() {
+                    if pipe.is_none() {
+                        pipe = Some(splice::Pipe::new()?);
+                    }
+                    short_run = 0;
+                }
+                n
+            }
         };
         if n == 0 {
+            // Half-close: pass the EOF on and keep the other way open.
             splice::shutdown_write(to);
             return Ok(());
         }
-        activity.touch();
-        splice::drain(&pipe, to, n).await?;
         *count += n as u64;
+    }
+}
+
+/// Ends the tunnel when neither direction has moved a byte for `idle`: one
+/// timer for the pair, instead of one armed around every read.
+async fn watchdog(activity: &Activity, idle: Duration) -> TunnelError {
+    let mut wait = idle;
+    loop {
+        tokio::time::sleep(wait).await;
+        let quiet = activity.idle_for();
+        if quiet >= idle {
+            return TunnelError::Idle(idle);
+        }
+        wait = idle - quiet;
     }
 }
 
@@ -209,25 +261,110 @@ pub async fn run<C: Stream, U: Stream>(
     };
     let mut totals = Totals::default();
     let (up, down) = (&mut totals.up, &mut totals.down);
-    let result = match (client.into_tcp(), upstream.into_tcp()) {
-        #[cfg(target_os = "linux")]
-        (Ok(c), Ok(u)) => {
-            let upward = async {
-                let first =
-                    gate_check(&mut crate::splice::Reader(&c), prefix, gate.as_ref(), idle).await?;
-                splice_pump(&c, &u, &first, &activity, idle, up).await
-            };
-            tokio::try_join!(upward, splice_pump(&u, &c, &[], &activity, idle, down))
-        }
-        (c, u) => {
-            let (mut cr, cw) = tokio::io::split(boxed(c));
-            let (ur, uw) = tokio::io::split(boxed(u));
-            let upward = async {
-                let first = gate_check(&mut cr, prefix, gate.as_ref(), idle).await?;
-                copy(cr, uw, &first, &activity, idle, up).await
-            };
-            tokio::try_join!(upward, copy(ur, cw, &[], &activity, idle, down))
+    let pumps = async {
+        match (client.into_tcp(), upstream.into_tcp()) {
+            #[cfg(target_os = "linux")]
+            (Ok(c), Ok(u)) => {
+                let upward = async {
+                    let first =
+                        gate_check(&mut crate::splice::Reader(&c), prefix, gate.as_ref(), idle)
+                            .await?;
+                    socket_pump(&c, &u, &first, &activity, up).await
+                };
+                tokio::try_join!(upward, socket_pump(&u, &c, &[], &activity, down))
+            }
+            (c, u) => {
+                let (mut cr, cw) = tokio::io::split(boxed(c));
+                let (ur, uw) = tokio::io::split(boxed(u));
+                let upward = async {
+                    let first = gate_check(&mut cr, prefix, gate.as_ref(), idle).await?;
+                    copy(cr, uw, &first, &activity, up).await
+                };
+                tokio::try_join!(upward, copy(ur, cw, &[], &activity, down))
+            }
         }
     };
+    let result = tokio::select! {
+        r = pumps => r.map(|_| ()),
+        e = watchdog(&activity, idle) => Err(e),
+    };
     (totals, result.err())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::net::TcpListener;
+
+    /// A connected pair of loopback sockets.
+    async fn pair() -> (TcpStream, TcpStream) {
+        let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let a = TcpStream::connect(l.local_addr().unwrap()).await.unwrap();
+        let (b, _) = l.accept().await.unwrap();
+        (a, b)
+    }
+
+    fn pattern(from: usize, len: usize) -> Vec<u8> {
+        (from..from + len).map(|i| (i % 251) as u8).collect()
+    }
+
+    /// Small chunks, a bulk stretch (which switches to splice) and small
+    /// chunks again (which switch back) arrive intact and in order.
+    async fn send_mixed(mut w: impl AsyncWrite + Unpin) -> usize {
+        let mut at = 0;
+        for len in std::iter::repeat_n(300, 20)
+            .chain(std::iter::repeat_n(1 << 20, 6))
+            .chain(std::iter::repeat_n(700, 20))
+        {
+            w.write_all(&pattern(at, len)).await.unwrap();
+            at += len;
+            if len < 1000 {
+                // Let each small chunk go out as its own read.
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+        }
+        w.shutdown().await.unwrap();
+        at
+    }
+
+    async fn receive(mut r: impl AsyncRead + Unpin) -> usize {
+        let mut got = vec![];
+        r.read_to_end(&mut got).await.unwrap();
+        assert!(got == pattern(0, got.len()), "bytes changed in the tunnel");
+        got.len()
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn small_then_bulk_then_small_both_ways() {
+        let (client, near) = pair().await;
+        let (far, origin) = pair().await;
+        let tunnel = tokio::spawn(run(near, vec![], far, None, Duration::from_secs(10)));
+        let (cr, cw) = client.into_split();
+        let (or, ow) = origin.into_split();
+        let (sent_up, sent_down, got_up, got_down) =
+            tokio::join!(send_mixed(cw), send_mixed(ow), receive(or), receive(cr));
+        assert_eq!((sent_up, sent_down), (got_up, got_down));
+        let (totals, err) = tunnel.await.unwrap();
+        assert!(err.is_none(), "{err:?}");
+        assert_eq!((totals.up, totals.down), (sent_up as u64, sent_down as u64));
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn idle_pair_is_closed_and_a_busy_direction_keeps_it_open() {
+        let (client, near) = pair().await;
+        let (far, mut origin) = pair().await;
+        let idle = Duration::from_millis(300);
+        let start = Instant::now();
+        let tunnel = tokio::spawn(run(near, vec![], far, None, idle));
+        // Only the origin speaks, every 100 ms for a second: not idle.
+        for _ in 0..10 {
+            origin.write_all(b"x").await.unwrap();
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        assert!(!tunnel.is_finished(), "closed while one direction was busy");
+        let (_, err) = tunnel.await.unwrap();
+        assert!(matches!(err, Some(TunnelError::Idle(_))), "{err:?}");
+        assert!(start.elapsed() < Duration::from_secs(3));
+        drop(client);
+    }
 }

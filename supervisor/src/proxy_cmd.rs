@@ -114,16 +114,22 @@ pub fn run(args: &ProxyArgs) -> Result<ExitCode> {
         }
         let mut hup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())
             .context("cannot watch SIGHUP")?;
-        let serve = airlock_proxy::serve(engine.clone(), listener);
-        tokio::pin!(serve);
-        loop {
+        // The accept loop runs on a worker thread, not on this one: a task
+        // spawned from a worker starts on that worker, while one spawned
+        // from here costs a cross-thread wake-up per accepted connection.
+        let mut serve = tokio::spawn(airlock_proxy::serve(engine.clone(), listener));
+        let result = loop {
             tokio::select! {
-                r = &mut serve => { r.context("the proxy stopped")?; break; }
-                _ = tokio::signal::ctrl_c() => break,
+                r = &mut serve => break match r {
+                    Ok(r) => r.context("the proxy stopped"),
+                    Err(e) => Err(anyhow::anyhow!("the proxy stopped: {e}")),
+                },
+                _ = tokio::signal::ctrl_c() => break Ok(()),
                 _ = hup.recv() => reload(&engine, args),
             }
-        }
-        anyhow::Ok(ExitCode::SUCCESS)
+        };
+        serve.abort();
+        result.map(|()| ExitCode::SUCCESS)
     });
     if let Some(o) = &otlp {
         o.close(Duration::from_secs(2));

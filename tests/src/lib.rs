@@ -488,6 +488,7 @@ impl Fixture {
 
 pub mod pty;
 pub mod registry;
+pub mod squid;
 pub mod tiers;
 pub mod tls;
 pub mod who;
