@@ -95,6 +95,11 @@ fn write_id_maps(uid: u32, gid: u32) -> Result<()> {
 }
 
 fn build_and_run(channel: &mut UnixStream, supervisor: libc::pid_t) -> Result<i32> {
+    // While the supervisor still builds the plan: what does not depend on
+    // it (the helper is started before the policy is read).
+    let filters = seccomp::compile(false);
+    // Before the network namespace hides them: the host's unix sockets.
+    sockets::snapshot()?;
     let plan = read_plan(channel)?;
     phase("plan read");
     if let Some(proxy_port) = plan.degraded {
@@ -102,9 +107,6 @@ fn build_and_run(channel: &mut UnixStream, supervisor: libc::pid_t) -> Result<i3
     }
     caps::die_with_parent(supervisor)?;
     let (uid, gid) = (getuid().as_raw(), getgid().as_raw());
-    // Before the network namespace hides them: the host's unix sockets.
-    sockets::snapshot()?;
-    phase("host sockets listed");
 
     // 1. Namespaces: user (our ids mapped), mount, PID, IPC, and network
     //    unless the user asked for the host's.
@@ -146,7 +148,7 @@ fn build_and_run(channel: &mut UnixStream, supervisor: libc::pid_t) -> Result<i3
     match unsafe { fork() }.context("starting the sandbox's init")? {
         ForkResult::Child => {
             drop(captured);
-            let code = match pid1(&plan, channel, gate) {
+            let code = match filters.and_then(|f| pid1(&plan, channel, gate, &f)) {
                 Ok(code) => code,
                 Err(e) => {
                     let _ = writeln!(channel, "error: {e:#}");
@@ -211,7 +213,12 @@ fn release_stdio() {
 }
 
 /// Steps 3 to 7, as PID 1 of the new PID namespace.
-fn pid1(plan: &Plan, channel: &mut UnixStream, gate: capture::Gate) -> Result<i32> {
+fn pid1(
+    plan: &Plan,
+    channel: &mut UnixStream,
+    gate: capture::Gate,
+    filters: &seccomp::Filters,
+) -> Result<i32> {
     // Our parent (the helper) lives outside this PID namespace: it is pid 0 here.
     caps::die_with_parent(0)?;
     // The supervisor tells the sandbox's processes by this namespace; it
@@ -241,7 +248,7 @@ fn pid1(plan: &Plan, channel: &mut UnixStream, gate: capture::Gate) -> Result<i3
     // 6. seccomp.
     // Made before seccomp, which refuses sock_diag sockets.
     let diag = super::unixconnect::diag_socket()?;
-    seccomp::install(false)?;
+    filters.install()?;
     phase("seccomp");
     // From here every connect() waits for the supervisor's decision.
     let listener = super::unixconnect::install()?;

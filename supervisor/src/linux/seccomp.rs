@@ -349,7 +349,11 @@ fn known_program() -> BpfProgram {
 }
 
 /// Install the three filters on this thread (inherited by everything it execs).
-pub fn install(degraded: bool) -> Result<()> {
+/// The three filters, compiled: the helper builds them while it waits for
+/// its plan, off the start-up's critical path.
+pub struct Filters([BpfProgram; 3]);
+
+pub fn compile(degraded: bool) -> Result<Filters> {
     let known = known_program();
     let eperm = program(eperm_rules(degraded)?, libc::EPERM)?;
     let mut fallback = BTreeMap::new();
@@ -357,10 +361,21 @@ pub fn install(degraded: bool) -> Result<()> {
     // openat2 takes its mode in a struct the filter cannot read.
     fallback.insert(libc::SYS_openat2, vec![]);
     let enosys = program(fallback, libc::ENOSYS)?;
-    seccompiler::apply_filter(&known).context("installing the syscall allow-list")?;
-    seccompiler::apply_filter(&eperm).context("installing the seccomp filter")?;
-    seccompiler::apply_filter(&enosys).context("installing the clone3 filter")?;
-    Ok(())
+    Ok(Filters([known, eperm, enosys]))
+}
+
+impl Filters {
+    pub fn install(&self) -> Result<()> {
+        let [known, eperm, enosys] = &self.0;
+        seccompiler::apply_filter(known).context("installing the syscall allow-list")?;
+        seccompiler::apply_filter(eperm).context("installing the seccomp filter")?;
+        seccompiler::apply_filter(enosys).context("installing the clone3 filter")?;
+        Ok(())
+    }
+}
+
+pub fn install(degraded: bool) -> Result<()> {
+    compile(degraded)?.install()
 }
 
 /// The rules in words, for `airlock policy profile`.
