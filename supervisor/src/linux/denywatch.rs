@@ -1,0 +1,384 @@
+//! `deny_read` against the host's renames and links during the run (SPEC
+//! §4.5, last bullet). Landlock grants by inode: to keep an absent
+//! `deny_read` name unreadable the read grant is split at its nearest
+//! existing ancestor (landlock.rs), so every other entry there carries a
+//! rule of its own, and that rule moves with the inode. When the host
+//! renames or hard-links such an inode to the denied name (`mv
+//! ~/.netrc.bak ~/.netrc`), or puts a symlink on the way (`ln -s
+//! ~/dotfiles/aws ~/.aws`), the sandbox could read it. Landlock cannot say
+//! "never this name", so the helper watches every existing ancestor of
+//! every `deny_read` path for the next component's name, and stops the
+//! sandbox when that name appears as something that can carry a grant:
+//!
+//! - a symlink (it leads wherever its target is granted);
+//! - an inode born before the ruleset was made (statx btime; a
+//!   filesystem without btime counts as before: fail closed);
+//! - a directory at the denied name itself (what the host moves into it
+//!   later is not watched). Inside writable roots, where the whole root is
+//!   granted anyway and the sandbox makes its own directories, only the
+//!   first two count.
+//!
+//! A new file at the denied name stops nothing: shells save history by
+//! renaming a fresh temp file over `~/.zsh_history`, and that inode has no
+//! rule. A fresh directory on the way (`mkdir ~/.aws`) is watched in turn.
+//!
+//! Lookups go through directory handles opened before `unshare`: the
+//! helper shares the sandbox's mount namespace, where PID 1 mounts over
+//! the denied paths, so only those handles still see the host's names.
+
+use std::collections::HashMap;
+use std::ffi::{CString, OsStr, OsString};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Component, Path, PathBuf};
+
+use anyhow::{Context, Result};
+use nix::errno::Errno;
+use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify, WatchDescriptor};
+
+/// One name awaited in one watched directory.
+struct Wait {
+    /// The watched directory (host view), for messages.
+    dir: PathBuf,
+    /// The components still to come, the first being the awaited name.
+    rest: Vec<OsString>,
+    /// The `deny_read` path as configured, for the message.
+    shown: PathBuf,
+    /// Inside a writable root: only links and old inodes count.
+    writable: bool,
+}
+
+struct Dir {
+    fd: OwnedFd,
+    waits: Vec<Wait>,
+}
+
+/// Why the sandbox was stopped: the path and how it appeared.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Appeared {
+    pub path: PathBuf,
+    pub why: &'static str,
+}
+
+impl Appeared {
+    /// The line for the supervisor (run_cmd.rs prints it).
+    pub fn line(&self) -> String {
+        format!("deny-read-appeared: {} {}\n", self.why, self.path.display())
+    }
+}
+
+pub struct DenyWatch {
+    inotify: Inotify,
+    dirs: HashMap<WatchDescriptor, Dir>,
+    /// Realtime nanoseconds once PID 1's ruleset is in force: an inode
+    /// born before it may carry a rule. `None` until then (every inode
+    /// counts as old).
+    since: Option<i128>,
+}
+
+const MASK: AddWatchFlags = AddWatchFlags::IN_CREATE.union(AddWatchFlags::IN_MOVED_TO);
+
+impl DenyWatch {
+    /// Watch the ancestors of `names` (as configured) and of `deny_read`
+    /// (resolved), with their resolved forms too. `None` when there is
+    /// nothing to watch. Call before `unshare`.
+    pub fn new(names: &[PathBuf], deny_read: &[PathBuf], write: &[PathBuf]) -> Result<Option<Self>> {
+        let mut paths: Vec<(PathBuf, PathBuf)> = vec![];
+        for d in names.iter().chain(deny_read) {
+            for p in [d.clone(), super::landlock::resolved(d)] {
+                if p.is_absolute() && !paths.iter().any(|(q, _)| q == &p) {
+                    paths.push((p, d.clone()));
+                }
+            }
+        }
+        if paths.is_empty() {
+            return Ok(None);
+        }
+        let inotify = Inotify::init(InitFlags::IN_NONBLOCK | InitFlags::IN_CLOEXEC)
+            .context("deny_read watch: inotify")?;
+        let mut w = DenyWatch {
+            inotify,
+            dirs: HashMap::new(),
+            since: None,
+        };
+        for (p, shown) in paths {
+            let writable = write.iter().any(|r| p.starts_with(r));
+            w.add_path(&p, shown, writable)?;
+        }
+        Ok(Some(w))
+    }
+
+    /// Watch every existing directory on the way to `p`.
+    fn add_path(&mut self, p: &Path, shown: PathBuf, writable: bool) -> Result<()> {
+        let parts: Vec<OsString> = p
+            .components()
+            .filter_map(|c| match c {
+                Component::Normal(n) => Some(n.to_os_string()),
+                _ => None,
+            })
+            .collect();
+        let mut dir = PathBuf::from("/");
+        for i in 0..parts.len() {
+            let wait = Wait {
+                dir: dir.clone(),
+                rest: parts[i..].to_vec(),
+                shown: shown.clone(),
+                writable,
+            };
+            // The directory as a path lookup would reach it (links followed).
+            let Ok(fd) = open_dir(None, &dir) else {
+                return Ok(());
+            };
+            match self.watch(fd, &dir, wait) {
+                Ok(()) => {}
+                // One we may not list: its names are not ours to read either
+                // way (a 0711 directory is the rare exception, logged).
+                Err(Errno::EACCES) | Err(Errno::ENOENT) | Err(Errno::ENOTDIR) => {
+                    tracing::warn!("deny_read watch: cannot watch {}", dir.display());
+                    return Ok(());
+                }
+                Err(e) => {
+                    return Err(e)
+                        .with_context(|| format!("deny_read watch: watching {}", dir.display()))
+                }
+            }
+            dir.push(&parts[i]);
+        }
+        Ok(())
+    }
+
+    /// Add `wait` on the directory open as `fd`: through the handle, so
+    /// that a directory made during the run is watched in the host's view.
+    fn watch(&mut self, fd: OwnedFd, shown: &Path, wait: Wait) -> nix::Result<()> {
+        nix::unistd::fchdir(&fd)?;
+        let wd = self.inotify.add_watch(".", MASK);
+        let _ = nix::unistd::chdir("/");
+        let wd = wd?;
+        tracing::debug!("deny_read watch: {} for {:?}", shown.display(), wait.rest[0]);
+        self.dirs
+            .entry(wd)
+            .or_insert(Dir { fd, waits: vec![] })
+            .waits
+            .push(wait);
+        Ok(())
+    }
+
+    pub fn fd(&self) -> BorrowedFd<'_> {
+        self.inotify.as_fd()
+    }
+
+    /// PID 1's Landlock ruleset is in force: what is born from now on
+    /// carries no rule. The fine clock: an inode's birth time comes from
+    /// the coarse one (a tick behind) or a fine one, so an inode born
+    /// before now is always older; one born within a tick after may look
+    /// older too, which stops the run (fail closed).
+    pub fn armed(&mut self) {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos() as i128)
+            .unwrap_or(i128::MAX);
+        self.since = Some(now);
+    }
+
+    /// Read what the kernel reported; the first name that appeared as
+    /// something the sandbox could read through.
+    pub fn check(&mut self) -> Option<Appeared> {
+        loop {
+            let events = match self.inotify.read_events() {
+                Ok(ev) => ev,
+                Err(Errno::EAGAIN) => return None,
+                Err(Errno::EINTR) => continue,
+                Err(e) => {
+                    return Some(Appeared {
+                        path: PathBuf::from(format!("(the watch failed: {e})")),
+                        why: "unknown",
+                    })
+                }
+            };
+            for ev in events {
+                if ev.mask.contains(AddWatchFlags::IN_Q_OVERFLOW) {
+                    // Events were lost: any of them could have been one.
+                    return Some(Appeared {
+                        path: PathBuf::from("(events lost)"),
+                        why: "unknown",
+                    });
+                }
+                let Some(name) = ev.name else { continue };
+                if let Some(a) = self.appeared(ev.wd, &name) {
+                    return Some(a);
+                }
+            }
+        }
+    }
+
+    fn appeared(&mut self, wd: WatchDescriptor, name: &OsStr) -> Option<Appeared> {
+        let dir = self.dirs.get(&wd)?;
+        let hits: Vec<(PathBuf, Vec<OsString>, PathBuf, bool)> = dir
+            .waits
+            .iter()
+            .filter(|w| w.rest[0] == name)
+            .map(|w| (w.dir.clone(), w.rest.clone(), w.shown.clone(), w.writable))
+            .collect();
+        let fd = dir.fd.try_clone().ok();
+        for (at, rest, shown, writable) in hits {
+            let Some(fd) = fd.as_ref() else {
+                return Some(Appeared { path: shown, why: "unknown" });
+            };
+            if let Some(a) = self.classify(fd.as_fd(), &at, rest, shown, writable) {
+                return Some(a);
+            }
+        }
+        None
+    }
+
+    /// What `rest[0]` in the directory `parent` now is.
+    fn classify(
+        &mut self,
+        parent: BorrowedFd,
+        at: &Path,
+        rest: Vec<OsString>,
+        shown: PathBuf,
+        writable: bool,
+    ) -> Option<Appeared> {
+        let last = rest.len() == 1;
+        let stop = |why| Some(Appeared { path: shown.clone(), why });
+        let st = match statx(parent, &rest[0]) {
+            Ok(st) => st,
+            // Gone again: nothing there to read.
+            Err(Errno::ENOENT) => return None,
+            Err(_) => return stop("unknown"),
+        };
+        let kind = st.stx_mode as libc::mode_t & libc::S_IFMT;
+        let old = self.old(&st);
+        if kind == libc::S_IFLNK {
+            return stop("link");
+        }
+        if kind == libc::S_IFDIR {
+            if old {
+                return stop("existing-dir");
+            }
+            if last {
+                return if writable { None } else { stop("dir") };
+            }
+            // A fresh directory on the way: watch it for the next name, and
+            // look at what is already in it.
+            let next = at.join(&rest[0]);
+            let Ok(fd) = open_dir(Some(parent), Path::new(&rest[0])) else {
+                return None;
+            };
+            let probe = fd.try_clone().ok();
+            let wait = Wait {
+                dir: next.clone(),
+                rest: rest[1..].to_vec(),
+                shown: shown.clone(),
+                writable,
+            };
+            if self.watch(fd, &next, wait).is_err() {
+                return stop("unknown");
+            }
+            let probe = probe?;
+            return self.classify(probe.as_fd(), &next, rest[1..].to_vec(), shown, writable);
+        }
+        // A file (or other) on the way leads nowhere; at the name itself an
+        // old inode is a grant moved or linked in.
+        if last && old {
+            return stop("existing-file");
+        }
+        None
+    }
+
+    fn old(&self, st: &libc::statx) -> bool {
+        let Some(since) = self.since else {
+            return true;
+        };
+        if st.stx_mask & libc::STATX_BTIME == 0 {
+            return true;
+        }
+        let born = st.stx_btime.tv_sec as i128 * 1_000_000_000 + st.stx_btime.tv_nsec as i128;
+        born < since
+    }
+}
+
+/// The words of the stderr message for each `why`.
+pub fn describe(why: &str) -> &'static str {
+    match why {
+        "link" => "a link",
+        "existing-file" => "an existing file moved or linked in",
+        "existing-dir" => "an existing directory moved in",
+        "dir" => "a directory",
+        _ => "something the watch could not tell apart",
+    }
+}
+
+fn open_dir(at: Option<BorrowedFd>, p: &Path) -> nix::Result<OwnedFd> {
+    let c = CString::new(p.as_os_str().as_bytes()).map_err(|_| Errno::EINVAL)?;
+    let dirfd = at.map_or(libc::AT_FDCWD, |f| f.as_raw_fd());
+    // A directory made during the run is not followed if it is a link.
+    let nofollow = if at.is_some() { libc::O_NOFOLLOW } else { 0 };
+    // SAFETY: openat on a NUL-terminated path; the result is checked.
+    let fd = unsafe {
+        libc::openat(
+            dirfd,
+            c.as_ptr(),
+            libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC | nofollow,
+        )
+    };
+    if fd < 0 {
+        return Err(Errno::last());
+    }
+    // SAFETY: a descriptor we just opened and own.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+fn statx(dir: BorrowedFd, name: &OsStr) -> nix::Result<libc::statx> {
+    let c = CString::new(name.as_bytes()).map_err(|_| Errno::EINVAL)?;
+    // SAFETY: zeroed statx is a valid out-buffer.
+    let mut st: libc::statx = unsafe { std::mem::zeroed() };
+    // SAFETY: statx with a valid directory fd, name and buffer.
+    let r = unsafe {
+        libc::statx(
+            dir.as_raw_fd(),
+            c.as_ptr(),
+            libc::AT_SYMLINK_NOFOLLOW,
+            libc::STATX_TYPE | libc::STATX_BTIME,
+            &mut st,
+        )
+    };
+    if r < 0 {
+        return Err(Errno::last());
+    }
+    Ok(st)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn watch(d: &Path) -> DenyWatch {
+        let mut w = DenyWatch::new(&[d.join("a/b/key")], &[], &[]).unwrap().unwrap();
+        w.armed();
+        // File times come from the coarse clock, a tick behind `armed`'s.
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        w
+    }
+
+    #[test]
+    fn a_fresh_file_passes_and_an_old_one_or_a_link_stops() {
+        let t = tempfile::tempdir().unwrap();
+        let d = t.path();
+        std::fs::write(d.join("old"), "x").unwrap();
+        let mut w = watch(d);
+        std::fs::create_dir_all(d.join("a/b")).unwrap();
+        std::fs::write(d.join("a/b/key.new"), "x").unwrap();
+        std::fs::rename(d.join("a/b/key.new"), d.join("a/b/key")).unwrap();
+        assert_eq!(w.check(), None);
+        std::fs::hard_link(d.join("old"), d.join("a/b/key2")).unwrap();
+        std::fs::rename(d.join("a/b/key2"), d.join("a/b/key")).unwrap();
+        assert_eq!(w.check().map(|a| a.why), Some("existing-file"));
+        let mut w = watch(d);
+        std::os::unix::fs::symlink("b", d.join("a/l")).unwrap();
+        std::fs::remove_dir_all(d.join("a/b")).unwrap();
+        std::fs::rename(d.join("a/l"), d.join("a/b")).unwrap();
+        assert_eq!(w.check().map(|a| a.why), Some("link"));
+    }
+}
