@@ -221,8 +221,11 @@ pub fn build(policy: &Policy, o: &Options) -> Plan {
     };
     let read = paths(&policy.read, "read");
     let mut deny_read = paths(&policy.deny_read, "deny_read");
-    let mut deny_read_names: Vec<PathBuf> =
-        policy.deny_read.iter().filter_map(|e| res(&e.value)).collect();
+    let mut deny_read_names: Vec<PathBuf> = policy
+        .deny_read
+        .iter()
+        .filter_map(|e| res(&e.value))
+        .collect();
     // The CA key never enters the sandbox, inspection or not.
     if let Some(ca) = airlock_ca::default_dir() {
         deny_read_names.push(ca.clone());

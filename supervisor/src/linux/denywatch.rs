@@ -82,7 +82,11 @@ impl DenyWatch {
     /// Watch the ancestors of `names` (as configured) and of `deny_read`
     /// (resolved), with their resolved forms too. `None` when there is
     /// nothing to watch. Call before `unshare`.
-    pub fn new(names: &[PathBuf], deny_read: &[PathBuf], write: &[PathBuf]) -> Result<Option<Self>> {
+    pub fn new(
+        names: &[PathBuf],
+        deny_read: &[PathBuf],
+        write: &[PathBuf],
+    ) -> Result<Option<Self>> {
         let mut paths: Vec<(PathBuf, PathBuf)> = vec![];
         for d in names.iter().chain(deny_read) {
             for p in [d.clone(), super::landlock::resolved(d)] {
@@ -154,7 +158,11 @@ impl DenyWatch {
         let wd = self.inotify.add_watch(".", MASK);
         let _ = nix::unistd::chdir("/");
         let wd = wd?;
-        tracing::debug!("deny_read watch: {} for {:?}", shown.display(), wait.rest[0]);
+        tracing::debug!(
+            "deny_read watch: {} for {:?}",
+            shown.display(),
+            wait.rest[0]
+        );
         self.dirs
             .entry(wd)
             .or_insert(Dir { fd, waits: vec![] })
@@ -222,7 +230,10 @@ impl DenyWatch {
         let fd = dir.fd.try_clone().ok();
         for (at, rest, shown, writable) in hits {
             let Some(fd) = fd.as_ref() else {
-                return Some(Appeared { path: shown, why: "unknown" });
+                return Some(Appeared {
+                    path: shown,
+                    why: "unknown",
+                });
             };
             if let Some(a) = self.classify(fd.as_fd(), &at, rest, shown, writable) {
                 return Some(a);
@@ -241,7 +252,12 @@ impl DenyWatch {
         writable: bool,
     ) -> Option<Appeared> {
         let last = rest.len() == 1;
-        let stop = |why| Some(Appeared { path: shown.clone(), why });
+        let stop = |why| {
+            Some(Appeared {
+                path: shown.clone(),
+                why,
+            })
+        };
         let st = match statx(parent, &rest[0]) {
             Ok(st) => st,
             // Gone again: nothing there to read.
@@ -355,7 +371,9 @@ mod tests {
     use super::*;
 
     fn watch(d: &Path) -> DenyWatch {
-        let mut w = DenyWatch::new(&[d.join("a/b/key")], &[], &[]).unwrap().unwrap();
+        let mut w = DenyWatch::new(&[d.join("a/b/key")], &[], &[])
+            .unwrap()
+            .unwrap();
         w.armed();
         // File times come from the coarse clock, a tick behind `armed`'s.
         std::thread::sleep(std::time::Duration::from_millis(50));
