@@ -83,7 +83,7 @@ struct Case {
 
 const SECRET: &str = "MOVED-IN-SECRET";
 
-const CASES: [Case; 7] = [
+const CASES: [Case; 10] = [
     Case {
         name: "a backup renamed over ~/.netrc",
         before: "echo MOVED-IN-SECRET > .netrc.bak",
@@ -131,6 +131,27 @@ const CASES: [Case; 7] = [
         before: "mkdir -p staging && echo MOVED-IN-SECRET > staging/id_rsa",
         deny: "",
         host: "mv staging .ssh",
+        read: ".ssh/id_rsa",
+    },
+    Case {
+        name: "a hard link in a fresh ~/.aws",
+        before: "echo MOVED-IN-SECRET > plainfile",
+        deny: "",
+        host: "mkdir .aws && ln plainfile .aws/credentials",
+        read: ".aws/credentials",
+    },
+    Case {
+        name: "a symlink in a fresh ~/.aws",
+        before: "mkdir -p dotfiles && echo MOVED-IN-SECRET > dotfiles/creds",
+        deny: "",
+        host: "mkdir .aws && ln -s $PWD/dotfiles/creds .aws/credentials",
+        read: ".aws/credentials",
+    },
+    Case {
+        name: "a fresh directory holding a hard link moved to ~/.ssh",
+        before: "echo MOVED-IN-SECRET > plainfile",
+        deny: "",
+        host: "mkdir st && ln plainfile st/id_rsa && mv st .ssh",
         read: ".ssh/id_rsa",
     },
 ];
@@ -213,8 +234,11 @@ fn a_fresh_file_renamed_over_a_denied_name_does_not_stop_the_run() {
                 std::fs::rename(&new, home.join(".zsh_history")).unwrap();
                 std::thread::sleep(Duration::from_millis(30));
             }
-            // A fresh directory on the way is watched, not refused.
+            // A fresh directory on the way, or at a denied name with a
+            // fresh file in it, is watched, not refused.
             mkdir_public(&home.join(".docker"));
+            mkdir_public(&home.join(".aws"));
+            write_public(&home.join(".aws/credentials"), "NEW-HISTORY-aws");
         });
         let ctx = format!("as_user={user}\n{}", show(&out));
         assert_eq!(out.code, 0, "{ctx}");

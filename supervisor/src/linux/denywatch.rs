@@ -12,15 +12,28 @@
 //!
 //! - a symlink (it leads wherever its target is granted);
 //! - an inode born before the ruleset was made (statx btime; a
-//!   filesystem without btime counts as before: fail closed);
-//! - a directory at the denied name itself (what the host moves into it
-//!   later is not watched). Inside writable roots, where the whole root is
-//!   granted anyway and the sandbox makes its own directories, only the
-//!   first two count.
+//!   filesystem without btime counts as before: fail closed), a file
+//!   renamed or hard-linked in, or a directory moved in.
 //!
 //! A new file at the denied name stops nothing: shells save history by
 //! renaming a fresh temp file over `~/.zsh_history`, and that inode has no
-//! rule. A fresh directory on the way (`mkdir ~/.aws`) is watched in turn.
+//! rule. A fresh directory on the way (`mkdir ~/.config`) is watched in
+//! turn for the next name; one at or under the denied name (`mkdir ~/.aws`)
+//! for every name, at any depth, by the same two tests.
+//!
+//! Inside writable roots the whole root is granted, whatever the inode, so
+//! a name there is no more readable for being moved in than for being made
+//! (a stated residual, README). The same watch runs there anyway, and
+//! cannot tell the host from the sandbox: a symlink or an old inode put at
+//! a denied name there stops the run even when the sandbox did it. That
+//! costs the sandbox nothing it was allowed (`ln -s`/`mv` onto a name it
+//! must not read), and stopping is the fail-closed side. Fresh directories
+//! it makes at or under a denied name there are not watched (they are its
+//! own).
+//!
+//! This watches and stops; it does not prevent: a command that opens the
+//! name in a tight loop can win the race between the host's rename and
+//! the kill (microseconds). The run then still ends with exit 125.
 //!
 //! Lookups go through directory handles opened before `unshare`: the
 //! helper shares the sandbox's mount namespace, where PID 1 mounts over
@@ -221,11 +234,19 @@ impl DenyWatch {
 
     fn appeared(&mut self, wd: WatchDescriptor, name: &OsStr) -> Option<Appeared> {
         let dir = self.dirs.get(&wd)?;
+        // A wait with no components left is a denied directory made during
+        // the run: every name in it counts.
         let hits: Vec<(PathBuf, Vec<OsString>, PathBuf, bool)> = dir
             .waits
             .iter()
-            .filter(|w| w.rest[0] == name)
-            .map(|w| (w.dir.clone(), w.rest.clone(), w.shown.clone(), w.writable))
+            .filter(|w| w.rest.first().is_none_or(|n| n == name))
+            .map(|w| {
+                let (rest, shown) = match w.rest.is_empty() {
+                    true => (vec![name.to_os_string()], w.shown.join(name)),
+                    false => (w.rest.clone(), w.shown.clone()),
+                };
+                (w.dir.clone(), rest, shown, w.writable)
+            })
             .collect();
         let fd = dir.fd.try_clone().ok();
         for (at, rest, shown, writable) in hits {
@@ -235,30 +256,31 @@ impl DenyWatch {
                     why: "unknown",
                 });
             };
-            if let Some(a) = self.classify(fd.as_fd(), &at, rest, shown, writable) {
+            if let Some(a) = self.classify(fd.as_fd(), &at, &rest, shown, writable, 0) {
                 return Some(a);
             }
         }
         None
     }
 
-    /// What `rest[0]` in the directory `parent` now is.
+    /// What `rest[0]` in the directory `parent` (at `at`) now is.
     fn classify(
         &mut self,
         parent: BorrowedFd,
         at: &Path,
-        rest: Vec<OsString>,
+        rest: &[OsString],
         shown: PathBuf,
         writable: bool,
+        depth: usize,
     ) -> Option<Appeared> {
-        let last = rest.len() == 1;
         let stop = |why| {
             Some(Appeared {
                 path: shown.clone(),
                 why,
             })
         };
-        let st = match statx(parent, &rest[0]) {
+        let (name, after) = rest.split_first()?;
+        let st = match statx(parent, name) {
             Ok(st) => st,
             // Gone again: nothing there to read.
             Err(Errno::ENOENT) => return None,
@@ -269,36 +291,55 @@ impl DenyWatch {
         if kind == libc::S_IFLNK {
             return stop("link");
         }
-        if kind == libc::S_IFDIR {
-            if old {
-                return stop("existing-dir");
+        if kind != libc::S_IFDIR {
+            // A file on the way leads nowhere; at or under the denied name
+            // an old inode is a grant moved or linked in.
+            if after.is_empty() && old {
+                return stop("existing-file");
             }
-            if last {
-                return if writable { None } else { stop("dir") };
-            }
-            // A fresh directory on the way: watch it for the next name, and
-            // look at what is already in it.
-            let next = at.join(&rest[0]);
-            let Ok(fd) = open_dir(Some(parent), Path::new(&rest[0])) else {
-                return None;
-            };
-            let probe = fd.try_clone().ok();
-            let wait = Wait {
-                dir: next.clone(),
-                rest: rest[1..].to_vec(),
-                shown: shown.clone(),
-                writable,
-            };
-            if self.watch(fd, &next, wait).is_err() {
-                return stop("unknown");
-            }
-            let probe = probe?;
-            return self.classify(probe.as_fd(), &next, rest[1..].to_vec(), shown, writable);
+            return None;
         }
-        // A file (or other) on the way leads nowhere; at the name itself an
-        // old inode is a grant moved or linked in.
-        if last && old {
-            return stop("existing-file");
+        if old {
+            return stop("existing-dir");
+        }
+        // Inside a writable root the sandbox makes its own directories, and
+        // the whole root is granted anyway: only the way there matters.
+        if after.is_empty() && writable {
+            return None;
+        }
+        if depth > 32 {
+            return stop("unknown");
+        }
+        // A fresh directory: watched in turn, for the next name or (at or
+        // under the denied name) for any; what is already in it is looked at.
+        let next = at.join(name);
+        let Ok(fd) = open_dir(Some(parent), Path::new(name)) else {
+            return None;
+        };
+        let probe = fd.try_clone().ok();
+        let wait = Wait {
+            dir: next.clone(),
+            rest: after.to_vec(),
+            shown: shown.clone(),
+            writable,
+        };
+        if self.watch(fd, &next, wait).is_err() {
+            return stop("unknown");
+        }
+        let Some(probe) = probe else {
+            return stop("unknown");
+        };
+        if !after.is_empty() {
+            return self.classify(probe.as_fd(), &next, after, shown, writable, depth + 1);
+        }
+        let Ok(names) = list(probe.as_fd()) else {
+            return stop("unknown");
+        };
+        for n in names {
+            let inner = shown.join(&n);
+            if let Some(a) = self.classify(probe.as_fd(), &next, &[n], inner, writable, depth + 1) {
+                return Some(a);
+            }
         }
         None
     }
@@ -321,7 +362,6 @@ pub fn describe(why: &str) -> &'static str {
         "link" => "a link",
         "existing-file" => "an existing file moved or linked in",
         "existing-dir" => "an existing directory moved in",
-        "dir" => "a directory",
         _ => "something the watch could not tell apart",
     }
 }
@@ -344,6 +384,22 @@ fn open_dir(at: Option<BorrowedFd>, p: &Path) -> nix::Result<OwnedFd> {
     }
     // SAFETY: a descriptor we just opened and own.
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// The names in the directory open as `dir`.
+fn list(dir: BorrowedFd) -> nix::Result<Vec<OsString>> {
+    use nix::fcntl::OFlag;
+    let mut d = nix::dir::Dir::openat(
+        dir,
+        ".",
+        OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
+        nix::sys::stat::Mode::empty(),
+    )?;
+    Ok(d.iter()
+        .flatten()
+        .map(|e| OsStr::from_bytes(e.file_name().to_bytes()).to_os_string())
+        .filter(|n| n != "." && n != "..")
+        .collect())
 }
 
 fn statx(dir: BorrowedFd, name: &OsStr) -> nix::Result<libc::statx> {
