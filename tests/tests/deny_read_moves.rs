@@ -6,7 +6,7 @@
 //! helper watches those names and stops the sandbox (exit 125, a message
 //! naming the path) before the command reads them; a fresh file renamed
 //! over a denied name (how shells save their history) stops nothing.
-//! Full tier, as the test's user and (as root) as uid 65534.
+//! Both tiers, as the test's user and (as root) as uid 65534.
 
 use std::io::Read;
 use std::os::unix::fs::PermissionsExt;
@@ -156,7 +156,7 @@ const CASES: [Case; 10] = [
     },
 ];
 
-fn case_run(c: &Case, user: bool) -> Result<(), String> {
+fn case_run(c: &Case, tier: Tier, user: bool) -> Result<(), String> {
     let f = Fixture::new_in(&base());
     let _ = Command::new("chmod").arg("o+rx").arg(base()).status();
     f.write("~/notes.txt", "home-notes");
@@ -175,7 +175,7 @@ fn case_run(c: &Case, user: bool) -> Result<(), String> {
         ": > started; while [ ! -e go ]; do sleep 0.05; done; cat ~/{}; echo; cat ~/notes.txt; echo; echo ran-on",
         c.read
     );
-    let cmd = command(&f, Tier::Full, user, &["--network", "none"], &script);
+    let cmd = command(&f, tier, user, &["--network", "none"], &script);
     let home = f.home.clone();
     let out = while_it_runs(&f, cmd, || {
         sh(&format!("cd {} && {}", home.display(), c.host));
@@ -188,7 +188,7 @@ fn case_run(c: &Case, user: bool) -> Result<(), String> {
         && !has_line(&out, "ran-on");
     if out.stdout.contains(SECRET) || !stopped {
         return Err(format!(
-            "{} as_user={user}: read={} stopped={stopped}\n{}",
+            "{} {tier:?} as_user={user}: read={} stopped={stopped}\n{}",
             c.name,
             out.stdout.contains(SECRET),
             show(&out)
@@ -202,10 +202,12 @@ fn case_run(c: &Case, user: bool) -> Result<(), String> {
 #[test]
 fn granted_inodes_moved_or_linked_into_a_denied_name_stop_the_run() {
     let mut fails = vec![];
-    for user in users() {
-        for c in &CASES {
-            if let Err(e) = case_run(c, user) {
-                fails.push(e);
+    for tier in TIERS {
+        for user in users() {
+            for c in &CASES {
+                if let Err(e) = case_run(c, tier, user) {
+                    fails.push(e);
+                }
             }
         }
     }
@@ -218,14 +220,17 @@ fn granted_inodes_moved_or_linked_into_a_denied_name_stop_the_run() {
 /// the rest of HOME still is.
 #[test]
 fn a_fresh_file_renamed_over_a_denied_name_does_not_stop_the_run() {
-    for user in users() {
+    for (tier, user) in TIERS
+        .into_iter()
+        .flat_map(|t| users().into_iter().map(move |u| (t, u)))
+    {
         let f = Fixture::new_in(&base());
         let _ = Command::new("chmod").arg("o+rx").arg(base()).status();
         f.write("~/notes.txt", "home-notes");
         f.write("~/.zsh_history", "OLD-HISTORY");
         let script = ": > started; while [ ! -e go ]; do sleep 0.05; done; \
              cat ~/.zsh_history; echo; cat ~/notes.txt; echo; echo ran-on";
-        let cmd = command(&f, Tier::Full, user, &["--network", "none"], script);
+        let cmd = command(&f, tier, user, &["--network", "none"], script);
         let home = f.home.clone();
         let out = while_it_runs(&f, cmd, || {
             for i in 0..3 {
@@ -240,7 +245,7 @@ fn a_fresh_file_renamed_over_a_denied_name_does_not_stop_the_run() {
             mkdir_public(&home.join(".aws"));
             write_public(&home.join(".aws/credentials"), "NEW-HISTORY-aws");
         });
-        let ctx = format!("as_user={user}\n{}", show(&out));
+        let ctx = format!("{tier:?} as_user={user}\n{}", show(&out));
         assert_eq!(out.code, 0, "{ctx}");
         assert!(!out.stderr.contains("appeared during the run"), "{ctx}");
         assert!(!out.stdout.contains("HISTORY"), "{ctx}");

@@ -184,11 +184,7 @@ impl DenyWatch {
         Ok(())
     }
 
-    pub fn fd(&self) -> BorrowedFd<'_> {
-        self.inotify.as_fd()
-    }
-
-    /// PID 1's Landlock ruleset is in force: what is born from now on
+    /// The sandbox's Landlock ruleset is in force: what is born from now on
     /// carries no rule. The fine clock: an inode's birth time comes from
     /// the coarse one (a tick behind) or a fine one, so an inode born
     /// before now is always older; one born within a tick after may look
@@ -199,6 +195,37 @@ impl DenyWatch {
             .map(|d| d.as_nanos() as i128)
             .unwrap_or(i128::MAX);
         self.since = Some(now);
+    }
+
+    /// Wait until `other` is readable, `timeout` passes, or a name
+    /// appeared (returned). `armed` is PID 1's pipe, read first: once it
+    /// says (or closes), inodes born from then on carry no rule.
+    pub fn wait(
+        &mut self,
+        armed: &mut Option<OwnedFd>,
+        other: Option<BorrowedFd>,
+        timeout: nix::poll::PollTimeout,
+    ) -> nix::Result<Option<Appeared>> {
+        use nix::poll::{poll, PollFd, PollFlags};
+        let mut fds = vec![PollFd::new(self.inotify.as_fd(), PollFlags::POLLIN)];
+        fds.extend(other.map(|o| PollFd::new(o, PollFlags::POLLIN)));
+        if let Some(a) = armed.as_ref() {
+            fds.push(PollFd::new(a.as_fd(), PollFlags::POLLIN));
+        }
+        match poll(&mut fds, timeout) {
+            Ok(_) | Err(Errno::EINTR) => {}
+            Err(e) => return Err(e),
+        }
+        let ready: Vec<bool> = fds
+            .iter()
+            .map(|f| f.revents().is_some_and(|r| !r.is_empty()))
+            .collect();
+        drop(fds);
+        if armed.is_some() && ready.last() == Some(&true) {
+            *armed = None;
+            self.armed();
+        }
+        Ok(if ready[0] { self.check() } else { None })
     }
 
     /// Read what the kernel reported; the first name that appeared as

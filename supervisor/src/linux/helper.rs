@@ -222,7 +222,7 @@ fn wait_watching(
     mut armed: Option<OwnedFd>,
     channel: &mut UnixStream,
 ) -> (nix::Result<WaitStatus>, bool) {
-    use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+    use nix::poll::PollTimeout;
     // SAFETY: pidfd_open on our own unreaped child; the result is checked.
     let raw = unsafe { libc::syscall(libc::SYS_pidfd_open, child.as_raw(), 0) };
     let pidfd = (raw >= 0).then(|| {
@@ -233,38 +233,19 @@ fn wait_watching(
         // Before Linux 5.3: look at PID 1 ten times a second instead.
         tracing::warn!("pidfd_open failed; the deny_read watch polls for the sandbox's exit");
     }
+    let timeout = match pidfd {
+        Some(_) => PollTimeout::NONE,
+        None => PollTimeout::from(100u16),
+    };
     loop {
-        let mut fds = vec![PollFd::new(deny.fd(), PollFlags::POLLIN)];
-        if let Some(a) = &armed {
-            fds.push(PollFd::new(a.as_fd(), PollFlags::POLLIN));
-        }
-        if let Some(p) = &pidfd {
-            fds.push(PollFd::new(p.as_fd(), PollFlags::POLLIN));
-        }
-        let timeout = match pidfd {
-            Some(_) => PollTimeout::NONE,
-            None => PollTimeout::from(100u16),
-        };
-        match poll(&mut fds, timeout) {
-            Ok(_) | Err(nix::errno::Errno::EINTR) => {}
+        match deny.wait(&mut armed, pidfd.as_ref().map(|p| p.as_fd()), timeout) {
             Err(e) => return (Err(e), false),
-        }
-        let ready: Vec<bool> = fds
-            .iter()
-            .map(|f| f.revents().is_some_and(|r| !r.is_empty()))
-            .collect();
-        drop(fds);
-        // The ruleset first: an inode born before this may carry a rule.
-        if armed.is_some() && ready.get(1).copied().unwrap_or(false) {
-            armed = None;
-            deny.armed();
-        }
-        if ready[0] {
-            if let Some(a) = deny.check() {
+            Ok(Some(a)) => {
                 let _ = nix::sys::signal::kill(child, nix::sys::signal::Signal::SIGKILL);
                 let _ = channel.write_all(a.line().as_bytes());
                 return (wait_init(child), true);
             }
+            Ok(None) => {}
         }
         match waitpid(child, Some(WaitPidFlag::WNOHANG)) {
             Ok(WaitStatus::StillAlive) | Err(nix::errno::Errno::EINTR) => {}
