@@ -83,6 +83,9 @@ impl Appeared {
 pub struct DenyWatch {
     inotify: Inotify,
     dirs: HashMap<WatchDescriptor, Dir>,
+    /// The directories watched at the start, by path: most `deny_read`
+    /// paths share their ancestors (HOME, `~/.config`).
+    known: HashMap<PathBuf, WatchDescriptor>,
     /// Realtime nanoseconds once PID 1's ruleset is in force: an inode
     /// born before it may carry a rule. `None` until then (every inode
     /// counts as old).
@@ -116,6 +119,7 @@ impl DenyWatch {
         let mut w = DenyWatch {
             inotify,
             dirs: HashMap::new(),
+            known: HashMap::new(),
             since: None,
         };
         for (p, shown) in paths {
@@ -142,12 +146,19 @@ impl DenyWatch {
                 shown: shown.clone(),
                 writable,
             };
+            if let Some(d) = self.known.get(&dir).and_then(|wd| self.dirs.get_mut(wd)) {
+                d.waits.push(wait);
+                dir.push(&parts[i]);
+                continue;
+            }
             // The directory as a path lookup would reach it (links followed).
             let Ok(fd) = open_dir(None, &dir) else {
                 return Ok(());
             };
             match self.watch(fd, &dir, wait) {
-                Ok(()) => {}
+                Ok(wd) => {
+                    self.known.insert(dir.clone(), wd);
+                }
                 // One we may not list: its names are not ours to read either
                 // way (a 0711 directory is the rare exception, logged).
                 Err(Errno::EACCES) | Err(Errno::ENOENT) | Err(Errno::ENOTDIR) => {
@@ -166,7 +177,7 @@ impl DenyWatch {
 
     /// Add `wait` on the directory open as `fd`: through the handle, so
     /// that a directory made during the run is watched in the host's view.
-    fn watch(&mut self, fd: OwnedFd, shown: &Path, wait: Wait) -> nix::Result<()> {
+    fn watch(&mut self, fd: OwnedFd, shown: &Path, wait: Wait) -> nix::Result<WatchDescriptor> {
         nix::unistd::fchdir(&fd)?;
         let wd = self.inotify.add_watch(".", MASK);
         let _ = nix::unistd::chdir("/");
@@ -181,7 +192,7 @@ impl DenyWatch {
             .or_insert(Dir { fd, waits: vec![] })
             .waits
             .push(wait);
-        Ok(())
+        Ok(wd)
     }
 
     /// The sandbox's Landlock ruleset is in force: what is born from now on
