@@ -254,3 +254,34 @@ fn a_fresh_file_renamed_over_a_denied_name_does_not_stop_the_run() {
         }
     }
 }
+
+/// Inside the workspace the watch runs too, and cannot tell the sandbox
+/// from the host: the command's own new file at a denied name, made the
+/// moment it starts, is fresh and stops nothing (its birth time is after
+/// the ruleset's, the coarse clock notwithstanding).
+#[test]
+fn the_commands_own_new_file_at_a_denied_name_does_not_stop_the_run() {
+    for (tier, user) in TIERS
+        .into_iter()
+        .flat_map(|t| users().into_iter().map(move |u| (t, u)))
+    {
+        for _ in 0..3 {
+            let f = Fixture::new_in(&base());
+            let _ = Command::new("chmod").arg("o+rx").arg(base()).status();
+            f.write(
+                "~/.config/airlock/policy.toml",
+                "[filesystem]\ndeny_read = [\".env\"]\n",
+            );
+            let out = run(&mut command(
+                &f,
+                tier,
+                user,
+                &["--network", "none"],
+                ": > .env; echo x > .env.tmp && mv .env.tmp .env; echo ran-on",
+            ));
+            let ctx = format!("{tier:?} as_user={user}\n{}", show(&out));
+            assert!(!out.stderr.contains("appeared during the run"), "{ctx}");
+            assert!(has_line(&out, "ran-on"), "{ctx}");
+        }
+    }
+}

@@ -338,10 +338,11 @@ fn sandbox_init(
     write.extend(own_terminals());
     landlock::restrict_degraded(&read, &listable, &write, proxy_port)?;
     // The watcher's deny_read watch: inodes born from now on carry no rule.
-    if let Some(armed) = armed {
-        let _ = nix::unistd::write(&armed, b"1");
-    }
+    let armed = armed.map(super::denywatch::arm);
     seccomp::install(true)?;
     super::helper::close_on_exec(channel)?;
+    if let Some(at) = armed {
+        super::denywatch::settle(at);
+    }
     init::run(plan, channel, init::Reap::Subreaper)
 }

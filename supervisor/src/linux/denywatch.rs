@@ -195,17 +195,11 @@ impl DenyWatch {
         Ok(wd)
     }
 
-    /// The sandbox's Landlock ruleset is in force: what is born from now on
-    /// carries no rule. The fine clock: an inode's birth time comes from
-    /// the coarse one (a tick behind) or a fine one, so an inode born
-    /// before now is always older; one born within a tick after may look
-    /// older too, which stops the run (fail closed).
-    pub fn armed(&mut self) {
-        let now = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_nanos() as i128)
-            .unwrap_or(i128::MAX);
-        self.since = Some(now);
+    /// The sandbox's Landlock ruleset was in force at `at` (realtime ns,
+    /// from [`arm`]; now when the sandbox never said): what is born from
+    /// then on carries no rule.
+    pub fn armed(&mut self, at: Option<i128>) {
+        self.since = Some(at.unwrap_or_else(now_ns));
     }
 
     /// Wait until `other` is readable, `timeout` passes, or a name
@@ -232,9 +226,14 @@ impl DenyWatch {
             .map(|f| f.revents().is_some_and(|r| !r.is_empty()))
             .collect();
         drop(fds);
-        if armed.is_some() && ready.last() == Some(&true) {
+        if let Some(a) = armed.as_ref().filter(|_| ready.last() == Some(&true)) {
+            let mut at = [0u8; 16];
+            let at = match nix::unistd::read(a, &mut at) {
+                Ok(16) => Some(i128::from_le_bytes(at)),
+                _ => None,
+            };
             *armed = None;
-            self.armed();
+            self.armed(at);
         }
         Ok(if ready[0] { self.check() } else { None })
     }
@@ -394,6 +393,52 @@ impl DenyWatch {
     }
 }
 
+/// Realtime nanoseconds, on the clock of file times. The fine clock: an
+/// inode's birth time comes from the coarse one (up to a tick behind) or a
+/// fine one, so an inode born before this reading is always older; one
+/// born within a tick after may look older too, which stops the run (fail
+/// closed).
+fn now_ns() -> i128 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as i128)
+        .unwrap_or(i128::MAX)
+}
+
+/// Called by the sandbox's init once its Landlock ruleset is in force:
+/// tells the watcher when, so that the watcher's own delay in reading it
+/// does not make the command's first files look older than the ruleset.
+/// Returns the time told, for [`settle`].
+pub fn arm(pipe: OwnedFd) -> i128 {
+    let at = now_ns();
+    let _ = nix::unistd::write(&pipe, &at.to_le_bytes());
+    at
+}
+
+/// Before the command starts: wait until the coarse clock, which stamps
+/// most new inodes, is past `at` (less than a tick, usually nothing left
+/// by then), so that the command's own first files are never taken for
+/// older than the ruleset. Bounded: a clock that does not move costs a
+/// false stop, never a hang.
+pub fn settle(at: i128) {
+    for _ in 0..50 {
+        let mut t = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        // SAFETY: clock_gettime into a timespec we own.
+        if unsafe { libc::clock_gettime(libc::CLOCK_REALTIME_COARSE, &mut t) } != 0 {
+            return;
+        }
+        let coarse = t.tv_sec as i128 * 1_000_000_000 + t.tv_nsec as i128;
+        if coarse > at {
+            return;
+        }
+        let wait = (at - coarse).clamp(100_000, 2_000_000) as u64;
+        std::thread::sleep(std::time::Duration::from_nanos(wait));
+    }
+}
+
 /// The words of the stderr message for each `why`.
 pub fn describe(why: &str) -> &'static str {
     match why {
@@ -468,7 +513,7 @@ mod tests {
         let mut w = DenyWatch::new(&[d.join("a/b/key")], &[], &[])
             .unwrap()
             .unwrap();
-        w.armed();
+        w.armed(None);
         // File times come from the coarse clock, a tick behind `armed`'s.
         std::thread::sleep(std::time::Duration::from_millis(50));
         w

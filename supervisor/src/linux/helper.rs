@@ -305,9 +305,7 @@ fn pid1(
         plan.allow_degraded,
     )?;
     // The helper's deny_read watch: inodes born from now on carry no rule.
-    if let Some(armed) = armed {
-        let _ = nix::unistd::write(&armed, b"1");
-    }
+    let armed = armed.map(super::denywatch::arm);
     phase("capabilities dropped, landlock");
     // Capture is in place (or off) before the command can connect.
     gate.wait();
@@ -327,6 +325,9 @@ fn pid1(
     send_phases(channel);
     // 7. Init: the command must not inherit the channel.
     close_on_exec(channel)?;
+    if let Some(at) = armed {
+        super::denywatch::settle(at);
+    }
     init::run(plan, channel, init::Reap::Namespace)
 }
 
