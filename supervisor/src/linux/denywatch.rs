@@ -76,7 +76,10 @@ pub struct Appeared {
 impl Appeared {
     /// The line for the supervisor (run_cmd.rs prints it).
     pub fn line(&self) -> String {
-        format!("deny-read-appeared: {} {}\n", self.why, self.path.display())
+        // One line whatever the name holds (run_cmd.rs escapes the rest).
+        let path = self.path.display().to_string();
+        let path = path.replace('\n', "\\n").replace('\r', "\\r");
+        format!("deny-read-appeared: {} {path}\n", self.why)
     }
 }
 
@@ -86,6 +89,8 @@ pub struct DenyWatch {
     /// The directories watched at the start, by path: most `deny_read`
     /// paths share their ancestors (HOME, `~/.config`).
     known: HashMap<PathBuf, WatchDescriptor>,
+    /// Our working directory, restored after each watch is added.
+    cwd: Option<OwnedFd>,
     /// Realtime nanoseconds once PID 1's ruleset is in force: an inode
     /// born before it may carry a rule. `None` until then (every inode
     /// counts as old).
@@ -120,6 +125,7 @@ impl DenyWatch {
             inotify,
             dirs: HashMap::new(),
             known: HashMap::new(),
+            cwd: open_dir(None, Path::new(".")).ok(),
             since: None,
         };
         for (p, shown) in paths {
@@ -180,7 +186,10 @@ impl DenyWatch {
     fn watch(&mut self, fd: OwnedFd, shown: &Path, wait: Wait) -> nix::Result<WatchDescriptor> {
         nix::unistd::fchdir(&fd)?;
         let wd = self.inotify.add_watch(".", MASK);
-        let _ = nix::unistd::chdir("/");
+        let _ = match &self.cwd {
+            Some(cwd) => nix::unistd::fchdir(cwd),
+            None => nix::unistd::chdir("/"),
+        };
         let wd = wd?;
         tracing::debug!(
             "deny_read watch: {} for {:?}",
