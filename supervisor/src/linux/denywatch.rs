@@ -165,8 +165,9 @@ impl DenyWatch {
                 Ok(wd) => {
                     self.known.insert(dir.clone(), wd);
                 }
-                // One we may not list: its names are not ours to read either
-                // way (a 0711 directory is the rare exception, logged).
+                // One we may not list: Landlock's split grants nothing below
+                // a directory it cannot list either (landlock.rs, `carve`),
+                // so no entry there carries a rule to move.
                 Err(Errno::EACCES) | Err(Errno::ENOENT) | Err(Errno::ENOTDIR) => {
                     tracing::warn!("deny_read watch: cannot watch {}", dir.display());
                     return Ok(());
