@@ -548,4 +548,24 @@ mod tests {
         std::fs::rename(d.join("a/l"), d.join("a/b")).unwrap();
         assert_eq!(w.check().map(|a| a.why), Some("link"));
     }
+
+    #[test]
+    fn a_fresh_denied_directory_is_watched_at_any_depth() {
+        let t = tempfile::tempdir().unwrap();
+        let d = t.path();
+        std::fs::write(d.join("old"), "x").unwrap();
+        let mut w = DenyWatch::new(&[d.join("deny")], &[], &[])
+            .unwrap()
+            .unwrap();
+        w.armed(None);
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        std::fs::create_dir_all(d.join("deny/a")).unwrap();
+        std::fs::write(d.join("deny/a/new"), "x").unwrap();
+        assert_eq!(w.check(), None);
+        std::fs::create_dir_all(d.join("deny/a/b")).unwrap();
+        assert_eq!(w.check(), None);
+        std::fs::hard_link(d.join("old"), d.join("deny/a/b/key")).unwrap();
+        let a = w.check().unwrap();
+        assert_eq!((a.why, a.path), ("existing-file", d.join("deny/a/b/key")));
+    }
 }
