@@ -341,7 +341,7 @@ fn sandbox_init(
     let armed = armed.map(super::denywatch::arm);
     seccomp::install(true)?;
     super::helper::close_on_exec(channel)?;
-    if let Some(at) = armed {
+    if let Some(at) = armed.filter(|_| super::denywatch::settle_needed(plan)) {
         super::denywatch::settle(at);
     }
     init::run(plan, channel, init::Reap::Subreaper)

@@ -425,11 +425,22 @@ pub fn arm(pipe: OwnedFd) -> i128 {
     at
 }
 
+/// Whether the command itself can make a file at a watched name: only
+/// inside a writable root. Then [`settle`] is worth its wait.
+pub fn settle_needed(plan: &crate::plan::Plan) -> bool {
+    let inside = |p: &PathBuf| plan.write.iter().any(|w| p.starts_with(w));
+    plan.deny_read_names
+        .iter()
+        .chain(&plan.deny_read)
+        .any(inside)
+}
+
 /// Before the command starts: wait until the coarse clock, which stamps
-/// most new inodes, is past `at` (less than a tick, usually nothing left
-/// by then), so that the command's own first files are never taken for
-/// older than the ruleset. Bounded: a clock that does not move costs a
-/// false stop, never a hang.
+/// most new inodes, is past `at` (up to a tick, 4 ms at HZ=250), so that
+/// the command's own first files are never taken for older than the
+/// ruleset. Outside the writable roots only the host makes files, and one
+/// it makes at a denied name within that tick stops the run (fail closed).
+/// Bounded: a clock that does not move costs a false stop, never a hang.
 pub fn settle(at: i128) {
     for _ in 0..50 {
         let mut t = libc::timespec {

@@ -183,7 +183,11 @@ fn build_and_run(channel: &mut UnixStream, supervisor: libc::pid_t) -> Result<i3
                 capture::send(channel, &c)?;
             }
             gate.open();
-            let (status, appeared) = match deny {
+            // The watch is closed only after the status line: closing an
+            // inotify instance waits for an SRCU grace period (15-20 ms),
+            // which the supervisor no longer waits for.
+            let mut deny = deny;
+            let (status, appeared) = match deny.as_mut() {
                 Some(deny) => wait_watching(child, deny, armed, channel),
                 None => (wait_init(child), false),
             };
@@ -218,7 +222,7 @@ fn wait_init(child: Pid) -> nix::Result<WaitStatus> {
 /// it the PID namespace) and the supervisor told why. True when it was.
 fn wait_watching(
     child: Pid,
-    mut deny: DenyWatch,
+    deny: &mut DenyWatch,
     mut armed: Option<OwnedFd>,
     channel: &mut UnixStream,
 ) -> (nix::Result<WaitStatus>, bool) {
@@ -325,7 +329,7 @@ fn pid1(
     send_phases(channel);
     // 7. Init: the command must not inherit the channel.
     close_on_exec(channel)?;
-    if let Some(at) = armed {
+    if let Some(at) = armed.filter(|_| super::denywatch::settle_needed(plan)) {
         super::denywatch::settle(at);
     }
     init::run(plan, channel, init::Reap::Namespace)
