@@ -120,7 +120,7 @@ impl DenyWatch {
             return Ok(None);
         }
         let inotify = Inotify::init(InitFlags::IN_NONBLOCK | InitFlags::IN_CLOEXEC)
-            .context("deny_read watch: inotify")?;
+            .context("deny_read watch: creating an inotify instance (see sysctl fs.inotify.max_user_instances)")?;
         let mut w = DenyWatch {
             inotify,
             dirs: HashMap::new(),
@@ -173,8 +173,12 @@ impl DenyWatch {
                     return Ok(());
                 }
                 Err(e) => {
-                    return Err(e)
-                        .with_context(|| format!("deny_read watch: watching {}", dir.display()))
+                    return Err(e).with_context(|| {
+                        format!(
+                            "deny_read watch: watching {} (see sysctl fs.inotify.max_user_watches)",
+                            dir.display()
+                        )
+                    })
                 }
             }
             dir.push(&parts[i]);
