@@ -51,6 +51,10 @@ pub struct Plan {
     /// `deny_read` globs in the middle of a path, as absolute globs: the
     /// Seatbelt profile compiles them to regexes; Linux mounts cannot.
     pub deny_read_globs: Vec<String>,
+    /// `deny_read` as written (links not followed), for the watch on the
+    /// names the host could move or link into place (linux/denywatch.rs).
+    #[serde(default)]
+    pub deny_read_names: Vec<PathBuf>,
     /// Deny entries the mount layer cannot express, for warnings.
     pub unsupported: Vec<String>,
     pub allow_degraded: bool,
@@ -217,8 +221,14 @@ pub fn build(policy: &Policy, o: &Options) -> Plan {
     };
     let read = paths(&policy.read, "read");
     let mut deny_read = paths(&policy.deny_read, "deny_read");
+    let mut deny_read_names: Vec<PathBuf> = policy
+        .deny_read
+        .iter()
+        .filter_map(|e| res(&e.value))
+        .collect();
     // The CA key never enters the sandbox, inspection or not.
     if let Some(ca) = airlock_ca::default_dir() {
+        deny_read_names.push(ca.clone());
         deny_read.push(real(ca));
     }
     let mut deny_write = paths(&policy.deny_write, "deny_write");
@@ -313,6 +323,7 @@ pub fn build(policy: &Policy, o: &Options) -> Plan {
         own_outputs: vec![],
         protected,
         deny_read_globs: globs,
+        deny_read_names,
         unsupported,
         allow_degraded: o.allow_degraded,
         degraded: None,

@@ -140,6 +140,7 @@ fn probe_plan(argv: &[&str], env: BTreeMap<String, String>) -> Plan {
         own_outputs: vec![],
         protected: vec![],
         deny_read_globs: vec![],
+        deny_read_names: vec![],
         unsupported: vec![],
         allow_degraded: false,
         degraded: None,

@@ -23,8 +23,10 @@
 //! granted there would reach the denied path too). Absent denied paths do
 //! not split a writable root (the post-run check of SPEC §4.5 covers their
 //! creation); an absent `deny_read` path outside the writable roots splits
-//! the read roots, as in the full tier.
+//! the read roots, as in the full tier, and the watcher stops the sandbox
+//! when the host moves or links a granted inode into one (denywatch.rs).
 use std::io::Write;
+use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 
@@ -124,10 +126,23 @@ pub fn run(plan: &Plan, channel: &mut UnixStream, proxy_port: Option<u16>) -> Re
     }
     // SAFETY: getpid has no preconditions.
     let watcher = unsafe { libc::getpid() };
+    // As in the full tier: the names a deny_read path could be moved,
+    // linked or made a link to, and init's word that Landlock is in force.
+    let deny =
+        super::denywatch::DenyWatch::new(&plan.deny_read_names, &plan.deny_read, &plan.write)?;
+    let armed = match deny {
+        Some(_) => Some(nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).context("pipe")?),
+        None => None,
+    };
     // SAFETY: the helper is single-threaded; the child runs init and exits.
     let child = match unsafe { fork() }.context("starting the sandbox's init")? {
         ForkResult::Child => {
-            let code = match sandbox_init(&plan, &tmp.0, channel, proxy_port, watcher) {
+            drop(deny);
+            let armed = armed.map(|(r, w)| {
+                drop(r);
+                w
+            });
+            let code = match sandbox_init(&plan, &tmp.0, channel, proxy_port, watcher, armed) {
                 Ok(code) => code,
                 Err(e) => {
                     let _ = writeln!(channel, "error: {e:#}");
@@ -139,8 +154,39 @@ pub fn run(plan: &Plan, channel: &mut UnixStream, proxy_port: Option<u16>) -> Re
         }
         ForkResult::Parent { child } => child,
     };
+    let mut watch = match deny {
+        Some(deny) => {
+            use nix::sys::signalfd::{SfdFlags, SignalFd};
+            let flags = SfdFlags::SFD_CLOEXEC | SfdFlags::SFD_NONBLOCK;
+            let sfd = SignalFd::with_flags(&mask, flags).context("signalfd")?;
+            Some((deny, armed.map(|(r, _)| r), sfd))
+        }
+        None => None,
+    };
     let code = loop {
-        let sig = mask.wait().context("waiting for signals")?;
+        let sig = match &mut watch {
+            None => mask.wait().context("waiting for signals")?,
+            Some((deny, armed, sfd)) => {
+                let timeout = nix::poll::PollTimeout::NONE;
+                if let Some(a) = deny.wait(armed, Some(sfd.as_fd()), timeout)? {
+                    // No PID namespace: init, then everything below it.
+                    let _ = kill(child, nix::sys::signal::Signal::SIGKILL);
+                    init::kill_descendants();
+                    let _ = channel.write_all(a.line().as_bytes());
+                    let _ = waitpid(child, None);
+                    break 125;
+                }
+                match sfd.read_signal() {
+                    Ok(Some(info)) => {
+                        match nix::sys::signal::Signal::try_from(info.ssi_signo as i32) {
+                            Ok(sig) => sig,
+                            Err(_) => continue,
+                        }
+                    }
+                    _ => continue,
+                }
+            }
+        };
         if sig == init::TEARDOWN {
             let _ = kill(child, init::TEARDOWN);
             continue;
@@ -236,6 +282,7 @@ fn sandbox_init(
     channel: &mut UnixStream,
     proxy_port: Option<u16>,
     watcher: libc::pid_t,
+    armed: Option<OwnedFd>,
 ) -> Result<i32> {
     set_parent_death_signal()?;
     // SAFETY: getppid has no preconditions.
@@ -290,7 +337,12 @@ fn sandbox_init(
     write.extend(DEVICES.iter().map(PathBuf::from));
     write.extend(own_terminals());
     landlock::restrict_degraded(&read, &listable, &write, proxy_port)?;
+    // The watcher's deny_read watch: inodes born from now on carry no rule.
+    let armed = armed.map(super::denywatch::arm);
     seccomp::install(true)?;
     super::helper::close_on_exec(channel)?;
+    if let Some(at) = armed.filter(|_| super::denywatch::settle_needed(plan)) {
+        super::denywatch::settle(at);
+    }
     init::run(plan, channel, init::Reap::Subreaper)
 }

@@ -3,14 +3,15 @@
 //! in the order of SPEC §4.1, in one readable sequence, then waits for PID 1.
 
 use std::io::{Read, Write};
-use std::os::fd::{AsFd, FromRawFd, RawFd};
+use std::os::fd::{AsFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::net::UnixStream;
 
 use anyhow::{Context, Result};
 use nix::sched::{unshare, CloneFlags};
-use nix::sys::wait::{waitpid, WaitStatus};
-use nix::unistd::{fork, getgid, getuid, ForkResult};
+use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
+use nix::unistd::{fork, getgid, getuid, ForkResult, Pid};
 
+use super::denywatch::DenyWatch;
 use super::{caps, capture, init, landlock, limits, mounts, netns, seccomp, sockets};
 use crate::plan::{Net, Plan, SANDBOX_PROXY_PORT};
 
@@ -107,6 +108,15 @@ fn build_and_run(channel: &mut UnixStream, supervisor: libc::pid_t) -> Result<i3
     }
     caps::die_with_parent(supervisor)?;
     let (uid, gid) = (getuid().as_raw(), getgid().as_raw());
+    // In the host's view: the names a deny_read path could be moved,
+    // linked or made a link to during the run (denywatch.rs), and a pipe
+    // on which PID 1 says its Landlock ruleset is in force.
+    let deny = DenyWatch::new(&plan.deny_read_names, &plan.deny_read, &plan.write)?;
+    let armed = match deny {
+        Some(_) => Some(nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).context("pipe")?),
+        None => None,
+    };
+    phase("deny_read watched");
 
     // 1. Namespaces: user (our ids mapped), mount, PID, IPC, and network
     //    unless the user asked for the host's.
@@ -147,8 +157,12 @@ fn build_and_run(channel: &mut UnixStream, supervisor: libc::pid_t) -> Result<i3
     // SAFETY: the helper is single-threaded.
     match unsafe { fork() }.context("starting the sandbox's init")? {
         ForkResult::Child => {
-            drop(captured);
-            let code = match filters.and_then(|f| pid1(&plan, channel, gate, &f)) {
+            drop((captured, deny));
+            let armed = armed.map(|(r, w)| {
+                drop(r);
+                w
+            });
+            let code = match filters.and_then(|f| pid1(&plan, channel, gate, &f, armed)) {
                 Ok(code) => code,
                 Err(e) => {
                     let _ = writeln!(channel, "error: {e:#}");
@@ -162,32 +176,86 @@ fn build_and_run(channel: &mut UnixStream, supervisor: libc::pid_t) -> Result<i3
             // of ours, so that a caller reading airlock's output sees its
             // end without waiting for us to tear the namespaces down.
             release_stdio();
-            loop {
-                if let Some(c) = captured.take() {
-                    let c = c.and_then(|c| capture::install(&c).map(|_| c));
-                    capture::send(channel, &c)?;
-                }
-                gate.open();
-                let status = waitpid(child, None);
-                phase_now(channel, "init exited");
-                // PID 1 is gone, and with it every process of the namespace:
-                // the supervisor may go on while we tear the namespaces down.
-                let code = match status {
-                    Ok(WaitStatus::Exited(_, code)) => Some(code),
-                    Ok(WaitStatus::Signaled(_, sig, _)) => Some(128 + sig as i32),
-                    _ => None,
-                };
-                if let Some(code) = code {
-                    let _ = channel.write_all(format!("status: {code}\n").as_bytes());
-                }
-                match status {
-                    Ok(WaitStatus::Exited(_, code)) => return Ok(code),
-                    Ok(WaitStatus::Signaled(_, sig, _)) => return Ok(128 + sig as i32),
-                    Ok(_) => continue,
-                    Err(nix::errno::Errno::EINTR) => continue,
-                    Err(e) => return Err(e).context("waiting for the sandbox's init"),
-                }
+            let armed = armed.map(|(r, w)| {
+                drop(w);
+                r
+            });
+            if let Some(c) = captured.take() {
+                let c = c.and_then(|c| capture::install(&c).map(|_| c));
+                capture::send(channel, &c)?;
             }
+            gate.open();
+            // The watch is closed only after the status line: closing an
+            // inotify instance waits for an SRCU grace period (15-20 ms),
+            // which the supervisor no longer waits for.
+            let mut deny = deny;
+            let (status, appeared) = match deny.as_mut() {
+                Some(deny) => wait_watching(child, deny, armed, channel),
+                None => (wait_init(child), false),
+            };
+            phase_now(channel, "init exited");
+            // PID 1 is gone, and with it every process of the namespace:
+            // the supervisor may go on while we tear the namespaces down.
+            let code = match status {
+                _ if appeared => 125,
+                Ok(WaitStatus::Exited(_, code)) => code,
+                Ok(WaitStatus::Signaled(_, sig, _)) => 128 + sig as i32,
+                Ok(_) => 125,
+                Err(e) => return Err(e).context("waiting for the sandbox's init"),
+            };
+            let _ = channel.write_all(format!("status: {code}\n").as_bytes());
+            Ok(code)
+        }
+    }
+}
+
+/// PID 1's exit (EINTR retried; only exits and deaths are reported).
+fn wait_init(child: Pid) -> nix::Result<WaitStatus> {
+    loop {
+        match waitpid(child, None) {
+            Err(nix::errno::Errno::EINTR) => continue,
+            other => return other,
+        }
+    }
+}
+
+/// Wait for PID 1 while watching the `deny_read` names: when one appears
+/// as something the sandbox could read through, PID 1 is killed (and with
+/// it the PID namespace) and the supervisor told why. True when it was.
+fn wait_watching(
+    child: Pid,
+    deny: &mut DenyWatch,
+    mut armed: Option<OwnedFd>,
+    channel: &mut UnixStream,
+) -> (nix::Result<WaitStatus>, bool) {
+    use nix::poll::PollTimeout;
+    // SAFETY: pidfd_open on our own unreaped child; the result is checked.
+    let raw = unsafe { libc::syscall(libc::SYS_pidfd_open, child.as_raw(), 0) };
+    let pidfd = (raw >= 0).then(|| {
+        // SAFETY: a descriptor the kernel just gave us.
+        unsafe { OwnedFd::from_raw_fd(raw as RawFd) }
+    });
+    if pidfd.is_none() {
+        // Before Linux 5.3: look at PID 1 ten times a second instead.
+        tracing::warn!("pidfd_open failed; the deny_read watch polls for the sandbox's exit");
+    }
+    let timeout = match pidfd {
+        Some(_) => PollTimeout::NONE,
+        None => PollTimeout::from(100u16),
+    };
+    loop {
+        match deny.wait(&mut armed, pidfd.as_ref().map(|p| p.as_fd()), timeout) {
+            Err(e) => return (Err(e), false),
+            Ok(Some(a)) => {
+                let _ = nix::sys::signal::kill(child, nix::sys::signal::Signal::SIGKILL);
+                let _ = channel.write_all(a.line().as_bytes());
+                return (wait_init(child), true);
+            }
+            Ok(None) => {}
+        }
+        match waitpid(child, Some(WaitPidFlag::WNOHANG)) {
+            Ok(WaitStatus::StillAlive) | Err(nix::errno::Errno::EINTR) => {}
+            other => return (other, false),
         }
     }
 }
@@ -218,6 +286,7 @@ fn pid1(
     channel: &mut UnixStream,
     gate: capture::Gate,
     filters: &seccomp::Filters,
+    armed: Option<OwnedFd>,
 ) -> Result<i32> {
     // Our parent (the helper) lives outside this PID namespace: it is pid 0 here.
     caps::die_with_parent(0)?;
@@ -242,6 +311,8 @@ fn pid1(
         &plan.deny_read,
         plan.allow_degraded,
     )?;
+    // The helper's deny_read watch: inodes born from now on carry no rule.
+    let armed = armed.map(super::denywatch::arm);
     phase("capabilities dropped, landlock");
     // Capture is in place (or off) before the command can connect.
     gate.wait();
@@ -261,6 +332,9 @@ fn pid1(
     send_phases(channel);
     // 7. Init: the command must not inherit the channel.
     close_on_exec(channel)?;
+    if let Some(at) = armed.filter(|_| super::denywatch::settle_needed(plan)) {
+        super::denywatch::settle(at);
+    }
     init::run(plan, channel, init::Reap::Namespace)
 }
 

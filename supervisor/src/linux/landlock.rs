@@ -169,9 +169,10 @@ pub fn restrict(
 /// host could replace by rename (the mount over it then goes with the old
 /// name). The cost: whatever the host creates during the run next to such
 /// a path, in a directory that was split, is unreadable inside until the
-/// next run (a new file in HOME, say), and a directory the host moves into
-/// a `deny_read` path keeps the grant it had (rules follow inodes, not
-/// names). A symlink the host makes elsewhere to a denied path does not
+/// next run (a new file in HOME, say). Rules follow inodes, not names: an
+/// entry granted here that the host moves or links to a `deny_read` name,
+/// or a symlink it puts on the way, would be readable, so the helper
+/// watches those names and stops the sandbox (denywatch.rs). A symlink the host makes elsewhere to a denied path does not
 /// reach it: Landlock checks the ancestors of the file opened. Inside a writable root the grant
 /// cannot be split without making the root unwritable; there the mounts
 /// hide what exists and the post-run check covers the rest (SPEC §4.5).

@@ -5,6 +5,7 @@ pub mod attribution;
 pub mod caps;
 pub mod capture;
 pub mod degraded;
+pub mod denywatch;
 pub mod helper;
 pub mod init;
 pub mod landlock;

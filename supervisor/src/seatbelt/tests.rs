@@ -39,6 +39,7 @@ fn plan(
         own_outputs: vec![],
         protected: vec![],
         deny_read_globs: globs.iter().map(|s| s.to_string()).collect(),
+        deny_read_names: vec![],
         unsupported: vec![],
         allow_degraded: false,
         degraded: None,

@@ -1,0 +1,287 @@
+//! `deny_read` against what the HOST moves, links or makes a link to
+//! during the run (SPEC §4.5 last bullet; linux/denywatch.rs). Landlock's
+//! read grant is split around an absent `deny_read` name, so the inodes
+//! next to it carry rules of their own: renamed, hard-linked or reached
+//! through a new symlink at the denied name, they would be readable. The
+//! helper watches those names and stops the sandbox (exit 125, a message
+//! naming the path) before the command reads them; a fresh file renamed
+//! over a denied name (how shells save their history) stops nothing.
+//! Both tiers, as the test's user and (as root) as uid 65534.
+
+use std::io::Read;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use airlock_tests::tiers::*;
+use airlock_tests::*;
+
+fn base() -> PathBuf {
+    std::env::var_os("AIRLOCK_TEST_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("/var/tmp/airlock-deny-moves"))
+}
+
+fn write_public(p: &Path, text: &str) {
+    std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+    std::fs::write(p, text).unwrap();
+    std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o644)).unwrap();
+}
+
+fn mkdir_public(p: &Path) {
+    std::fs::create_dir_all(p).unwrap();
+    std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o755)).unwrap();
+}
+
+fn sh(script: &str) {
+    let ok = Command::new("sh").arg("-c").arg(script).status().unwrap();
+    assert!(ok.success(), "{script}");
+}
+
+/// Start `cmd`, wait until the sandboxed script has written `started`,
+/// run `host`, give the watch a moment, then let the script go on.
+fn while_it_runs(f: &Fixture, mut cmd: Command, host: impl FnOnce()) -> Out {
+    let mut child = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !f.ws.join("started").exists() {
+        if Instant::now() > deadline || child.try_wait().ok().flatten().is_some() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    host();
+    // The watch stops the sandbox after the name appears: a command that
+    // reads in a tight loop can race it (README, residual risks).
+    std::thread::sleep(Duration::from_millis(300));
+    let _ = std::fs::write(f.ws.join("go"), "");
+    let (mut stdout, mut stderr) = (String::new(), String::new());
+    let _ = child.stdout.take().unwrap().read_to_string(&mut stdout);
+    let _ = child.stderr.take().unwrap().read_to_string(&mut stderr);
+    let status = child.wait().unwrap();
+    Out {
+        code: status.code().unwrap_or(-1),
+        stdout,
+        stderr,
+    }
+}
+
+/// One case: what exists before the run (`before`, in HOME), the policy's
+/// extra `deny_read`, what the host does during it (`host`, in HOME), and
+/// the path the command then reads.
+struct Case {
+    name: &'static str,
+    before: &'static str,
+    deny: &'static str,
+    host: &'static str,
+    read: &'static str,
+}
+
+const SECRET: &str = "MOVED-IN-SECRET";
+
+const CASES: [Case; 10] = [
+    Case {
+        name: "a backup renamed over ~/.netrc",
+        before: "echo MOVED-IN-SECRET > .netrc.bak",
+        deny: "",
+        host: "mv .netrc.bak .netrc",
+        read: ".netrc",
+    },
+    Case {
+        name: "an old file renamed over ~/.docker/config.json",
+        before: "mkdir -p .docker && echo MOVED-IN-SECRET > .docker/cfg.old",
+        deny: "",
+        host: "mv .docker/cfg.old .docker/config.json",
+        read: ".docker/config.json",
+    },
+    Case {
+        name: "a hard link at ~/.git-credentials",
+        before: "echo MOVED-IN-SECRET > plainfile",
+        deny: "",
+        host: "ln plainfile .git-credentials",
+        read: ".git-credentials",
+    },
+    Case {
+        name: "a new symlink ~/.aws to a granted directory",
+        before: "mkdir -p dotfiles/aws && echo MOVED-IN-SECRET > dotfiles/aws/credentials",
+        deny: "",
+        host: "ln -s $PWD/dotfiles/aws .aws",
+        read: ".aws/credentials",
+    },
+    Case {
+        name: "a new symlink on the way to a configured path",
+        before: "mkdir -p x/realdir/sub && echo MOVED-IN-SECRET > x/realdir/sub/key",
+        deny: "~/x/lnk/sub/key",
+        host: "ln -s $PWD/x/realdir x/lnk",
+        read: "x/lnk/sub/key",
+    },
+    Case {
+        name: "a symlink on the way re-pointed",
+        before: "mkdir -p dot/a1 dot/a2 && echo MOVED-IN-SECRET > dot/a2/key && ln -s dot/a1 tok",
+        deny: "~/tok/key",
+        host: "ln -sfn dot/a2 tok",
+        read: "tok/key",
+    },
+    Case {
+        name: "a directory moved to ~/.ssh",
+        before: "mkdir -p staging && echo MOVED-IN-SECRET > staging/id_rsa",
+        deny: "",
+        host: "mv staging .ssh",
+        read: ".ssh/id_rsa",
+    },
+    Case {
+        name: "a hard link in a fresh ~/.aws",
+        before: "echo MOVED-IN-SECRET > plainfile",
+        deny: "",
+        host: "mkdir .aws && ln plainfile .aws/credentials",
+        read: ".aws/credentials",
+    },
+    Case {
+        name: "a symlink in a fresh ~/.aws",
+        before: "mkdir -p dotfiles && echo MOVED-IN-SECRET > dotfiles/creds",
+        deny: "",
+        host: "mkdir .aws && ln -s $PWD/dotfiles/creds .aws/credentials",
+        read: ".aws/credentials",
+    },
+    Case {
+        name: "a fresh directory holding a hard link moved to ~/.ssh",
+        before: "echo MOVED-IN-SECRET > plainfile",
+        deny: "",
+        host: "mkdir st && ln plainfile st/id_rsa && mv st .ssh",
+        read: ".ssh/id_rsa",
+    },
+];
+
+fn case_run(c: &Case, tier: Tier, user: bool) -> Result<(), String> {
+    let f = Fixture::new_in(&base());
+    let _ = Command::new("chmod").arg("o+rx").arg(base()).status();
+    f.write("~/notes.txt", "home-notes");
+    sh(&format!(
+        "cd {} && {} && chmod -R a+rX .",
+        f.home.display(),
+        c.before
+    ));
+    if !c.deny.is_empty() {
+        f.write(
+            "~/.config/airlock/policy.toml",
+            &format!("[filesystem]\ndeny_read = [\"{}\"]\n", c.deny),
+        );
+    }
+    let script = format!(
+        ": > started; while [ ! -e go ]; do sleep 0.05; done; cat ~/{}; echo; cat ~/notes.txt; echo; echo ran-on",
+        c.read
+    );
+    let cmd = command(&f, tier, user, &["--network", "none"], &script);
+    let home = f.home.clone();
+    let out = while_it_runs(&f, cmd, || {
+        sh(&format!("cd {} && {}", home.display(), c.host));
+    });
+    let stopped = out.code == 125
+        && out
+            .stderr
+            .contains("(deny_read) appeared during the run as")
+        && out.stderr.contains("the sandbox was stopped")
+        && !has_line(&out, "ran-on");
+    if out.stdout.contains(SECRET) || !stopped {
+        return Err(format!(
+            "{} {tier:?} as_user={user}: read={} stopped={stopped}\n{}",
+            c.name,
+            out.stdout.contains(SECRET),
+            show(&out)
+        ));
+    }
+    Ok(())
+}
+
+/// Every variant: the secret is not printed and the run is stopped with
+/// the message.
+#[test]
+fn granted_inodes_moved_or_linked_into_a_denied_name_stop_the_run() {
+    let mut fails = vec![];
+    for tier in TIERS {
+        for user in users() {
+            for c in &CASES {
+                if let Err(e) = case_run(c, tier, user) {
+                    fails.push(e);
+                }
+            }
+        }
+    }
+    assert!(fails.is_empty(), "{}", fails.join("\n\n"));
+}
+
+/// The allowed case: the host's shell saves its history the way zsh does
+/// (write `~/.zsh_history.new`, rename it over `~/.zsh_history`), several
+/// times during the run. The run goes on, the new history is not readable,
+/// the rest of HOME still is.
+#[test]
+fn a_fresh_file_renamed_over_a_denied_name_does_not_stop_the_run() {
+    for (tier, user) in TIERS
+        .into_iter()
+        .flat_map(|t| users().into_iter().map(move |u| (t, u)))
+    {
+        let f = Fixture::new_in(&base());
+        let _ = Command::new("chmod").arg("o+rx").arg(base()).status();
+        f.write("~/notes.txt", "home-notes");
+        f.write("~/.zsh_history", "OLD-HISTORY");
+        let script = ": > started; while [ ! -e go ]; do sleep 0.05; done; \
+             cat ~/.zsh_history; echo; cat ~/notes.txt; echo; echo ran-on";
+        let cmd = command(&f, tier, user, &["--network", "none"], script);
+        let home = f.home.clone();
+        let out = while_it_runs(&f, cmd, || {
+            for i in 0..3 {
+                let new = home.join(".zsh_history.new");
+                write_public(&new, &format!("NEW-HISTORY-{i}"));
+                std::fs::rename(&new, home.join(".zsh_history")).unwrap();
+                std::thread::sleep(Duration::from_millis(30));
+            }
+            // A fresh directory on the way, or at a denied name with a
+            // fresh file in it, is watched, not refused.
+            mkdir_public(&home.join(".docker"));
+            mkdir_public(&home.join(".aws"));
+            write_public(&home.join(".aws/credentials"), "NEW-HISTORY-aws");
+        });
+        let ctx = format!("{tier:?} as_user={user}\n{}", show(&out));
+        assert_eq!(out.code, 0, "{ctx}");
+        assert!(!out.stderr.contains("appeared during the run"), "{ctx}");
+        assert!(!out.stdout.contains("HISTORY"), "{ctx}");
+        for l in ["home-notes", "ran-on"] {
+            assert!(has_line(&out, l), "{l}\n{ctx}");
+        }
+    }
+}
+
+/// Inside the workspace the watch runs too, and cannot tell the sandbox
+/// from the host: the command's own new file at a denied name, made the
+/// moment it starts, is fresh and stops nothing (its birth time is after
+/// the ruleset's, the coarse clock notwithstanding).
+#[test]
+fn the_commands_own_new_file_at_a_denied_name_does_not_stop_the_run() {
+    for (tier, user) in TIERS
+        .into_iter()
+        .flat_map(|t| users().into_iter().map(move |u| (t, u)))
+    {
+        for _ in 0..3 {
+            let f = Fixture::new_in(&base());
+            let _ = Command::new("chmod").arg("o+rx").arg(base()).status();
+            f.write(
+                "~/.config/airlock/policy.toml",
+                "[filesystem]\ndeny_read = [\".env\"]\n",
+            );
+            let out = run(&mut command(
+                &f,
+                tier,
+                user,
+                &["--network", "none"],
+                ": > .env; echo x > .env.tmp && mv .env.tmp .env; echo ran-on",
+            ));
+            let ctx = format!("{tier:?} as_user={user}\n{}", show(&out));
+            assert!(!out.stderr.contains("appeared during the run"), "{ctx}");
+            assert!(has_line(&out, "ran-on"), "{ctx}");
+        }
+    }
+}
