@@ -316,6 +316,8 @@ fn start(_: &plan::Plan, _: Early) -> Result<Started> {
     bail!("airlock run is not available on this platform; it never runs a command unsandboxed")
 }
 
+// One call from `run`, with what it has built; a struct would only rename them.
+#[allow(clippy::too_many_arguments)]
 fn run_platform(
     args: &RunArgs,
     policy: airlock_policy::Policy,

@@ -52,8 +52,8 @@ fn debug_duration_ms(s: &str) -> Option<f64> {
 fn field<'a>(line: &'a str, name: &str) -> Option<&'a str> {
     let at = line.find(&format!("{name}="))? + name.len() + 1;
     let rest = &line[at..];
-    let end = if rest.starts_with('"') {
-        rest[1..].find('"').map_or(rest.len(), |e| e + 2)
+    let end = if let Some(quoted) = rest.strip_prefix('"') {
+        quoted.find('"').map_or(rest.len(), |e| e + 2)
     } else {
         rest.find(' ').unwrap_or(rest.len())
     };
