@@ -51,6 +51,37 @@ pub struct Conn {
     pub peer: SocketAddr,
     pub client: Option<Client>,
     pub started: Instant,
+    _open: OpenGuard,
+}
+
+/// Counts a connection as open until its `Conn` is dropped (the task that
+/// serves it has ended): `Engine::wait_idle`.
+struct OpenGuard(Arc<std::sync::atomic::AtomicUsize>);
+
+impl OpenGuard {
+    fn new(count: &Arc<std::sync::atomic::AtomicUsize>) -> OpenGuard {
+        count.fetch_add(1, Ordering::SeqCst);
+        OpenGuard(count.clone())
+    }
+}
+
+// A clone of a `Conn` counts as one more holder until it is dropped too.
+impl Clone for OpenGuard {
+    fn clone(&self) -> OpenGuard {
+        OpenGuard::new(&self.0)
+    }
+}
+
+impl std::fmt::Debug for OpenGuard {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("OpenGuard")
+    }
+}
+
+impl Drop for OpenGuard {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
 }
 
 /// An upstream connection to exactly the address that was checked.
@@ -98,6 +129,7 @@ pub struct Engine {
     identity: Arc<dyn ClientIdentity>,
     inspect: Option<crate::inspect::InspectConfig>,
     next_conn: AtomicU64,
+    open_conns: Arc<std::sync::atomic::AtomicUsize>,
     tunnels: Arc<Semaphore>,
     own: Mutex<Vec<SocketAddr>>,
     pub(crate) session: SessionApprovals,
@@ -158,6 +190,7 @@ impl Engine {
             identity: cfg.identity,
             inspect: cfg.inspect,
             next_conn: AtomicU64::new(1),
+            open_conns: Default::default(),
             own: Mutex::new(vec![]),
             session: SessionApprovals::default(),
             names: crate::dns::Names::default(),
@@ -253,6 +286,7 @@ impl Engine {
                 .as_ref()
                 .and_then(|_| self.identity.identify(peer)),
             started: Instant::now(),
+            _open: OpenGuard::new(&self.open_conns),
         }
     }
 
@@ -264,6 +298,18 @@ impl Engine {
             peer,
             client: None,
             started: Instant::now(),
+            _open: OpenGuard::new(&self.open_conns),
+        }
+    }
+
+    /// Once every client is gone (the sandbox has exited), let the tasks
+    /// still serving their connections finish what they record (a refusal,
+    /// a rejected certificate, a close) before the runtime is shut down,
+    /// for at most `limit`. Blocking: call outside the runtime.
+    pub fn wait_idle(&self, limit: std::time::Duration) {
+        let deadline = Instant::now() + limit;
+        while self.open_conns.load(Ordering::SeqCst) > 0 && Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(1));
         }
     }
 

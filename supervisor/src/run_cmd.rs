@@ -517,6 +517,9 @@ fn run_platform(
             code = 125;
         }
     }
+    // The sandbox is gone, and with it every client: what the proxy still
+    // serves ends at once and records what it saw.
+    engine.wait_idle(Duration::from_millis(250));
     runtime.shutdown_timeout(Duration::from_millis(100));
     tracing::debug!(elapsed = ?started.elapsed(), "runtime shut down");
     if let Some(b) = &bundle {

@@ -54,6 +54,11 @@ fn while_it_runs(f: &Fixture, mut cmd: Command, host: impl FnOnce()) -> Out {
         }
         std::thread::sleep(Duration::from_millis(20));
     }
+    // What the host makes within one clock tick of the sandbox's start has
+    // a birth time the deny_read watch cannot tell from "before the start"
+    // and stops the run (fail closed, linux/denywatch.rs): the host here
+    // acts later, as a person would.
+    std::thread::sleep(Duration::from_millis(20));
     host();
     // The watch stops the sandbox after the name appears: a command that
     // reads in a tight loop can race it (README, residual risks).

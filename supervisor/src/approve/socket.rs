@@ -103,8 +103,15 @@ impl SocketApprover {
             std::fs::remove_file(path)
                 .with_context(|| format!("removing the stale socket {}", path.display()))?;
         }
-        let listener =
-            UnixListener::bind(path).with_context(|| format!("listening on {}", path.display()))?;
+        // 0600 from the moment it exists: bind() creates the file with the
+        // umask's mode, and a chmod after it would leave a window. Nothing
+        // else creates files while the run is being set up.
+        // SAFETY: umask only swaps the process's file-creation mask.
+        let old = unsafe { libc::umask(0o177) };
+        let bound = UnixListener::bind(path);
+        // SAFETY: as above, restoring it.
+        unsafe { libc::umask(old) };
+        let listener = bound.with_context(|| format!("listening on {}", path.display()))?;
         std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))
             .with_context(|| format!("chmod 0600 {}", path.display()))?;
         let hub = Arc::new(Hub::default());
