@@ -175,7 +175,7 @@ fn build_and_run(channel: &mut UnixStream, supervisor: libc::pid_t) -> Result<i3
             // PID 1 has the command's stdin, stdout and stderr; we let go
             // of ours, so that a caller reading airlock's output sees its
             // end without waiting for us to tear the namespaces down.
-            release_stdio();
+            release_stdio(false);
             let armed = armed.map(|(r, w)| {
                 drop(w);
                 r
@@ -204,6 +204,9 @@ fn build_and_run(channel: &mut UnixStream, supervisor: libc::pid_t) -> Result<i3
                 Err(e) => return Err(e).context("waiting for the sandbox's init"),
             };
             let _ = channel.write_all(format!("status: {code}\n").as_bytes());
+            // Nothing more to log: stderr goes too, so that even at `-vv` a
+            // caller reading it is not held up by our teardown.
+            release_stdio(true);
             Ok(code)
         }
     }
@@ -261,8 +264,8 @@ fn wait_watching(
 }
 
 /// Point stdin, stdout and stderr at /dev/null (stderr stays with `-vv`,
-/// which logs from here).
-fn release_stdio() {
+/// which logs from here, until `all`).
+fn release_stdio(all: bool) {
     let Ok(null) = std::fs::OpenOptions::new()
         .read(true)
         .write(true)
@@ -270,7 +273,7 @@ fn release_stdio() {
     else {
         return;
     };
-    let debug = std::env::var_os(DEBUG_ENV).is_some();
+    let debug = !all && std::env::var_os(DEBUG_ENV).is_some();
     for fd in [0, 1, 2] {
         if fd == 2 && debug {
             continue;
