@@ -507,10 +507,10 @@ fn run_platform(
             code = 125;
         } else if let Some(e) = m.strip_prefix("exec-error: ") {
             eprintln!("airlock: {e}");
-        } else if let Some(e) = m.strip_prefix("deny-read-appeared: ") {
+        } else if let Some(_e) = m.strip_prefix("deny-read-appeared: ") {
             #[cfg(target_os = "linux")]
             {
-                let (why, path) = e.split_once(' ').unwrap_or(("", e));
+                let (why, path) = _e.split_once(' ').unwrap_or(("", _e));
                 let how = crate::linux::denywatch::describe(why);
                 eprintln!("airlock: {path} (deny_read) appeared during the run as {how}; the sandbox was stopped so that it cannot read it");
             }
