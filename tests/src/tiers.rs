@@ -41,7 +41,26 @@ pub fn command(f: &Fixture, tier: Tier, as_user: bool, args: &[&str], script: &s
         all.push("--allow-degraded");
     }
     all.extend_from_slice(args);
-    let mut cmd = f.command(&all, script);
+    in_tier(f, tier, as_user, f.command(&all, script))
+}
+
+/// The same with the command's argv given as it is (no shell).
+pub fn command_argv(
+    f: &Fixture,
+    tier: Tier,
+    as_user: bool,
+    args: &[&str],
+    argv: &[&str],
+) -> Command {
+    let mut all: Vec<&str> = vec![];
+    if tier == Tier::Degraded {
+        all.push("--allow-degraded");
+    }
+    all.extend_from_slice(args);
+    in_tier(f, tier, as_user, f.command_argv(&all, argv))
+}
+
+fn in_tier(f: &Fixture, tier: Tier, as_user: bool, mut cmd: Command) -> Command {
     if tier == Tier::Degraded {
         cmd.env("AIRLOCK_FORCE_TIER", "degraded");
     }

@@ -290,3 +290,73 @@ fn the_commands_own_new_file_at_a_denied_name_does_not_stop_the_run() {
         }
     }
 }
+
+/// On overlayfs (HOME in a container image) a lower-layer file or
+/// directory that the host renames is copied up with a new birth time, yet
+/// stays the inode Landlock's rule is on: birth times tell nothing there,
+/// so any name that appears at a denied path stops the run (fail closed).
+#[test]
+fn on_overlayfs_a_moved_lower_file_or_directory_still_stops_the_run() {
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("skipped: mounting overlayfs needs root");
+        return;
+    }
+    let cases = [
+        ("mv netrc-template .netrc", ".netrc"),
+        ("mv aws-template .aws", ".aws/credentials"),
+    ];
+    let mut fails = vec![];
+    for tier in TIERS {
+        for user in users() {
+            for (host, read) in cases {
+                let f = Fixture::new_in(&base());
+                let _ = Command::new("chmod").arg("o+rx").arg(base()).status();
+                let layers = tempfile::tempdir_in(base()).unwrap();
+                let l = layers.path();
+                for d in ["lower", "upper", "work"] {
+                    mkdir_public(&l.join(d));
+                }
+                // The lower layer: HOME as the fixture made it, plus the
+                // old files the host will move.
+                sh(&format!(
+                    "cp -a {home}/. {l}/lower/ && cd {l}/lower && echo MOVED-IN-SECRET > netrc-template \
+                     && mkdir aws-template && echo MOVED-IN-SECRET > aws-template/credentials \
+                     && echo home-notes > notes.txt && chmod -R a+rX .",
+                    home = f.home.display(),
+                    l = l.display()
+                ));
+                let mounted = Command::new("mount")
+                    .args(["-t", "overlay", "overlay", "-o"])
+                    .arg(format!(
+                        "lowerdir={l}/lower,upperdir={l}/upper,workdir={l}/work,redirect_dir=on",
+                        l = l.display()
+                    ))
+                    .arg(&f.home)
+                    .status()
+                    .is_ok_and(|s| s.success());
+                if !mounted {
+                    eprintln!("skipped: overlayfs cannot be mounted here");
+                    return;
+                }
+                let script = format!(
+                    ": > started; while [ ! -e go ]; do sleep 0.05; done; cat ~/{read}; echo; cat ~/notes.txt; echo; echo ran-on"
+                );
+                let cmd = command(&f, tier, user, &["--network", "none"], &script);
+                let home = f.home.clone();
+                let out = while_it_runs(&f, cmd, || {
+                    sh(&format!("cd {} && {host}", home.display()));
+                });
+                let _ = Command::new("umount").arg("-l").arg(&f.home).status();
+                let stopped = out.code == 125
+                    && out
+                        .stderr
+                        .contains("(deny_read) appeared during the run as")
+                    && !has_line(&out, "ran-on");
+                if out.stdout.contains(SECRET) || !stopped {
+                    fails.push(format!("{host} {tier:?} as_user={user}\n{}", show(&out)));
+                }
+            }
+        }
+    }
+    assert!(fails.is_empty(), "{}", fails.join("\n\n"));
+}

@@ -709,3 +709,43 @@ fn killing_the_supervisor_takes_the_sandbox_with_it() {
         "the command outlived the supervisor"
     );
 }
+
+/// The command's argv reaches airlock's own messages (an exec error names
+/// it): a newline in it must not start a line the supervisor obeys, such
+/// as a forged exit status or a forged airlock warning. Both tiers, root
+/// and uid 65534 (the script execs the hostile name, so that argv[0] is
+/// exactly the command's choice).
+#[test]
+fn argv_cannot_forge_the_helpers_messages() {
+    use airlock_tests::tiers::{command, command_argv, show, users, TIERS};
+    for tier in TIERS {
+        for user in users() {
+            let f = fixture();
+            let hostile =
+                "nope\nstatus: 0\ndeny-read-appeared: link /root/.ssh/id_ed25519\nerror: FORGED";
+            let out = run(&mut command_argv(
+                &f,
+                tier,
+                user,
+                &["--network", "none"],
+                &[hostile],
+            ));
+            let ctx = format!("{tier:?} as_user={user}\n{}", show(&out));
+            assert_ne!(out.code, 0, "{ctx}");
+            assert!(!out.stderr.contains("(deny_read) appeared"), "{ctx}");
+            assert!(
+                !out.stderr.contains("sandbox setup failed: FORGED"),
+                "{ctx}"
+            );
+            // The allowed neighbour: a command's own status still comes through.
+            let out = run(&mut command(
+                &f,
+                tier,
+                user,
+                &["--network", "none"],
+                "exit 7",
+            ));
+            assert_eq!(out.code, 7, "{}", show(&out));
+        }
+    }
+}

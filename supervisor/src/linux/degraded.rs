@@ -145,7 +145,7 @@ pub fn run(plan: &Plan, channel: &mut UnixStream, proxy_port: Option<u16>) -> Re
             let code = match sandbox_init(&plan, &tmp.0, channel, proxy_port, watcher, armed) {
                 Ok(code) => code,
                 Err(e) => {
-                    let _ = writeln!(channel, "error: {e:#}");
+                    super::helper::send_line(channel, "error", &format!("{e:#}"));
                     125
                 }
             };

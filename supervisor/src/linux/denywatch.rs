@@ -338,7 +338,7 @@ impl DenyWatch {
             Err(_) => return stop("unknown"),
         };
         let kind = st.stx_mode as libc::mode_t & libc::S_IFMT;
-        let old = self.old(&st);
+        let old = self.old(&st) || !btime_tells_age(parent);
         if kind == libc::S_IFLNK {
             return stop("link");
         }
@@ -404,6 +404,32 @@ impl DenyWatch {
         }
         let born = st.stx_btime.tv_sec as i128 * 1_000_000_000 + st.stx_btime.tv_nsec as i128;
         born < since
+    }
+}
+
+/// Whether a birth time on this directory's filesystem tells whether an
+/// inode existed (and so may carry a Landlock rule) before the run.
+/// overlayfs copies a lower file up with a new birth time when it is
+/// renamed or linked, yet it stays the inode the rule was put on; network
+/// and FUSE filesystems report a server's clock, some let it be set.
+/// There every name that appears counts as old: the run stops (fail
+/// closed), at the cost of stopping it for a shell's history save too.
+fn btime_tells_age(dir: BorrowedFd) -> bool {
+    const UNRELIABLE: &[i64] = &[
+        0x794c_7630, // overlayfs
+        0x6969,      // NFS
+        0x6573_5546, // FUSE (virtiofs too)
+        0x0102_1997, // 9p
+        0xff53_4d42, // CIFS
+        0xfe53_4d42, // SMB2
+        0x5346_544e, // NTFS (ntfs3)
+        0x7366_746e, // NTFS
+        0x6e66_7364, // nfsd
+        0x0000_517b, // SMB
+    ];
+    match nix::sys::statfs::fstatfs(dir) {
+        Ok(st) => !UNRELIABLE.contains(&(st.filesystem_type().0 as i64)),
+        Err(_) => false,
     }
 }
 

@@ -41,7 +41,7 @@ pub fn main(fd: RawFd, supervisor: libc::pid_t) -> ! {
     let code = match build_and_run(&mut channel, supervisor) {
         Ok(code) => code,
         Err(e) => {
-            let _ = writeln!(channel, "error: {e:#}");
+            send_line(&mut channel, "error", &format!("{e:#}"));
             125
         }
     };
@@ -165,7 +165,7 @@ fn build_and_run(channel: &mut UnixStream, supervisor: libc::pid_t) -> Result<i3
             let code = match filters.and_then(|f| pid1(&plan, channel, gate, &f, armed)) {
                 Ok(code) => code,
                 Err(e) => {
-                    let _ = writeln!(channel, "error: {e:#}");
+                    send_line(channel, "error", &format!("{e:#}"));
                     125
                 }
             };
@@ -210,6 +210,17 @@ fn build_and_run(channel: &mut UnixStream, supervisor: libc::pid_t) -> Result<i3
             Ok(code)
         }
     }
+}
+
+/// One message line to the supervisor. Its text can hold what the
+/// sandbox chose (argv, names it made): control characters are replaced,
+/// so that it can never start a line of its own (a forged `status:`).
+pub fn send_line(channel: &mut UnixStream, kind: &str, text: &str) {
+    let text: String = text
+        .chars()
+        .map(|c| if c.is_control() { '\u{fffd}' } else { c })
+        .collect();
+    let _ = channel.write_all(format!("{kind}: {text}\n").as_bytes());
 }
 
 /// PID 1's exit (EINTR retried; only exits and deaths are reported).

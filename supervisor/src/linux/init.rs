@@ -3,7 +3,6 @@
 //! is left and exit with its status.
 
 use std::ffi::CString;
-use std::io::Write;
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 
@@ -146,7 +145,7 @@ fn exec_command(plan: &Plan, channel: &mut UnixStream) -> ! {
         Err(anyhow::Error::new(e).context(format!("cannot run {}", prog.display())))
     })()
     .unwrap_err();
-    let _ = writeln!(channel, "exec-error: {err:#}");
+    super::helper::send_line(channel, "exec-error", &format!("{err:#}"));
     // SAFETY: leaving the forked child without running destructors.
     unsafe { libc::_exit(127) }
 }
