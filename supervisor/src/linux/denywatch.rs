@@ -428,6 +428,8 @@ fn btime_tells_age(dir: BorrowedFd) -> bool {
         0x0000_517b, // SMB
     ];
     match nix::sys::statfs::fstatfs(dir) {
+        // The field's type differs between C libraries and architectures.
+        #[allow(clippy::unnecessary_cast)]
         Ok(st) => !UNRELIABLE.contains(&(st.filesystem_type().0 as i64)),
         Err(_) => false,
     }
