@@ -2,7 +2,9 @@
 //! test's own user or as uid 65534, for the suites that check what crosses
 //! into the sandbox.
 
+use std::io::Read;
 use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
 
 use crate::{is_root, Fixture, Out};
 
@@ -86,4 +88,43 @@ fn in_tier(f: &Fixture, tier: Tier, as_user: bool, mut cmd: Command) -> Command 
     }
     wrapped.current_dir(&f.ws).stdin(Stdio::null());
     wrapped
+}
+
+/// Start `cmd`, wait until the sandboxed script has written `started` in
+/// the workspace, run `host` (the host acting during the run), wait
+/// `settle`, then let the script go on (`go`) and collect its output.
+pub fn while_it_runs(f: &Fixture, mut cmd: Command, host: impl FnOnce(), settle: Duration) -> Out {
+    let mut child = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !f.ws.join("started").exists() {
+        if Instant::now() > deadline || child.try_wait().ok().flatten().is_some() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // What the host makes within one clock tick of the sandbox's start has
+    // a birth time the deny_read watch cannot tell from "before the start"
+    // and stops the run (fail closed, linux/denywatch.rs): the host here
+    // acts later, as a person would.
+    std::thread::sleep(Duration::from_millis(20));
+    host();
+    std::thread::sleep(settle);
+    let _ = std::fs::write(f.ws.join("go"), "");
+    let (mut stdout, mut stderr) = (String::new(), String::new());
+    if let Some(mut o) = child.stdout.take() {
+        let _ = o.read_to_string(&mut stdout);
+    }
+    if let Some(mut e) = child.stderr.take() {
+        let _ = e.read_to_string(&mut stderr);
+    }
+    let status = child.wait().expect("wait");
+    Out {
+        code: status.code().unwrap_or(-1),
+        stdout,
+        stderr,
+    }
 }

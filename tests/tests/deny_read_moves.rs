@@ -8,11 +8,10 @@
 //! over a denied name (how shells save their history) stops nothing.
 //! Both tiers, as the test's user and (as root) as uid 65534.
 
-use std::io::Read;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::Command;
+use std::time::Duration;
 
 use airlock_tests::tiers::*;
 use airlock_tests::*;
@@ -37,42 +36,6 @@ fn mkdir_public(p: &Path) {
 fn sh(script: &str) {
     let ok = Command::new("sh").arg("-c").arg(script).status().unwrap();
     assert!(ok.success(), "{script}");
-}
-
-/// Start `cmd`, wait until the sandboxed script has written `started`,
-/// run `host`, give the watch a moment, then let the script go on.
-fn while_it_runs(f: &Fixture, mut cmd: Command, host: impl FnOnce()) -> Out {
-    let mut child = cmd
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn");
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while !f.ws.join("started").exists() {
-        if Instant::now() > deadline || child.try_wait().ok().flatten().is_some() {
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    // What the host makes within one clock tick of the sandbox's start has
-    // a birth time the deny_read watch cannot tell from "before the start"
-    // and stops the run (fail closed, linux/denywatch.rs): the host here
-    // acts later, as a person would.
-    std::thread::sleep(Duration::from_millis(20));
-    host();
-    // The watch stops the sandbox after the name appears: a command that
-    // reads in a tight loop can race it (README, residual risks).
-    std::thread::sleep(Duration::from_millis(300));
-    let _ = std::fs::write(f.ws.join("go"), "");
-    let (mut stdout, mut stderr) = (String::new(), String::new());
-    let _ = child.stdout.take().unwrap().read_to_string(&mut stdout);
-    let _ = child.stderr.take().unwrap().read_to_string(&mut stderr);
-    let status = child.wait().unwrap();
-    Out {
-        code: status.code().unwrap_or(-1),
-        stdout,
-        stderr,
-    }
 }
 
 /// One case: what exists before the run (`before`, in HOME), the policy's
@@ -182,9 +145,14 @@ fn case_run(c: &Case, tier: Tier, user: bool) -> Result<(), String> {
     );
     let cmd = command(&f, tier, user, &["--network", "none"], &script);
     let home = f.home.clone();
-    let out = while_it_runs(&f, cmd, || {
-        sh(&format!("cd {} && {}", home.display(), c.host));
-    });
+    let out = while_it_runs(
+        &f,
+        cmd,
+        || {
+            sh(&format!("cd {} && {}", home.display(), c.host));
+        },
+        Duration::from_millis(300),
+    );
     let stopped = out.code == 125
         && out
             .stderr
@@ -237,19 +205,24 @@ fn a_fresh_file_renamed_over_a_denied_name_does_not_stop_the_run() {
              cat ~/.zsh_history; echo; cat ~/notes.txt; echo; echo ran-on";
         let cmd = command(&f, tier, user, &["--network", "none"], script);
         let home = f.home.clone();
-        let out = while_it_runs(&f, cmd, || {
-            for i in 0..3 {
-                let new = home.join(".zsh_history.new");
-                write_public(&new, &format!("NEW-HISTORY-{i}"));
-                std::fs::rename(&new, home.join(".zsh_history")).unwrap();
-                std::thread::sleep(Duration::from_millis(30));
-            }
-            // A fresh directory on the way, or at a denied name with a
-            // fresh file in it, is watched, not refused.
-            mkdir_public(&home.join(".docker"));
-            mkdir_public(&home.join(".aws"));
-            write_public(&home.join(".aws/credentials"), "NEW-HISTORY-aws");
-        });
+        let out = while_it_runs(
+            &f,
+            cmd,
+            || {
+                for i in 0..3 {
+                    let new = home.join(".zsh_history.new");
+                    write_public(&new, &format!("NEW-HISTORY-{i}"));
+                    std::fs::rename(&new, home.join(".zsh_history")).unwrap();
+                    std::thread::sleep(Duration::from_millis(30));
+                }
+                // A fresh directory on the way, or at a denied name with a
+                // fresh file in it, is watched, not refused.
+                mkdir_public(&home.join(".docker"));
+                mkdir_public(&home.join(".aws"));
+                write_public(&home.join(".aws/credentials"), "NEW-HISTORY-aws");
+            },
+            Duration::from_millis(300),
+        );
         let ctx = format!("{tier:?} as_user={user}\n{}", show(&out));
         assert_eq!(out.code, 0, "{ctx}");
         assert!(!out.stderr.contains("appeared during the run"), "{ctx}");
@@ -343,9 +316,14 @@ fn on_overlayfs_a_moved_lower_file_or_directory_still_stops_the_run() {
                 );
                 let cmd = command(&f, tier, user, &["--network", "none"], &script);
                 let home = f.home.clone();
-                let out = while_it_runs(&f, cmd, || {
-                    sh(&format!("cd {} && {host}", home.display()));
-                });
+                let out = while_it_runs(
+                    &f,
+                    cmd,
+                    || {
+                        sh(&format!("cd {} && {host}", home.display()));
+                    },
+                    Duration::from_millis(300),
+                );
                 let _ = Command::new("umount").arg("-l").arg(&f.home).status();
                 let stopped = out.code == 125
                     && out

@@ -8,11 +8,10 @@
 //! as uid 65534, and checks the secret is not printed while the readable
 //! neighbours still are.
 
-use std::io::Read;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::Command;
+use std::time::Duration;
 
 use airlock_tests::tiers::*;
 use airlock_tests::*;
@@ -42,49 +41,6 @@ fn write_public(p: &Path, text: &str) {
 fn mkdir_public(p: &Path) {
     std::fs::create_dir_all(p).unwrap();
     std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o755)).unwrap();
-}
-
-/// Start `cmd`, wait until the sandboxed script has written `started` in
-/// the workspace, run `host`, then let the script go on (`go`).
-fn while_it_runs(f: &Fixture, mut cmd: Command, host: impl FnOnce()) -> Out {
-    let mut child = cmd
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn");
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while !f.ws.join("started").exists() {
-        if Instant::now() > deadline || child.try_wait().ok().flatten().is_some() {
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    // What the host makes within one clock tick of the sandbox's start has
-    // a birth time the deny_read watch cannot tell from "before the start"
-    // and stops the run (fail closed, linux/denywatch.rs): the host here
-    // acts later, as a person would.
-    std::thread::sleep(Duration::from_millis(20));
-    host();
-    std::fs::write(f.ws.join("go"), "").unwrap();
-    let (mut stdout, mut stderr) = (String::new(), String::new());
-    child
-        .stdout
-        .take()
-        .unwrap()
-        .read_to_string(&mut stdout)
-        .unwrap();
-    child
-        .stderr
-        .take()
-        .unwrap()
-        .read_to_string(&mut stderr)
-        .unwrap();
-    let status = child.wait().unwrap();
-    Out {
-        code: status.code().unwrap_or(-1),
-        stdout,
-        stderr,
-    }
 }
 
 const SECRETS: [&str; 5] = [
@@ -133,19 +89,24 @@ fn secrets_the_host_writes_during_the_run_stay_hidden() {
             );
             let cmd = command(&f, tier, user, &["--network", "none"], &script);
             let home = f.home.clone();
-            let out = while_it_runs(&f, cmd, || {
-                write_public(&o.join("srv/secrets/key"), SECRETS[0]);
-                mkdir_public(&o.join("srv/secrets"));
-                mkdir_public(&home.join(".config/tool"));
-                write_public(&home.join(".config/tool/token"), SECRETS[1]);
-                mkdir_public(&home.join(".aws"));
-                write_public(&home.join(".aws/credentials"), SECRETS[2]);
-                write_public(&o.join("pub/replaced.new"), SECRETS[3]);
-                std::fs::rename(o.join("pub/replaced.new"), o.join("pub/replaced")).unwrap();
-                write_public(&o.join("srv/secrets/other"), SECRETS[4]);
-                std::os::unix::fs::symlink(o.join("srv/secrets/other"), o.join("open/link"))
-                    .unwrap();
-            });
+            let out = while_it_runs(
+                &f,
+                cmd,
+                || {
+                    write_public(&o.join("srv/secrets/key"), SECRETS[0]);
+                    mkdir_public(&o.join("srv/secrets"));
+                    mkdir_public(&home.join(".config/tool"));
+                    write_public(&home.join(".config/tool/token"), SECRETS[1]);
+                    mkdir_public(&home.join(".aws"));
+                    write_public(&home.join(".aws/credentials"), SECRETS[2]);
+                    write_public(&o.join("pub/replaced.new"), SECRETS[3]);
+                    std::fs::rename(o.join("pub/replaced.new"), o.join("pub/replaced")).unwrap();
+                    write_public(&o.join("srv/secrets/other"), SECRETS[4]);
+                    std::os::unix::fs::symlink(o.join("srv/secrets/other"), o.join("open/link"))
+                        .unwrap();
+                },
+                Duration::ZERO,
+            );
             let ctx = format!("{tier:?} as_user={user}\n{}", show(&out));
             // Every leak of every case, so that one failure shows them all.
             let read: Vec<&str> = SECRETS
