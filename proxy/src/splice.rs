@@ -6,6 +6,7 @@ use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::pin::Pin;
 use std::task::{ready, Context, Poll};
+use std::time::Duration;
 
 use tokio::io::{AsyncRead, Interest, ReadBuf};
 use tokio::net::TcpStream;
@@ -109,7 +110,13 @@ pub async fn drain(
 /// Data that arrives after the read raises a new edge, and tokio never
 /// clears a readiness newer than the one the read was made under, nor
 /// the closed state, so nothing is missed.
-pub async fn read(from: &TcpStream, buf: &mut [u8]) -> io::Result<usize> {
+///
+/// While `spin` has not passed since the call, an empty socket is polled
+/// again (each yield lets the runtime poll epoll without sleeping, and
+/// lets its other tasks run) before the task parks: a request/response
+/// exchange through a tunnel then skips a sleep and a wake-up on each hop.
+pub async fn read_spinning(from: &TcpStream, buf: &mut [u8], spin: Duration) -> io::Result<usize> {
+    let started = std::time::Instant::now();
     loop {
         let mut short = None;
         let r = from.try_io(Interest::READABLE, || {
@@ -129,6 +136,7 @@ pub async fn read(from: &TcpStream, buf: &mut [u8]) -> io::Result<usize> {
             Ok(n) => return Ok(n),
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => match short {
                 Some(n) => return Ok(n),
+                None if started.elapsed() < spin => tokio::task::yield_now().await,
                 None => from.readable().await?,
             },
             Err(e) => return Err(e),

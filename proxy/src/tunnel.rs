@@ -131,6 +131,10 @@ where
 /// switches the direction to splice; a TLS record is at most this large.
 #[cfg(target_os = "linux")]
 const SMALL_CHUNK: usize = 16 * 1024;
+/// How long a small-chunk read polls an empty socket before it parks,
+/// right after the tunnel moved bytes.
+#[cfg(target_os = "linux")]
+const SPIN: Duration = Duration::from_micros(50);
 /// Short splices in a row that switch a direction back to copying.
 #[cfg(target_os = "linux")]
 const SHORT_RUN: u32 = 4;
@@ -176,7 +180,15 @@ async fn socket_pump(
                     from.readable().await?;
                     buf = vec![0u8; SMALL_CHUNK];
                 }
-                let n = splice::read(from, &mut buf).await?;
+                // Just after the tunnel moved bytes (a request went up),
+                // the answer is usually microseconds away: poll for it
+                // briefly before sleeping.
+                let spin = if activity.idle_for() < Duration::from_millis(1) {
+                    SPIN
+                } else {
+                    Duration::ZERO
+                };
+                let n = splice::read_spinning(from, &mut buf, spin).await?;
                 if n > 0 {
                     activity.touch();
                     splice::write_all(to, &buf[..n], &progress).await?;
