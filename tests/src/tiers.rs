@@ -128,3 +128,18 @@ pub fn while_it_runs(f: &Fixture, mut cmd: Command, host: impl FnOnce(), settle:
         stderr,
     }
 }
+
+/// A file the host writes where uid 65534 may read it too (parents made).
+pub fn write_public(p: &std::path::Path, text: &str) {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::create_dir_all(p.parent().expect("a parent")).expect("mkdir");
+    std::fs::write(p, text).expect("write");
+    std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o644)).expect("chmod");
+}
+
+/// A directory the host makes that uid 65534 may list too.
+pub fn mkdir_public(p: &std::path::Path) {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::create_dir_all(p).expect("mkdir");
+    std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+}

@@ -319,21 +319,32 @@ fn unknown_syscalls_get_enosys_and_another_abi_is_killed() {
     }
 }
 
-/// A fork loop capped at 200, whose children live 2 s: with pids = 50 the
-/// kernel must stop it first, and the run must end.
-const FORK_LOOP: &str = r#"/usr/bin/python3 -c '
-import os, time
-n = 0
-for i in range(200):
-    try:
-        pid = os.fork()
-    except OSError:
-        break
-    if pid == 0:
-        time.sleep(2); os._exit(0)
-    n += 1
-print("forked:", n)
-'"#;
+/// A fork loop capped at `cap`, whose children live 2 s, that first tries
+/// to raise the kernel's task ceilings when `raise`: the kernel must stop it
+/// at the limit, and the run must end.
+fn fork_loop(cap: usize, raise: bool) -> String {
+    let raise = if raise {
+        "for f in [\"/proc/sys/kernel/pid_max\", \"/proc/sys/kernel/threads-max\"]:\n    \
+         try:\n        open(f, \"w\").write(\"4000000\")\n        print(\"raised:\", f)\n    \
+         except OSError:\n        pass\n"
+    } else {
+        ""
+    };
+    format!(
+        "/usr/bin/python3 -c '\nimport os, time\n{raise}n = 0\nfor i in range({cap}):\n    try:\n        \
+         pid = os.fork()\n    except OSError:\n        break\n    if pid == 0:\n        \
+         time.sleep(2); os._exit(0)\n    n += 1\nprint(\"forked:\", n)\n'"
+    )
+}
+
+/// The loop's count, as it printed it.
+fn forked(out: &Out, ctx: &str) -> usize {
+    out.stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("forked: "))
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no count\n{ctx}"))
+}
 
 #[test]
 fn the_pids_limit_caps_a_fork_loop() {
@@ -363,15 +374,10 @@ fn the_pids_limit_caps_a_fork_loop() {
                 tier,
                 user,
                 &["--network", "none"],
-                FORK_LOOP,
+                &fork_loop(200, false),
             ));
             let ctx = format!("{tier:?} as_user={user}\n{}", show(&out));
-            let forked: usize = out
-                .stdout
-                .lines()
-                .find_map(|l| l.strip_prefix("forked: "))
-                .and_then(|n| n.parse().ok())
-                .unwrap_or_else(|| panic!("no count\n{ctx}"));
+            let forked = forked(&out, &ctx);
             assert!(
                 forked > 0 && forked <= 50 + others,
                 "forked {forked} (others {others})\n{ctx}"
@@ -386,7 +392,7 @@ fn the_pids_limit_caps_a_fork_loop() {
                     tier,
                     user,
                     &["--network", "none"],
-                    FORK_LOOP,
+                    &fork_loop(200, false),
                 ));
                 assert!(has_line(&out, "forked: 200"), "{}", show(&out));
             }
@@ -398,25 +404,6 @@ fn the_pids_limit_caps_a_fork_loop() {
 /// (pid_max, Linux >= 6.14) for root as for a user, or by the mechanisms
 /// above on older kernels: either way a loop of 600 forks stops at the
 /// limit, and the sandbox cannot raise it first.
-const RAISE_AND_FORK: &str = r#"/usr/bin/python3 -c '
-import os, time
-for f in ["/proc/sys/kernel/pid_max", "/proc/sys/kernel/threads-max"]:
-    try:
-        open(f, "w").write("4000000")
-        print("raised:", f)
-    except OSError:
-        pass
-n = 0
-for i in range(600):
-    try:
-        pid = os.fork()
-    except OSError:
-        break
-    if pid == 0:
-        time.sleep(3); os._exit(0)
-    n += 1
-print("forked:", n)
-'"#;
 
 #[test]
 fn a_large_pids_limit_caps_a_fork_loop_and_cannot_be_raised() {
@@ -432,16 +419,11 @@ fn a_large_pids_limit_caps_a_fork_loop_and_cannot_be_raised() {
             Tier::Full,
             user,
             &["--network", "none"],
-            RAISE_AND_FORK,
+            &fork_loop(600, true),
         ));
         let ctx = format!("as_user={user}\n{}", show(&out));
         assert!(!out.stdout.contains("raised:"), "{ctx}");
-        let forked: usize = out
-            .stdout
-            .lines()
-            .find_map(|l| l.strip_prefix("forked: "))
-            .and_then(|n| n.parse().ok())
-            .unwrap_or_else(|| panic!("no count\n{ctx}"));
+        let forked = forked(&out, &ctx);
         // init and python hold two of the 320; the rest is the loop's.
         assert!((100..=318).contains(&forked), "forked {forked}\n{ctx}");
         assert_eq!(out.code, 0, "{ctx}");

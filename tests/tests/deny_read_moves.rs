@@ -8,8 +8,7 @@
 //! over a denied name (how shells save their history) stops nothing.
 //! Both tiers, as the test's user and (as root) as uid 65534.
 
-use std::os::unix::fs::PermissionsExt;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Command;
 use std::time::Duration;
 
@@ -20,17 +19,6 @@ fn base() -> PathBuf {
     std::env::var_os("AIRLOCK_TEST_DIR")
         .map(PathBuf::from)
         .unwrap_or_else(|| PathBuf::from("/var/tmp/airlock-deny-moves"))
-}
-
-fn write_public(p: &Path, text: &str) {
-    std::fs::create_dir_all(p.parent().unwrap()).unwrap();
-    std::fs::write(p, text).unwrap();
-    std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o644)).unwrap();
-}
-
-fn mkdir_public(p: &Path) {
-    std::fs::create_dir_all(p).unwrap();
-    std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o755)).unwrap();
 }
 
 fn sh(script: &str) {

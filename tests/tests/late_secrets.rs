@@ -9,7 +9,7 @@
 //! neighbours still are.
 
 use std::os::unix::fs::PermissionsExt;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Command;
 use std::time::Duration;
 
@@ -30,17 +30,6 @@ fn fixture() -> Fixture {
 
 fn policy(f: &Fixture, text: &str) {
     f.write("~/.config/airlock/policy.toml", text);
-}
-
-fn write_public(p: &Path, text: &str) {
-    std::fs::create_dir_all(p.parent().unwrap()).unwrap();
-    std::fs::write(p, text).unwrap();
-    std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o644)).unwrap();
-}
-
-fn mkdir_public(p: &Path) {
-    std::fs::create_dir_all(p).unwrap();
-    std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o755)).unwrap();
 }
 
 const SECRETS: [&str; 5] = [
