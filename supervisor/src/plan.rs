@@ -96,6 +96,11 @@ pub struct Limits {
     pub memory: Option<u64>,
     /// Bytes of the private /tmp and /dev/shm each.
     pub tmp: u64,
+    /// Set by the supervisor as it starts the full tier: PID 1 caps pids
+    /// with its PID namespace's own pid_max, and the helper sets no
+    /// RLIMIT_NPROC (`linux/limits.rs`). One decision, carried to both.
+    #[serde(default)]
+    pub pids_by_pid_max: bool,
     /// Whether a policy set `tmp` (the degraded tier refuses to run when
     /// it cannot enforce it).
     #[serde(default)]
@@ -112,6 +117,7 @@ impl Default for Limits {
             pids_configured: false,
             memory: None,
             tmp: DEFAULT_TMP,
+            pids_by_pid_max: false,
             tmp_configured: false,
         }
     }
@@ -334,6 +340,7 @@ pub fn build(policy: &Policy, o: &Options) -> Plan {
             pids_configured: policy.pids.is_some(),
             memory: policy.memory.as_ref().map(|m| m.value),
             tmp: policy.tmp.as_ref().map_or(DEFAULT_TMP, |t| t.value),
+            pids_by_pid_max: false,
             tmp_configured: policy.tmp.is_some(),
         },
     }

@@ -106,6 +106,7 @@ pub fn run(args: &RunArgs) -> Result<ExitCode> {
     {
         let _ = std::fs::create_dir_all(dir);
     }
+    let _ = crate::integrity::journal::make_dir();
     // Likewise the CA's directory: a CA created while this sandbox runs
     // (`airlock ca init`, another inspecting run) must land under the mount
     // that hides it, not beside it.

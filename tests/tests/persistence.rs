@@ -1025,3 +1025,39 @@ fn redirecting_an_existing_repository_stops_the_sandbox_at_once() {
         assert!(!f.ws.join(".git/commondir").exists(), "{who:?}");
     }
 }
+
+/// HOME as the workspace puts airlock's own config directory, and the run's
+/// journal in it, inside the writable root: what airlock itself writes
+/// there is not the sandbox's and is not reported or quarantined, while
+/// the sandbox still cannot write there.
+#[test]
+fn airlocks_own_journal_is_not_taken_for_a_plant_when_home_is_the_workspace() {
+    use airlock_tests::tiers::{command, show, users, Tier};
+    for user in users() {
+        let f = Fixture::new_in(&base());
+        let _ = Command::new("chmod").arg("o+rx").arg(base()).status();
+        let ws = f.ws.display().to_string();
+        let mut cmd = command(
+            &f,
+            Tier::Full,
+            user,
+            &["--workspace", &ws, "--network", "none"],
+            "echo x > .config/airlock/pending/planted.json; echo done",
+        );
+        cmd.env("HOME", &f.ws)
+            .env("XDG_CONFIG_HOME", f.ws.join(".config"))
+            .env("XDG_DATA_HOME", f.ws.join(".local/share"));
+        for _ in 0..2 {
+            let out = run(&mut cmd);
+            let ctx = format!("as_user={user}\n{}", show(&out));
+            assert_eq!(out.code, 0, "{ctx}");
+            assert!(out.stdout.contains("done"), "{ctx}");
+            assert!(!out.stderr.contains("changed a protected path"), "{ctx}");
+            assert!(
+                !f.ws.join(".config/airlock/pending/planted.json").exists(),
+                "{ctx}"
+            );
+            assert!(!f.ws.join(".airlock/quarantine").exists(), "{ctx}");
+        }
+    }
+}

@@ -30,6 +30,26 @@ fn dir() -> Option<PathBuf> {
 }
 
 /// Field 22 of /proc/PID/stat: when the process started, in clock ticks.
+/// Where run `run`'s journal is written.
+pub fn path_of(run: &str) -> Option<PathBuf> {
+    dir().map(|d| d.join(format!("{run}.json")))
+}
+
+/// The journals' directory, made if absent. `run` makes it before the
+/// protected set is snapshot: made later, by the journal's own write, it
+/// showed up as created during the run when airlock's config directory
+/// lies in a writable root (HOME as the workspace) and was quarantined.
+pub fn make_dir() -> anyhow::Result<PathBuf> {
+    use anyhow::Context;
+    let dir = dir().context("neither XDG_CONFIG_HOME nor HOME is set")?;
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(&dir)
+        .with_context(|| format!("creating {}", dir.display()))?;
+    Ok(dir)
+}
+
 fn start_time(pid: u32) -> Option<u64> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     stat.rsplit_once(')')?
@@ -64,12 +84,7 @@ impl Journal {
     /// killed airlock would leave plants unchecked).
     pub fn write(&self) -> anyhow::Result<PathBuf> {
         use anyhow::Context;
-        let dir = dir().context("neither XDG_CONFIG_HOME nor HOME is set")?;
-        std::fs::DirBuilder::new()
-            .recursive(true)
-            .mode(0o700)
-            .create(&dir)
-            .with_context(|| format!("creating {}", dir.display()))?;
+        let dir = make_dir()?;
         let path = dir.join(format!("{}.json", self.run));
         let body = serde_json::to_vec(self).context("encoding the run journal")?;
         let mut f = std::fs::OpenOptions::new()

@@ -33,6 +33,10 @@ pub fn check(
 ) -> Checked {
     let t = std::time::Instant::now();
     let mut changes = snap.changes();
+    // This run's own journal, written by airlock after the snapshot it
+    // holds (inside the protected set when HOME is a writable root).
+    let own = journal::path_of(run);
+    changes.retain(|c| own.as_deref() != Some(c.root.join(&c.rel).as_path()));
     tracing::debug!(elapsed = ?t.elapsed(), "protected set compared");
     let known: Vec<Protected> = snap.entries.iter().map(|(p, _)| p.clone()).collect();
     let (found, failed) = nested::changes(roots, since, &known);

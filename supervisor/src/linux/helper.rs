@@ -132,7 +132,7 @@ fn build_and_run(channel: &mut UnixStream, supervisor: libc::pid_t) -> Result<i3
     write_id_maps(uid, gid)?;
     // Where PID 1 cannot cap its namespace's pids (before Linux 6.14):
     // RLIMIT_NPROC, counted in the new user namespace from here on.
-    if !limits::pids_by_namespace(&plan.limits) {
+    if !plan.limits.pids_by_pid_max {
         limits::set_nproc(&plan.limits)?;
     }
 
@@ -311,7 +311,7 @@ fn pid1(
     // 3. Mounts.
     phase("init started");
     mounts::setup(plan)?;
-    if limits::pids_by_namespace(&plan.limits) {
+    if plan.limits.pids_by_pid_max {
         limits::set_pid_max(&plan.limits)?;
     }
     phase("mounts");

@@ -215,7 +215,7 @@ fn create(controller: &str, file: (&str, &str), value: &str) -> Result<PathBuf> 
 /// Before the namespaces: the cgroups that carry `memory`, and `pids` for
 /// root where no PID namespace carries it (the kernel exempts uid 0 from
 /// RLIMIT_NPROC).
-pub fn create_cgroups(limits: &Limits, pids_by_namespace: bool) -> Result<Cgroup> {
+pub fn create_cgroups(limits: &Limits) -> Result<Cgroup> {
     let mut cg = Cgroup { dirs: vec![] };
     if let Some(bytes) = limits.memory {
         let dir = create(
@@ -228,7 +228,7 @@ pub fn create_cgroups(limits: &Limits, pids_by_namespace: bool) -> Result<Cgroup
         })?;
         cg.dirs.push(dir);
     }
-    if is_root() && !pids_by_namespace {
+    if is_root() && !limits.pids_by_pid_max {
         match create("pids", ("pids.max", "pids.max"), &limits.pids.to_string()) {
             Ok(dir) => cg.dirs.push(dir),
             Err(e) if limits.pids_configured => {

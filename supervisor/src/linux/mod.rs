@@ -84,8 +84,12 @@ impl Sandbox {
         if plan.degraded.is_none() {
             unixconnect::check_ptrace()?;
         }
-        let by_ns = plan.degraded.is_none() && limits::pids_by_namespace(&plan.limits);
-        let cgroups = limits::create_cgroups(&plan.limits, by_ns)?;
+        // How pids are capped is decided here, once, and carried in the plan.
+        let mut plan = plan.clone();
+        plan.limits.pids_by_pid_max =
+            plan.degraded.is_none() && limits::pids_by_namespace(&plan.limits);
+        let plan = &plan;
+        let cgroups = limits::create_cgroups(&plan.limits)?;
         let body = serde_json::to_vec(plan).context("encoding the sandbox plan")?;
         channel
             .write_all(&(body.len() as u32).to_be_bytes())
