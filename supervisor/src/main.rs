@@ -75,7 +75,11 @@ fn main() -> ExitCode {
             let fd = args.get(2).and_then(|a| a.parse().ok());
             let parent = args.get(3).and_then(|a| a.parse().ok());
             match (fd, parent) {
-                (Some(fd), Some(parent)) => linux::helper::main(fd, parent),
+                (Some(fd), Some(parent)) => linux::helper::main(
+                    fd,
+                    parent,
+                    linux::Ahead::from_arg(args.get(4).map(String::as_str)),
+                ),
                 _ => {
                     eprintln!("airlock: {} is internal", linux::HELPER_ARG);
                     return ExitCode::from(EXIT_AIRLOCK);

@@ -162,8 +162,7 @@ fn run_sandboxed(plan: &Plan) -> anyhow::Result<Option<String>> {
         crate::linux::Sandbox::start_with(plan, [Stdio::null(), Stdio::piped(), Stdio::null()])?;
     let (mut child, _, _) = sandbox.into_parts();
     let mut stdout = child
-        .stdout
-        .take()
+        .take_stdout()
         .ok_or_else(|| anyhow::anyhow!("no probe output"))?;
     let pid = child.id() as libc::pid_t;
     let (tx, rx) = std::sync::mpsc::channel();

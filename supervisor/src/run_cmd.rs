@@ -43,7 +43,23 @@ fn sandbox_phase(line: &str, started_ns: i128) {
     tracing::debug!(?elapsed, step = name, "sandbox setup");
 }
 
-/// The sandbox helper, started first thing on Linux so that its exec
+/// What the helper can build before the plan exists: the namespaces,
+/// unless the degraded tier may be asked for (only with --allow-degraded)
+/// or the policy might keep the host's network (`--network host` says so
+/// now; a policy's `network.mode = "host"` is found later and costs a
+/// second helper, `start`).
+#[cfg(target_os = "linux")]
+fn ahead_of(args: &RunArgs) -> crate::linux::Ahead {
+    use crate::linux::Ahead;
+    if args.allow_degraded || std::env::var_os("AIRLOCK_FORCE_TIER").is_some() {
+        return Ahead::Nothing;
+    }
+    Ahead::Namespaces {
+        net: args.network.as_deref() != Some("host"),
+    }
+}
+
+/// The sandbox helper, started first thing on Linux so that its start
 /// overlaps building the policy and the plan (`linux::Spawned`).
 #[cfg(target_os = "linux")]
 type Early = Option<crate::linux::Spawned>;
@@ -56,12 +72,7 @@ pub fn run(args: &RunArgs) -> Result<ExitCode> {
     // against its own clock (`bench-startup`).
     tracing::debug!(monotonic_ns = %monotonic_ns(), "run started");
     #[cfg(target_os = "linux")]
-    let early: Early = crate::linux::Spawned::spawn([
-        std::process::Stdio::inherit(),
-        std::process::Stdio::inherit(),
-        std::process::Stdio::inherit(),
-    ])
-    .ok();
+    let early: Early = crate::linux::Spawned::early(ahead_of(args)).ok();
     #[cfg(not(target_os = "linux"))]
     let early: Early = ();
     // A previous run whose airlock was killed left its check to us.
@@ -175,7 +186,11 @@ pub fn run(args: &RunArgs) -> Result<ExitCode> {
 
 /// A sandbox that has been started, whatever the platform.
 struct Started {
-    child: std::process::Child,
+    /// The process airlock waits for (the helper, or sandbox-exec).
+    pid: u32,
+    waiter: Waiter,
+    /// Lets the command itself start, once airlock's side is ready.
+    go: Box<dyn Fn() -> Result<()>>,
     listener: Option<std::net::TcpListener>,
     identity: Arc<dyn airlock_proxy::ClientIdentity>,
     tier: &'static str,
@@ -195,11 +210,24 @@ struct Started {
     capture: Option<Result<crate::linux::capture::Received, String>>,
 }
 
-/// Start the sandbox. Runs on the main thread: on Linux the helper's
-/// parent-death signal follows the spawning thread.
+/// Waits for the process `Started::pid` names.
+type Waiter = Box<dyn FnOnce() -> std::io::Result<std::process::ExitStatus> + Send>;
+
+/// A sandbox being built: its plan sent (Linux), while airlock readies its
+/// own side; `finish` then takes what the sandbox sends back.
 #[cfg(target_os = "linux")]
-fn start(plan: &plan::Plan, early: Early) -> Result<Started> {
-    use crate::linux::{attribution::SandboxProcesses, Sandbox};
+struct Pending {
+    begun: crate::linux::Begun,
+    listener: Option<std::net::TcpListener>,
+    degraded: bool,
+}
+
+/// Decide the tier and send the plan (with what that decision adds to
+/// it). Runs on the main thread: on Linux the helper's parent-death
+/// signal follows the spawning thread.
+#[cfg(target_os = "linux")]
+fn begin(plan: &mut plan::Plan, early: Early) -> Result<Pending> {
+    use crate::linux::{Ahead, Sandbox, Spawned};
     if crate::doctor::is_wsl1() {
         bail!("WSL1 has no namespaces and no Landlock; airlock needs WSL2 (wsl --set-version <distro> 2)");
     }
@@ -211,7 +239,6 @@ fn start(plan: &plan::Plan, early: Early) -> Result<Started> {
         bail!("AIRLOCK_FORCE_TIER=degraded needs --allow-degraded");
     }
     let degraded = plan.allow_degraded && (forced || crate::doctor::probe_userns().is_err());
-    let mut plan = plan.clone();
     let mut listener = None;
     if degraded {
         let port = match plan.net {
@@ -242,16 +269,46 @@ fn start(plan: &plan::Plan, early: Early) -> Result<Started> {
         );
         plan.degraded = Some(port);
     }
-    let mut sandbox = match early {
-        Some(spawned) => Sandbox::start_spawned(&plan, spawned)?,
-        None => Sandbox::start(&plan)?,
+    let wanted = match degraded {
+        true => Ahead::Nothing,
+        false => Ahead::Namespaces {
+            net: plan.net != Net::Host,
+        },
     };
+    // A helper that built something else ahead (the policy asked for the
+    // host's network) is replaced.
+    let spawned = match early.filter(|s| s.fits(wanted)) {
+        Some(s) => s,
+        None => Spawned::early(wanted)?,
+    };
+    Ok(Pending {
+        begun: Sandbox::begin(plan, spawned)?,
+        listener,
+        degraded,
+    })
+}
+
+/// Take the sandbox's descriptors and start serving its connect() calls.
+#[cfg(target_os = "linux")]
+fn finish(pending: Pending, plan: &plan::Plan) -> Result<Started> {
+    use crate::linux::attribution::SandboxProcesses;
+    let Pending {
+        begun,
+        listener,
+        degraded,
+    } = pending;
+    let mut sandbox = begun.finish(plan)?;
     let capture = sandbox.capture.take();
-    let (child, fd, channel) = sandbox.into_parts();
+    let (mut child, fd, channel) = sandbox.into_parts();
     let channel = Arc::new(channel);
     let anchor = child.id();
     Ok(Started {
-        child,
+        pid: anchor,
+        waiter: Box::new(move || child.wait()),
+        go: {
+            let channel = channel.clone();
+            Box::new(move || channel.go())
+        },
         listener: listener.or(fd.map(std::net::TcpListener::from)),
         identity: Arc::new(SandboxProcesses { anchor }),
         tier: if degraded {
@@ -282,8 +339,12 @@ fn start(plan: &plan::Plan, early: Early) -> Result<Started> {
 }
 
 #[cfg(target_os = "macos")]
-fn start(plan: &plan::Plan, _: Early) -> Result<Started> {
-    let mut plan = plan.clone();
+struct Pending {
+    listener: Option<std::net::TcpListener>,
+}
+
+#[cfg(target_os = "macos")]
+fn begin(plan: &mut plan::Plan, _: Early) -> Result<Pending> {
     // The proxy listens on a random loopback port in the supervisor.
     let listener = match plan.net {
         Net::Proxy => {
@@ -294,14 +355,24 @@ fn start(plan: &plan::Plan, _: Early) -> Result<Started> {
         }
         _ => None,
     };
+    Ok(Pending { listener })
+}
+
+/// sandbox-exec starts the command at once: only now, with airlock's side ready.
+#[cfg(target_os = "macos")]
+fn finish(pending: Pending, plan: &plan::Plan) -> Result<Started> {
+    let listener = pending.listener;
     let port = listener
         .as_ref()
         .and_then(|l| l.local_addr().ok())
         .map(|a| a.port());
-    let running = crate::macos::start(&plan, port)?;
+    let running = crate::macos::start(plan, port)?;
     let finish = running.finisher();
+    let mut child = running.child;
     Ok(Started {
-        child: running.child,
+        pid: child.id(),
+        waiter: Box::new(move || child.wait()),
+        go: Box::new(|| Ok(())),
         listener,
         identity: Arc::new(airlock_proxy::SourceAddressOnly),
         tier: "macos-seatbelt",
@@ -313,7 +384,15 @@ fn start(plan: &plan::Plan, _: Early) -> Result<Started> {
 }
 
 #[cfg(not(any(target_os = "linux", target_os = "macos")))]
-fn start(_: &plan::Plan, _: Early) -> Result<Started> {
+struct Pending;
+
+#[cfg(not(any(target_os = "linux", target_os = "macos")))]
+fn begin(_: &mut plan::Plan, _: Early) -> Result<Pending> {
+    bail!("airlock run is not available on this platform; it never runs a command unsandboxed")
+}
+
+#[cfg(not(any(target_os = "linux", target_os = "macos")))]
+fn finish(_: Pending, _: &plan::Plan) -> Result<Started> {
     bail!("airlock run is not available on this platform; it never runs a command unsandboxed")
 }
 
@@ -342,6 +421,23 @@ fn run_platform(
     if let Some(b) = &bundle {
         plan.env.extend(b.env());
     }
+    // airlock's own approval socket is never the sandbox's to reach, even
+    // listed in unix_sockets: it would answer its own questions. By path
+    // now (it is bound later), by inode once it is.
+    let ask_socket = args
+        .policy
+        .ask
+        .as_deref()
+        .and_then(|a| a.strip_prefix("socket:"))
+        .map(std::path::PathBuf::from);
+    if let Some(ask) = &ask_socket {
+        let own = same_place(ask);
+        withhold_socket(&mut plan, |p| own.is_some() && same_place(p) == own);
+    }
+    // The sandbox is built from here on, while airlock gets its own side
+    // ready; the command waits for `go`.
+    let pending = begin(&mut plan, early)?;
+    tracing::debug!(elapsed = ?started.elapsed(), "plan sent");
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -357,27 +453,11 @@ fn run_platform(
         None => crate::approve::approver_in(&runtime, args.policy.ask.as_deref(), &policy)?,
     };
     tracing::debug!(elapsed = ?started.elapsed(), "runtime and approver ready");
-    // airlock's own approval socket is never the sandbox's to reach, even
-    // listed in unix_sockets: it would answer its own questions.
-    if let Some(ask) = args
-        .policy
-        .ask
-        .as_deref()
-        .and_then(|a| a.strip_prefix("socket:"))
-    {
+    if let Some(own) = ask_socket.and_then(|a| std::fs::metadata(a).ok()) {
         use std::os::unix::fs::MetadataExt;
-        if let Ok(own) = std::fs::metadata(ask) {
-            plan.unix_sockets.retain(|p| {
-                let same = std::fs::metadata(p).is_ok_and(|m| m.dev() == own.dev() && m.ino() == own.ino());
-                if same {
-                    eprintln!(
-                        "airlock: warning: unix_sockets lists airlock's own approval socket ({}); it stays out of the sandbox",
-                        crate::sources::shown(p)
-                    );
-                }
-                !same
-            });
-        }
+        withhold_socket(&mut plan, |p| {
+            std::fs::metadata(p).is_ok_and(|m| m.dev() == own.dev() && m.ino() == own.ino())
+        });
     }
     // The protected set as it is before the sandbox can touch it.
     let snapshot = crate::integrity::snapshot::take(&plan.protected);
@@ -391,8 +471,7 @@ fn run_platform(
     #[cfg(target_os = "linux")]
     let watch = crate::integrity::watch::start(&plan.protected, killer.clone());
     tracing::debug!(elapsed = ?started.elapsed(), paths = plan.protected.len(), "protected set recorded");
-    // Spawned from this (main) thread: see `start`.
-    let sandbox = match start(&plan, early) {
+    let sandbox = match finish(pending, &plan) {
         Ok(s) => s,
         Err(e) => {
             // Nothing ran: there is nothing to check.
@@ -401,17 +480,18 @@ fn run_platform(
         }
     };
     tracing::debug!(elapsed = ?started.elapsed(), "sandbox started");
-    crate::approve::sandbox::watch(sandbox.child.id());
-    let interrupted = on_termination(
-        &runtime,
-        sandbox.child.id() as libc::pid_t,
-        sandbox.teardown,
-    )?;
+    crate::approve::sandbox::watch(sandbox.pid);
+    let interrupted = on_termination(&runtime, sandbox.pid as libc::pid_t, sandbox.teardown)?;
     #[cfg(target_os = "linux")]
     let _ = killer.set(crate::integrity::watch::Killer::of(
-        sandbox.child.id() as libc::pid_t,
+        sandbox.pid as libc::pid_t,
         sandbox.teardown,
     ));
+    // Everything that must see the command from its first instruction is
+    // in place.
+    if let Err(e) = (sandbox.go)() {
+        tracing::warn!("the sandbox went before its command started: {e:#}");
+    }
     if let Some(a) = &audit {
         crate::run_audit::begin(a, args, workspace, sandbox.tier);
     }
@@ -443,7 +523,13 @@ fn run_platform(
     #[cfg(target_os = "linux")]
     crate::linux::capture::serve(&runtime, &engine, sandbox.capture);
 
-    let status = wait(sandbox.child, timeout, sandbox.teardown, &*sandbox.status);
+    let status = wait(
+        sandbox.pid,
+        sandbox.waiter,
+        timeout,
+        sandbox.teardown,
+        &*sandbox.status,
+    );
     tracing::debug!(elapsed = ?started.elapsed(), "sandbox helper reaped");
     (sandbox.finish)();
     let mut status = status?;
@@ -568,7 +654,8 @@ fn run_platform(
 
 /// The sandbox's exit code, or `None` when the timeout killed it.
 fn wait(
-    child: std::process::Child,
+    pid: u32,
+    waiter: Waiter,
     timeout: Option<Duration>,
     teardown: libc::c_int,
     early_status: &dyn Fn() -> Option<i32>,
@@ -579,21 +666,20 @@ fn wait(
             .code()
             .unwrap_or_else(|| 128 + status.signal().unwrap_or(0))
     };
-    let mut child = child;
     let Some(timeout) = timeout else {
         // The common case: no timer, so no waiter thread either. The helper
         // is left to finish tearing the namespaces down (and is reaped by
         // whoever inherits it when we exit).
         if let Some(code) = early_status() {
-            drop(child);
+            drop(waiter);
             return Ok(Some(code));
         }
-        return Ok(Some(code(child.wait().context("waiting for the sandbox")?)));
+        return Ok(Some(code(waiter().context("waiting for the sandbox")?)));
     };
-    let pid = child.id() as libc::pid_t;
+    let pid = pid as libc::pid_t;
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
-        let _ = tx.send(child.wait());
+        let _ = tx.send(waiter());
     });
     let status = match rx.recv_timeout(timeout) {
         Ok(s) => s,
@@ -620,6 +706,28 @@ fn wait(
     }
     .context("waiting for the sandbox")?;
     Ok(Some(code(status)))
+}
+
+/// The file a path names, as a comparable place: the parent resolved,
+/// the name kept (a socket not bound yet has no inode to compare).
+fn same_place(p: &std::path::Path) -> Option<std::path::PathBuf> {
+    let abs = std::path::absolute(p).ok()?;
+    let parent = std::fs::canonicalize(abs.parent()?).ok()?;
+    Some(parent.join(abs.file_name()?))
+}
+
+/// Drop from `unix_sockets` what `is_own` says is airlock's approval socket.
+fn withhold_socket(plan: &mut plan::Plan, is_own: impl Fn(&std::path::Path) -> bool) {
+    plan.unix_sockets.retain(|p| {
+        let own = is_own(p);
+        if own {
+            eprintln!(
+                "airlock: warning: unix_sockets lists airlock's own approval socket ({}); it stays out of the sandbox",
+                crate::sources::shown(p)
+            );
+        }
+        !own
+    });
 }
 
 /// What a termination signal to airlock did: which signal, and the

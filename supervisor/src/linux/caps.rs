@@ -101,3 +101,16 @@ pub fn die_with_parent(parent: libc::pid_t) -> Result<()> {
     }
     Ok(())
 }
+
+/// No core dumps, and /proc/<pid> of this process closed to every process
+/// without CAP_SYS_PTRACE over the host: the sandbox's init holds what the
+/// command must not read. An exec (the command's) makes a process dumpable
+/// again.
+pub fn not_dumpable() -> Result<()> {
+    // SAFETY: prctl with integer arguments.
+    if unsafe { libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0) } != 0 {
+        return Err(std::io::Error::last_os_error())
+            .context("making the sandbox's init undumpable");
+    }
+    Ok(())
+}

@@ -289,6 +289,8 @@ fn sandbox_init(
     if unsafe { libc::getppid() } != watcher {
         return Ok(125);
     }
+    // As the full tier's PID 1: the command shares our Landlock domain.
+    caps::not_dumpable()?;
     subreaper()?;
     // No user namespace: RLIMIT_NPROC counts all the user's tasks on the
     // host, so the sandbox's share goes on top of what runs now (root is

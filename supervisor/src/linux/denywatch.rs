@@ -35,7 +35,7 @@
 //! name in a tight loop can win the race between the host's rename and
 //! the kill (microseconds). The run then still ends with exit 125.
 //!
-//! Lookups go through directory handles opened before `unshare`: the
+//! Lookups go through directory handles opened before PID 1's mounts: the
 //! helper shares the sandbox's mount namespace, where PID 1 mounts over
 //! the denied paths, so only those handles still see the host's names.
 
@@ -102,7 +102,8 @@ const MASK: AddWatchFlags = AddWatchFlags::IN_CREATE.union(AddWatchFlags::IN_MOV
 impl DenyWatch {
     /// Watch the ancestors of `names` (as configured) and of `deny_read`
     /// (resolved), with their resolved forms too. `None` when there is
-    /// nothing to watch. Call before `unshare`.
+    /// nothing to watch. Call before PID 1's mounts (in the host's mount
+    /// namespace, or a copy of it that nothing has mounted over yet).
     pub fn new(
         names: &[PathBuf],
         deny_read: &[PathBuf],

@@ -13,6 +13,8 @@ use nix::unistd::{fork, getgid, getuid, ForkResult, Pid};
 
 use super::denywatch::DenyWatch;
 use super::{caps, capture, init, landlock, limits, mounts, netns, seccomp, sockets};
+
+use super::Ahead;
 use crate::plan::{Net, Plan, SANDBOX_PROXY_PORT};
 
 /// Set by the supervisor at `-vv`: the helper logs its steps to stderr
@@ -20,16 +22,29 @@ use crate::plan::{Net, Plan, SANDBOX_PROXY_PORT};
 /// exec's it with the plan's).
 pub const DEBUG_ENV: &str = "AIRLOCK_HELPER_DEBUG";
 
-/// Entry point of `airlock __sandbox-helper <fd>`; never returns.
-pub fn main(fd: RawFd, supervisor: libc::pid_t) -> ! {
+/// Whether the helper logs its steps (`-vv`): told by [`DEBUG_ENV`] when
+/// re-executed, by the supervisor's own level when forked.
+static DEBUG: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+fn debug() -> bool {
+    DEBUG.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+/// Entry point of the helper (`airlock __sandbox-helper <fd> <pid>
+/// <ahead>`, or a fork of `run`); never returns.
+pub fn main(fd: RawFd, supervisor: libc::pid_t, ahead: Ahead) -> ! {
     if std::env::var_os(DEBUG_ENV).is_some() {
-        // No thread of its own: the helper stays single-threaded.
-        tracing_subscriber::fmt()
+        DEBUG.store(true, std::sync::atomic::Ordering::Relaxed);
+        // No thread of its own: the helper stays single-threaded. A fork
+        // of `run` keeps the supervisor's subscriber (and has no DEBUG_ENV).
+        let _ = tracing_subscriber::fmt()
             .with_max_level(tracing::Level::DEBUG)
             .with_writer(std::io::stderr)
             .with_target(false)
             .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-            .init();
+            .try_init();
+    } else if tracing::enabled!(tracing::Level::DEBUG) {
+        DEBUG.store(true, std::sync::atomic::Ordering::Relaxed);
     }
     // SAFETY: the supervisor passed us this end of its socketpair.
     let mut channel = unsafe { UnixStream::from_raw_fd(fd) };
@@ -38,7 +53,7 @@ pub fn main(fd: RawFd, supervisor: libc::pid_t) -> ! {
     // network namespace) goes now, before init exists to hold it (the
     // command could read init's descriptors through /proc/1/fd).
     close_inherited(fd);
-    let code = match build_and_run(&mut channel, supervisor) {
+    let code = match build_and_run(&mut channel, supervisor, ahead) {
         Ok(code) => code,
         Err(e) => {
             send_line(&mut channel, "error", &format!("{e:#}"));
@@ -95,51 +110,64 @@ fn write_id_maps(uid: u32, gid: u32) -> Result<()> {
     write("gid_map", format!("{gid} {gid} 1\n"))
 }
 
-fn build_and_run(channel: &mut UnixStream, supervisor: libc::pid_t) -> Result<i32> {
+/// Step 1: a new user (our ids mapped), mount, PID and IPC namespace, and
+/// a network namespace with loopback up unless the plan keeps the host's.
+fn namespaces(net: bool, uid: u32, gid: u32) -> Result<()> {
+    let mut flags = CloneFlags::CLONE_NEWUSER
+        | CloneFlags::CLONE_NEWNS
+        | CloneFlags::CLONE_NEWPID
+        | CloneFlags::CLONE_NEWIPC;
+    if net {
+        flags |= CloneFlags::CLONE_NEWNET;
+    }
+    unshare(flags).map_err(super::explain_unshare)?;
+    write_id_maps(uid, gid)?;
+    if net {
+        netns::loopback_up()?;
+    }
+    phase("namespaces");
+    Ok(())
+}
+
+fn build_and_run(channel: &mut UnixStream, supervisor: libc::pid_t, ahead: Ahead) -> Result<i32> {
     // While the supervisor still builds the plan: what does not depend on
     // it (the helper is started before the policy is read).
     let filters = seccomp::compile(false);
     // Before the network namespace hides them: the host's unix sockets.
     sockets::snapshot()?;
+    // Read before the user namespace exists (unmapped until its maps are
+    // written).
+    let (uid, gid) = (getuid().as_raw(), getgid().as_raw());
+    // The namespaces too, when the supervisor knows the plan will want
+    // them (the costliest step: the network namespace's devices and
+    // sysctls). Only paths are looked up in them before PID 1's mounts,
+    // as in the host: the mount namespace is a copy until then.
+    let early = match ahead {
+        Ahead::Namespaces { net } => Some(namespaces(net, uid, gid)),
+        Ahead::Nothing => None,
+    };
     let plan = read_plan(channel)?;
     phase("plan read");
     if let Some(proxy_port) = plan.degraded {
+        if early.is_some() {
+            anyhow::bail!("internal error: namespaces were created for a degraded-tier plan");
+        }
         return super::degraded::run(&plan, channel, proxy_port);
     }
     caps::die_with_parent(supervisor)?;
-    let (uid, gid) = (getuid().as_raw(), getgid().as_raw());
-    // In the host's view: the names a deny_read path could be moved,
-    // linked or made a link to during the run (denywatch.rs), and a pipe
-    // on which PID 1 says its Landlock ruleset is in force.
-    let deny = DenyWatch::new(&plan.deny_read_names, &plan.deny_read, &plan.write)?;
-    let armed = match deny {
-        Some(_) => Some(nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).context("pipe")?),
-        None => None,
-    };
-    phase("deny_read watched");
 
-    // 1. Namespaces: user (our ids mapped), mount, PID, IPC, and network
-    //    unless the user asked for the host's.
-    let mut flags = CloneFlags::CLONE_NEWUSER
-        | CloneFlags::CLONE_NEWNS
-        | CloneFlags::CLONE_NEWPID
-        | CloneFlags::CLONE_NEWIPC;
-    if plan.net != Net::Host {
-        flags |= CloneFlags::CLONE_NEWNET;
+    // 1. Namespaces, unless made ahead of the plan.
+    match early {
+        None => namespaces(plan.net != Net::Host, uid, gid)?,
+        Some(made) => made?,
     }
-    unshare(flags).map_err(super::explain_unshare)?;
-    phase("namespaces");
-    write_id_maps(uid, gid)?;
     // Where PID 1 cannot cap its namespace's pids (before Linux 6.14):
     // RLIMIT_NPROC, counted in the new user namespace from here on.
     if !plan.limits.pids_by_pid_max {
         limits::set_nproc(&plan.limits)?;
     }
 
-    // 2. Network: loopback up; the proxy listener goes to the supervisor.
-    if plan.net != Net::Host {
-        netns::loopback_up()?;
-    }
+    // 2. Network: the proxy listener goes to the supervisor.
     let mut captured = None;
     if plan.net == Net::Proxy {
         let listener = netns::bind_proxy_listener(SANDBOX_PROXY_PORT)?;
@@ -154,15 +182,23 @@ fn build_and_run(channel: &mut UnixStream, supervisor: libc::pid_t) -> Result<i3
     limits::wait_until_placed(channel)?;
     phase("cgroups placed");
 
+    // Steps 3 to 5 are shared with PID 1: it mounts, in a mount namespace
+    // of its own, while we look at the host's paths in ours (still a copy
+    // of the host's): the deny_read watch, then the Landlock rules for
+    // them, in a ruleset made now that PID 1 will restrict itself with.
+    // `ready` carries the rules left to PID 1, once ours are in.
+    let mut ruleset = landlock::create(plan.allow_degraded)?;
+    let (ready_r, ready_w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).context("pipe")?;
+    // On which PID 1 says when its ruleset is in force (denywatch.rs).
+    let (armed_r, armed_w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).context("pipe")?;
+
     // SAFETY: the helper is single-threaded.
     match unsafe { fork() }.context("starting the sandbox's init")? {
         ForkResult::Child => {
-            drop((captured, deny));
-            let armed = armed.map(|(r, w)| {
-                drop(r);
-                w
-            });
-            let code = match filters.and_then(|f| pid1(&plan, channel, gate, &f, armed)) {
+            drop((captured, ready_w, armed_r));
+            let code = match filters
+                .and_then(|f| pid1(&plan, channel, gate, &f, ruleset, ready_r, armed_w))
+            {
                 Ok(code) => code,
                 Err(e) => {
                     send_line(channel, "error", &format!("{e:#}"));
@@ -172,14 +208,33 @@ fn build_and_run(channel: &mut UnixStream, supervisor: libc::pid_t) -> Result<i3
             std::process::exit(code)
         }
         ForkResult::Parent { child } => {
+            drop((ready_r, armed_w));
             // PID 1 has the command's stdin, stdout and stderr; we let go
             // of ours, so that a caller reading airlock's output sees its
             // end without waiting for us to tear the namespaces down.
             release_stdio(false);
-            let armed = armed.map(|(r, w)| {
-                drop(w);
-                r
-            });
+            // The names a deny_read path could be moved, linked or made a
+            // link to during the run (denywatch.rs), watched before any
+            // rule binds an inode.
+            let deny = DenyWatch::new(&plan.deny_read_names, &plan.deny_read, &plan.write)?;
+            phase("deny_read watched");
+            let later = match ruleset.as_mut() {
+                Some(r) => r.add_host_rules(
+                    &plan.read,
+                    &plan.write,
+                    &plan.deny_read,
+                    &mounts::FRESH
+                        .iter()
+                        .map(std::path::PathBuf::from)
+                        .collect::<Vec<_>>(),
+                )?,
+                None => landlock::Later::default(),
+            };
+            drop(ruleset);
+            let body = serde_json::to_vec(&later).context("encoding the Landlock rules")?;
+            nix::unistd::write(&ready_w, &body).context("handing PID 1 its Landlock rules")?;
+            drop(ready_w);
+            phase("landlock rules for the host's paths");
             if let Some(c) = captured.take() {
                 let c = c.and_then(|c| capture::install(&c).map(|_| c));
                 capture::send(channel, &c)?;
@@ -190,7 +245,7 @@ fn build_and_run(channel: &mut UnixStream, supervisor: libc::pid_t) -> Result<i3
             // which the supervisor no longer waits for.
             let mut deny = deny;
             let (status, appeared) = match deny.as_mut() {
-                Some(deny) => wait_watching(child, deny, armed, channel),
+                Some(deny) => wait_watching(child, deny, Some(armed_r), channel),
                 None => (wait_init(child), false),
             };
             phase_now(channel, "init exited");
@@ -204,6 +259,12 @@ fn build_and_run(channel: &mut UnixStream, supervisor: libc::pid_t) -> Result<i3
                 Err(e) => return Err(e).context("waiting for the sandbox's init"),
             };
             let _ = channel.write_all(format!("status: {code}\n").as_bytes());
+            // What is left is our teardown (the namespaces, the watch):
+            // on idle CPU time only, so that it does not hold up the
+            // supervisor's own end on a machine with few cores.
+            let idle = libc::sched_param { sched_priority: 0 };
+            // SAFETY: lowering our own scheduling class; the struct is valid.
+            unsafe { libc::sched_setscheduler(0, libc::SCHED_IDLE, &idle) };
             // Nothing more to log: stderr goes too, so that even at `-vv` a
             // caller reading it is not held up by our teardown.
             release_stdio(true);
@@ -284,7 +345,7 @@ fn release_stdio(all: bool) {
     else {
         return;
     };
-    let debug = !all && std::env::var_os(DEBUG_ENV).is_some();
+    let debug = !all && debug();
     for fd in [0, 1, 2] {
         if fd == 2 && debug {
             continue;
@@ -300,16 +361,24 @@ fn pid1(
     channel: &mut UnixStream,
     gate: capture::Gate,
     filters: &seccomp::Filters,
-    armed: Option<OwnedFd>,
+    ruleset: Option<landlock::Shared>,
+    ready: OwnedFd,
+    armed: OwnedFd,
 ) -> Result<i32> {
     // Our parent (the helper) lives outside this PID namespace: it is pid 0 here.
     caps::die_with_parent(0)?;
+    // The command runs in our Landlock domain and could otherwise read our
+    // memory and environment through /proc/1 (a fork of the supervisor
+    // holds the caller's whole environment).
+    caps::not_dumpable()?;
     // The supervisor tells the sandbox's processes by this namespace; it
     // gets it from us rather than from /proc/<helper>, which is gone once
     // a quick command has finished.
     let pid_ns = std::fs::File::open("/proc/self/ns/pid").context("opening our PID namespace")?;
-    // 3. Mounts.
+    // 3. Mounts, in a mount namespace of our own: the helper's stays the
+    //    host's view, for its deny_read watch and Landlock rules.
     phase("init started");
+    unshare(CloneFlags::CLONE_NEWNS).context("creating the sandbox's mount namespace")?;
     mounts::setup(plan)?;
     if plan.limits.pids_by_pid_max {
         limits::set_pid_max(&plan.limits)?;
@@ -318,15 +387,18 @@ fn pid1(
     // 4. Lock down.
     caps::drop_all()?;
     caps::no_new_privs()?;
-    // 5. Landlock.
-    landlock::restrict(
-        &plan.read,
-        &plan.write,
-        &plan.deny_read,
-        plan.allow_degraded,
-    )?;
+    // 5. Landlock: the helper's rules, then ours.
+    let mut body = vec![];
+    std::fs::File::from(ready)
+        .read_to_end(&mut body)
+        .context("waiting for the helper's Landlock rules")?;
+    let later: landlock::Later =
+        serde_json::from_slice(&body).context("the helper did not prepare the Landlock rules")?;
+    if let Some(r) = ruleset {
+        r.restrict(&later)?;
+    }
     // The helper's deny_read watch: inodes born from now on carry no rule.
-    let armed = armed.map(super::denywatch::arm);
+    let armed = super::denywatch::arm(armed);
     phase("capabilities dropped, landlock");
     // Capture is in place (or off) before the command can connect.
     gate.wait();
@@ -346,8 +418,8 @@ fn pid1(
     send_phases(channel);
     // 7. Init: the command must not inherit the channel.
     close_on_exec(channel)?;
-    if let Some(at) = armed.filter(|_| super::denywatch::settle_needed(plan)) {
-        super::denywatch::settle(at);
+    if super::denywatch::settle_needed(plan) {
+        super::denywatch::settle(armed);
     }
     init::run(plan, channel, init::Reap::Namespace)
 }

@@ -119,6 +119,10 @@ fn exec_command(plan: &Plan, channel: &mut UnixStream) -> ! {
     let err = (|| -> Result<()> {
         sigprocmask(SigmaskHow::SIG_SETMASK, Some(&SigSet::empty()), None)
             .context("restoring the signal mask")?;
+        // airlock ignores SIGPIPE (Rust's runtime does); the command gets
+        // the default, as from any shell (`yes | head -1` ends quietly).
+        // SAFETY: signal(2) on our own process, before exec.
+        unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
         // SAFETY: isatty, setpgid, tcsetpgrp and signal on our own process.
         unsafe {
             if libc::isatty(0) == 1 {
@@ -158,8 +162,24 @@ fn exit_code(status: WaitStatus) -> Option<i32> {
     }
 }
 
+/// Wait for the supervisor's word that its side is ready (its snapshot of
+/// the protected set, its signal handlers): the sandbox is built ahead of
+/// it, the command starts only then. Anything else (the supervisor gave
+/// up or died) ends the sandbox before the command ran.
+fn wait_for_go(channel: &mut UnixStream) -> Result<()> {
+    let mut byte = [0u8; 1];
+    loop {
+        match std::io::Read::read(channel, &mut byte) {
+            Ok(1) if byte == *b"1" => return Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            _ => anyhow::bail!("the supervisor did not start the command"),
+        }
+    }
+}
+
 /// Start the command and wait for it; returns its exit code.
 pub fn run(plan: &Plan, channel: &mut UnixStream, reap: Reap) -> Result<i32> {
+    wait_for_go(channel)?;
     let mask = block_signals()?;
     // SAFETY: init is single-threaded; the child only execs or _exits.
     let command = match unsafe { fork() }.context("starting the command")? {

@@ -12,8 +12,8 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
 use landlock::{
-    Access, AccessFs, AccessNet, BitFlags, NetPort, PathBeneath, PathFd, Ruleset, RulesetAttr,
-    RulesetCreatedAttr, RulesetStatus, Scope, ABI,
+    Access, AccessFs, AccessNet, BitFlags, Compatible, NetPort, PathBeneath, PathFd, Ruleset,
+    RulesetAttr, RulesetCreated, RulesetCreatedAttr, RulesetStatus, Scope, ABI,
 };
 
 /// The Landlock ABI the kernel offers: 0 when it has none (not built in, or
@@ -85,79 +85,169 @@ fn rule(path: &Path, access: landlock::BitFlags<AccessFs>) -> Option<PathBeneath
     }
 }
 
-/// The full tier's ruleset. `deny_read` is also carved out of the read
-/// roots here (see [`read_splits`]): the mounts of step 3 hide only what
-/// exists when the sandbox starts, and a mount goes away with the name it
-/// covers when the host replaces or removes it.
-pub fn restrict(
-    read: &[PathBuf],
-    write: &[PathBuf],
-    deny_read: &[PathBuf],
+/// The full tier's ruleset, filled by two processes: created by the
+/// helper before it forks PID 1 (both then hold it), the rules for the
+/// host's paths added by the helper while PID 1 mounts, the rules for what
+/// PID 1 mounts fresh (/tmp, /dev, /proc, /run) added by PID 1 after its
+/// mounts, which then restricts itself with it. `deny_read` is also carved
+/// out of the read roots here (see [`read_splits`]): the mounts of step 3
+/// hide only what exists when the sandbox starts, and a mount goes away
+/// with the name it covers when the host replaces or removes it.
+pub struct Shared {
+    created: RulesetCreated,
+    abi: ABI,
+    kernel: i32,
     allow_degraded: bool,
-) -> Result<()> {
+}
+
+/// The rules left to PID 1: paths at or under the file systems it mounts
+/// fresh, which only its view has.
+#[derive(Debug, Default, serde::Serialize, serde::Deserialize)]
+pub struct Later {
+    read: Vec<PathBuf>,
+    listable: Vec<PathBuf>,
+    write: Vec<PathBuf>,
+}
+
+/// Create the ruleset (`None`: no Landlock, accepted with `--allow-degraded`).
+pub fn create(allow_degraded: bool) -> Result<Option<Shared>> {
     let kernel = kernel_abi();
     let abi = abi_for(kernel);
     if abi == ABI::Unsupported {
         if allow_degraded {
             tracing::warn!("Landlock is unavailable; running without it (--allow-degraded)");
-            return Ok(());
+            return Ok(None);
         }
         bail!("this kernel has no Landlock (enable it with lsm=landlock,... on the kernel command line, Linux 5.13+), or pass --allow-degraded");
     }
-    let started = std::time::Instant::now();
-    let all = AccessFs::from_all(abi);
-    let read_access = AccessFs::from_read(abi);
-    let (read, listable) = carve(read, &read_splits(deny_read, write));
     let mut ruleset = Ruleset::default()
-        .handle_access(all)
+        .handle_access(AccessFs::from_all(abi))
         .context("Landlock: handling filesystem access")?;
     if abi >= ABI::V6 {
         ruleset = ruleset
             .scope(Scope::from_all(abi))
             .context("Landlock: scoping")?;
     }
-    let mut created = ruleset.create().context("Landlock: creating the ruleset")?;
-    for p in &read {
-        if let Some(r) = rule(p, access_for(p, read_access, abi)) {
+    let created = ruleset.create().context("Landlock: creating the ruleset")?;
+    Ok(Some(Shared {
+        created,
+        abi,
+        kernel,
+        allow_degraded,
+    }))
+}
+
+fn add(
+    created: RulesetCreated,
+    paths: &[PathBuf],
+    access: impl Fn(&Path) -> BitFlags<AccessFs>,
+    what: &str,
+) -> Result<RulesetCreated> {
+    let mut created = created;
+    for p in paths {
+        if let Some(r) = rule(p, access(p)) {
             created = created
                 .add_rule(r)
-                .with_context(|| format!("Landlock: read rule for {}", p.display()))?;
+                .with_context(|| format!("Landlock: {what} rule for {}", p.display()))?;
         }
     }
-    for p in &listable {
-        if let Some(r) = rule(p, AccessFs::ReadDir.into()) {
-            created = created
-                .add_rule(r)
-                .with_context(|| format!("Landlock: listing rule for {}", p.display()))?;
+    Ok(created)
+}
+
+impl Shared {
+    /// In the helper, in the host's view: the rules for every path not at
+    /// or under `fresh`; returns the others, for PID 1. A rule binds the
+    /// inode it names from now on: the deny_read watch must be in place.
+    pub fn add_host_rules(
+        &mut self,
+        read: &[PathBuf],
+        write: &[PathBuf],
+        deny_read: &[PathBuf],
+        fresh: &[PathBuf],
+    ) -> Result<Later> {
+        let started = std::time::Instant::now();
+        let abi = self.abi;
+        let (read, listable) = carve(read, &read_splits(deny_read, write));
+        let under_fresh = |p: &PathBuf| fresh.iter().any(|f| p.starts_with(f));
+        let part = |v: Vec<PathBuf>| -> (Vec<PathBuf>, Vec<PathBuf>) {
+            v.into_iter().partition(under_fresh)
+        };
+        let (later_read, read) = part(read);
+        let (later_listable, listable) = part(listable);
+        let (later_write, write) = part(write.to_vec());
+        // Rules are built for this kernel's ABI: none may be cut down.
+        let mut created = self.created.try_clone().context("Landlock: the ruleset")?;
+        if !self.allow_degraded {
+            created = created.set_compatibility(landlock::CompatLevel::HardRequirement);
         }
+        let created = add(
+            created,
+            &read,
+            |p| access_for(p, AccessFs::from_read(abi), abi),
+            "read",
+        )?;
+        let created = add(created, &listable, |_| AccessFs::ReadDir.into(), "listing")?;
+        add(
+            created,
+            &write,
+            |p| access_for(p, AccessFs::from_all(abi), abi),
+            "write",
+        )?;
+        tracing::debug!(
+            read = read.len(),
+            listable = listable.len(),
+            write = write.len(),
+            elapsed = ?started.elapsed(),
+            "Landlock rules for the host's paths added"
+        );
+        Ok(Later {
+            read: later_read,
+            listable: later_listable,
+            write: later_write,
+        })
     }
-    let writable = write
-        .iter()
-        .map(PathBuf::as_path)
-        .chain([Path::new("/tmp"), Path::new("/dev")]);
-    for p in writable {
-        if let Some(r) = rule(p, access_for(p, all, abi)) {
-            created = created
-                .add_rule(r)
-                .with_context(|| format!("Landlock: write rule for {}", p.display()))?;
+
+    /// In PID 1, after its mounts: the rules for what it mounted fresh,
+    /// the private /tmp and /dev writable, then restrict itself.
+    pub fn restrict(self, later: &Later) -> Result<()> {
+        let Shared {
+            created,
+            abi,
+            kernel,
+            allow_degraded,
+        } = self;
+        let all = AccessFs::from_all(abi);
+        let read_access = AccessFs::from_read(abi);
+        let created = add(
+            created,
+            &later.read,
+            |p| access_for(p, read_access, abi),
+            "read",
+        )?;
+        let created = add(
+            created,
+            &later.listable,
+            |_| AccessFs::ReadDir.into(),
+            "listing",
+        )?;
+        let writable: Vec<PathBuf> = later
+            .write
+            .iter()
+            .cloned()
+            .chain([PathBuf::from("/tmp"), PathBuf::from("/dev")])
+            .collect();
+        let created = add(created, &writable, |p| access_for(p, all, abi), "write")?;
+        let status = created
+            .restrict_self()
+            .context("Landlock: restricting the sandbox")?;
+        match status.ruleset {
+            RulesetStatus::FullyEnforced => Ok(()),
+            other if allow_degraded => {
+                tracing::warn!("Landlock ruleset {other:?} (kernel ABI {kernel}); continuing with --allow-degraded");
+                Ok(())
+            }
+            other => bail!("Landlock ruleset {other:?} on kernel ABI {kernel}; refusing (pass --allow-degraded to accept)"),
         }
-    }
-    let status = created
-        .restrict_self()
-        .context("Landlock: restricting the sandbox")?;
-    tracing::debug!(
-        read = read.len(),
-        listable = listable.len(),
-        elapsed = ?started.elapsed(),
-        "Landlock ruleset in force"
-    );
-    match status.ruleset {
-        RulesetStatus::FullyEnforced => Ok(()),
-        other if allow_degraded => {
-            tracing::warn!("Landlock ruleset {other:?} (kernel ABI {kernel}); continuing with --allow-degraded");
-            Ok(())
-        }
-        other => bail!("Landlock ruleset {other:?} on kernel ABI {kernel}; refusing (pass --allow-degraded to accept)"),
     }
 }
 

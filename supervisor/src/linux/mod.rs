@@ -19,7 +19,7 @@ pub mod unixconnect;
 pub mod workers;
 
 use std::io::{BufRead, BufReader, Write};
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, IntoRawFd, OwnedFd};
 use std::os::unix::net::UnixStream;
 use std::process::{Child, Command, Stdio};
 
@@ -47,10 +47,80 @@ pub fn explain_unshare(e: nix::errno::Errno) -> anyhow::Error {
     anyhow::anyhow!("cannot create namespaces ({e}): {why}")
 }
 
+/// The helper process: re-executed (`Spawned::spawn`), or forked from
+/// the supervisor while it still has a single thread (`Spawned::early`).
+pub enum Helper {
+    Exec(Child),
+    Fork(libc::pid_t),
+}
+
+impl Helper {
+    pub fn id(&self) -> u32 {
+        match self {
+            Helper::Exec(c) => c.id(),
+            Helper::Fork(pid) => *pid as u32,
+        }
+    }
+
+    pub fn wait(&mut self) -> std::io::Result<std::process::ExitStatus> {
+        use std::os::unix::process::ExitStatusExt;
+        match self {
+            Helper::Exec(c) => c.wait(),
+            Helper::Fork(pid) => loop {
+                let mut status = 0;
+                // SAFETY: waitpid on our own child, into a local.
+                if unsafe { libc::waitpid(*pid, &mut status, 0) } == *pid {
+                    return Ok(std::process::ExitStatus::from_raw(status));
+                }
+                let e = std::io::Error::last_os_error();
+                if e.kind() != std::io::ErrorKind::Interrupted {
+                    return Err(e);
+                }
+            },
+        }
+    }
+
+    fn kill(&mut self) {
+        match self {
+            Helper::Exec(c) => {
+                let _ = c.kill();
+            }
+            // SAFETY: kill(2) on our own, unreaped child.
+            Helper::Fork(pid) => unsafe {
+                libc::kill(*pid, libc::SIGKILL);
+            },
+        }
+    }
+
+    pub fn try_wait(&mut self) -> std::io::Result<Option<std::process::ExitStatus>> {
+        use std::os::unix::process::ExitStatusExt;
+        match self {
+            Helper::Exec(c) => c.try_wait(),
+            Helper::Fork(pid) => {
+                let mut status = 0;
+                // SAFETY: waitpid on our own child, into a local.
+                match unsafe { libc::waitpid(*pid, &mut status, libc::WNOHANG) } {
+                    0 => Ok(None),
+                    -1 => Err(std::io::Error::last_os_error()),
+                    _ => Ok(Some(std::process::ExitStatus::from_raw(status))),
+                }
+            }
+        }
+    }
+
+    /// The helper's stdout, when it was started with a pipe there.
+    pub fn take_stdout(&mut self) -> Option<std::process::ChildStdout> {
+        match self {
+            Helper::Exec(c) => c.stdout.take(),
+            Helper::Fork(_) => None,
+        }
+    }
+}
+
 /// A started sandbox: the helper process, the proxy listener (for
 /// `--network proxy`), and the helper's error channel.
 pub struct Sandbox {
-    pub child: Child,
+    pub child: Helper,
     pub listener: Option<OwnedFd>,
     /// Transparent capture's sockets (SPEC §5.5), or why it is off.
     pub capture: Option<std::result::Result<capture::Received, String>>,
@@ -58,20 +128,28 @@ pub struct Sandbox {
     cgroups: limits::Cgroup,
 }
 
+/// A helper that has its plan and is building the sandbox, while the
+/// supervisor gets its side ready (`Sandbox::begin`, then `finish`).
+pub struct Begun {
+    spawned: Spawned,
+    channel: UnixStream,
+    cgroups: limits::Cgroup,
+    degraded: bool,
+    net: Net,
+}
+
 impl Sandbox {
-    /// Start the helper. Call from the main thread: the helper's
-    /// parent-death signal follows the thread that spawned it.
-    pub fn start(plan: &Plan) -> Result<Sandbox> {
-        Self::start_with(plan, [Stdio::inherit(), Stdio::inherit(), Stdio::inherit()])
-    }
-
-    /// Start the helper with the command's stdin, stdout and stderr given.
+    /// Start the helper with the command's stdin, stdout and stderr given,
+    /// and let the command run as soon as the sandbox is built.
     pub fn start_with(plan: &Plan, stdio: [Stdio; 3]) -> Result<Sandbox> {
-        Self::start_spawned(plan, Spawned::spawn(stdio)?)
+        let sandbox = Self::begin(plan, Spawned::spawn(stdio)?)?.finish(plan)?;
+        sandbox.go()?;
+        Ok(sandbox)
     }
 
-    /// Hand the plan to a helper started earlier.
-    pub fn start_spawned(plan: &Plan, mut spawned: Spawned) -> Result<Sandbox> {
+    /// Hand the plan to a helper started earlier; it builds the sandbox
+    /// while the caller prepares its own side, then [`Begun::finish`].
+    pub fn begin(plan: &Plan, mut spawned: Spawned) -> Result<Begun> {
         // `spawned` keeps the child until the end: on an error, dropping it
         // kills the helper.
         let (Some(pid), Some(mut channel)) = (
@@ -80,6 +158,12 @@ impl Sandbox {
         ) else {
             anyhow::bail!("the sandbox helper was already used");
         };
+        // What the helper did ahead of its plan must be what the plan asks.
+        if let Ahead::Namespaces { net } = spawned.ahead {
+            if plan.degraded.is_some() || net != (plan.net != Net::Host) {
+                anyhow::bail!("internal error: the sandbox helper was started for another plan");
+            }
+        }
         // A limit that cannot be enforced stops the run before anything starts.
         if plan.degraded.is_none() {
             unixconnect::check_ptrace()?;
@@ -101,41 +185,27 @@ impl Sandbox {
         let placed = cgroups.add(pid);
         let _ = channel.write_all(if placed.is_ok() { b"1" } else { b"0" });
         placed?;
-        // The degraded tier's proxy listener is the supervisor's own.
-        let listener = if plan.net == Net::Proxy && plan.degraded.is_none() {
-            Some(recv_or_error(&channel)?)
-        } else {
-            None
-        };
-        let capture = match listener {
-            Some(_) => Some(capture::recv(&channel)?),
-            None => None,
-        };
-        // The full tier's PID 1 sends the connect() listener last: from then
-        // on the sandbox's connects are decided here (unixconnect.rs).
-        if plan.degraded.is_none() {
-            let fd = recv_or_error(&channel)?;
-            let diag = recv_or_error(&channel)?;
-            let pid_ns = recv_or_error(&channel)?;
-            // On an error its connects would fail (the listener is gone):
-            // it is stopped.
-            unixconnect::serve(plan, fd, diag, &pid_ns)?;
-        }
-        let Some(child) = spawned.child.take() else {
-            anyhow::bail!("the sandbox helper was already used");
-        };
-        Ok(Sandbox {
-            child,
-            listener,
-            capture,
+        Ok(Begun {
+            spawned,
             channel,
             cgroups,
+            degraded: plan.degraded.is_some(),
+            net: plan.net,
         })
+    }
+
+    /// Let the command start: PID 1 has built everything and waits for
+    /// this byte, so that the supervisor's own side (its snapshot of the
+    /// protected set, its signal handlers) is in place first.
+    pub fn go(&self) -> Result<()> {
+        (&self.channel)
+            .write_all(b"1")
+            .context("starting the sandboxed command")
     }
 
     /// Split off the channel, for reading messages after the helper is
     /// waited on; the cgroups go when the channel is dropped.
-    pub fn into_parts(self) -> (Child, Option<OwnedFd>, Channel) {
+    pub fn into_parts(self) -> (Helper, Option<OwnedFd>, Channel) {
         (
             self.child,
             self.listener,
@@ -144,18 +214,90 @@ impl Sandbox {
     }
 }
 
+impl Begun {
+    /// Take the helper's descriptors as it sends them. `plan` is the one
+    /// begun with, less what the supervisor has since withheld (its own
+    /// approval socket, bound meanwhile, from `unix_sockets`).
+    pub fn finish(mut self, plan: &Plan) -> Result<Sandbox> {
+        let channel = &self.channel;
+        // The degraded tier's proxy listener is the supervisor's own.
+        let listener = if self.net == Net::Proxy && !self.degraded {
+            Some(recv_or_error(channel)?)
+        } else {
+            None
+        };
+        let capture = match listener {
+            Some(_) => Some(capture::recv(channel)?),
+            None => None,
+        };
+        // The full tier's PID 1 sends the connect() listener last: from then
+        // on the sandbox's connects are decided here (unixconnect.rs).
+        if !self.degraded {
+            let fd = recv_or_error(channel)?;
+            let diag = recv_or_error(channel)?;
+            let pid_ns = recv_or_error(channel)?;
+            // On an error its connects would fail (the listener is gone):
+            // it is stopped.
+            unixconnect::serve(plan, fd, diag, &pid_ns)?;
+        }
+        let Some(child) = self.spawned.child.take() else {
+            anyhow::bail!("the sandbox helper was already used");
+        };
+        Ok(Sandbox {
+            child,
+            listener,
+            capture,
+            channel: self.channel,
+            cgroups: self.cgroups,
+        })
+    }
+}
+
+/// What the helper may build before its plan arrives.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Ahead {
+    /// Nothing: the plan decides (it may ask for the degraded tier).
+    Nothing,
+    /// The namespaces, with a network namespace when `net`.
+    Namespaces { net: bool },
+}
+
+impl Ahead {
+    fn arg(self) -> &'static str {
+        match self {
+            Ahead::Nothing => "-",
+            Ahead::Namespaces { net: true } => "ns",
+            Ahead::Namespaces { net: false } => "ns-host",
+        }
+    }
+
+    pub fn from_arg(arg: Option<&str>) -> Ahead {
+        match arg {
+            Some("ns") => Ahead::Namespaces { net: true },
+            Some("ns-host") => Ahead::Namespaces { net: false },
+            _ => Ahead::Nothing,
+        }
+    }
+}
+
 /// A helper started ahead of its plan (`run` starts it first thing), so
-/// that its exec overlaps the supervisor's own preparation. Unused, it is
+/// that its start overlaps the supervisor's own preparation. Unused, it is
 /// killed.
 pub struct Spawned {
-    child: Option<Child>,
+    child: Option<Helper>,
     channel: Option<UnixStream>,
+    ahead: Ahead,
 }
 
 impl Spawned {
-    /// Start the helper. Call from the main thread: the helper's
-    /// parent-death signal follows the thread that spawned it.
+    /// Start the helper by re-executing airlock. Call from the main
+    /// thread: the helper's parent-death signal follows the thread that
+    /// spawned it.
     pub fn spawn(stdio: [Stdio; 3]) -> Result<Spawned> {
+        Self::exec(stdio, Ahead::Nothing)
+    }
+
+    fn exec(stdio: [Stdio; 3], ahead: Ahead) -> Result<Spawned> {
         let [stdin, stdout, stderr] = stdio;
         let (ours, theirs) = UnixStream::pair().context("creating the sandbox channel")?;
         // The helper must inherit its end; nothing else is spawned meanwhile.
@@ -170,6 +312,7 @@ impl Spawned {
             .arg(HELPER_ARG)
             .arg(fd.to_string())
             .arg(std::process::id().to_string())
+            .arg(ahead.arg())
             .env_clear()
             // `-vv`: the helper reports the cost of its steps too.
             .envs(tracing::enabled!(tracing::Level::DEBUG).then_some((helper::DEBUG_ENV, "1")))
@@ -180,16 +323,63 @@ impl Spawned {
             .context("starting the sandbox helper")?;
         drop(theirs);
         Ok(Spawned {
-            child: Some(child),
+            child: Some(Helper::Exec(child)),
             channel: Some(ours),
+            ahead,
         })
     }
+
+    /// Start the helper for `airlock run`, with the caller's stdin, stdout
+    /// and stderr, building `ahead` before its plan comes. While this
+    /// process has a single thread (the start of `run`), it is a fork:
+    /// nothing else can hold a lock, so the child is as clean as a fresh
+    /// exec and a millisecond sooner (the exec of this binary, its loader
+    /// and relocations). Otherwise it is re-executed.
+    pub fn early(ahead: Ahead) -> Result<Spawned> {
+        if !single_threaded() {
+            return Self::exec(
+                [Stdio::inherit(), Stdio::inherit(), Stdio::inherit()],
+                ahead,
+            );
+        }
+        let (ours, theirs) = UnixStream::pair().context("creating the sandbox channel")?;
+        let supervisor = std::process::id() as libc::pid_t;
+        // SAFETY: this process has one thread (checked above), so the child
+        // inherits no lock another thread held; it runs the helper, which
+        // never returns (it exits).
+        match unsafe { libc::fork() } {
+            -1 => Err(std::io::Error::last_os_error()).context("starting the sandbox helper"),
+            0 => {
+                drop(ours);
+                helper::main(theirs.into_raw_fd(), supervisor, ahead)
+            }
+            pid => Ok(Spawned {
+                child: Some(Helper::Fork(pid)),
+                channel: Some(ours),
+                ahead,
+            }),
+        }
+    }
+}
+
+impl Spawned {
+    /// Whether this helper can take a plan that wants `wanted` built: what
+    /// it built ahead must be that (nothing built ahead always fits).
+    pub fn fits(&self, wanted: Ahead) -> bool {
+        self.ahead == Ahead::Nothing || self.ahead == wanted
+    }
+}
+
+/// Whether this process has one thread (from /proc: a thread started by
+/// a library leaves no other trace).
+fn single_threaded() -> bool {
+    std::fs::read_dir("/proc/self/task").is_ok_and(|d| d.count() == 1)
 }
 
 impl Drop for Spawned {
     fn drop(&mut self) {
         if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
+            c.kill();
             let _ = c.wait();
         }
     }
@@ -253,6 +443,13 @@ impl Channel {
             held.extend(rest.lines().map(str::to_string));
         }
         status
+    }
+
+    /// See [`Sandbox::go`].
+    pub fn go(&self) -> Result<()> {
+        (&self.0)
+            .write_all(b"1")
+            .context("starting the sandboxed command")
     }
 
     pub fn messages(&self) -> Vec<String> {

@@ -16,6 +16,11 @@ use nix::sys::statvfs::{statvfs, FsFlags};
 
 use crate::plan::Plan;
 
+/// Where PID 1 mounts a file system of its own (tmpfs, proc, devpts): a
+/// path at or under one names a different inode in the sandbox than in
+/// the host, so its Landlock rule is made after the mounts (landlock.rs).
+pub const FRESH: &[&str] = &["/tmp", "/run", "/var/run", "/dev", "/proc"];
+
 /// Device nodes the sandbox gets from the host.
 const DEVICES: &[&str] = &["null", "zero", "full", "random", "urandom", "tty"];
 
