@@ -29,6 +29,7 @@ mod prepare;
 mod probe;
 mod proxy_cmd;
 mod report;
+mod resolve;
 mod run_audit;
 mod run_cmd;
 mod seatbelt;

@@ -165,7 +165,7 @@ pub(crate) fn absolute_glob(raw: &str, home: &Path, workspace: &Path) -> String 
 
 /// Follow symlinks where the path exists, so a mount covers the real target.
 fn real(p: PathBuf) -> PathBuf {
-    std::fs::canonicalize(&p).unwrap_or(p)
+    crate::resolve::canonical(&p).unwrap_or(p)
 }
 
 pub struct Options<'a> {

@@ -651,3 +651,35 @@ fn processes_of(uid: u32) -> usize {
             .count()
     })
 }
+
+/// The sandbox's PID 1 is a fork of airlock: what airlock was started with
+/// (its arguments, the caller's environment) must not be readable inside,
+/// through any process's /proc entries. The degraded tier shares the
+/// host's PID namespace, where airlock's own arguments are visible to the
+/// user's every process (a stated residual); its environment is not.
+#[test]
+fn the_callers_arguments_and_environment_do_not_cross() {
+    const ARG: &str = "argv-marker-7f3a.example";
+    const ENV: &str = "ENVIRONMENT-MARKER-91c2";
+    for tier in TIERS {
+        for user in users() {
+            let f = fixture();
+            let mut cmd = command(
+                &f,
+                tier,
+                user,
+                &["--allow", ARG],
+                "for p in /proc/[0-9]*; do cat $p/cmdline $p/environ 2>/dev/null; done | tr '\\0' ' '; \
+                 echo; echo neighbour",
+            );
+            cmd.env("CROSSING_MARKER_TOKEN", ENV);
+            let out = run(&mut cmd);
+            let ctx = format!("{tier:?} as_user={user}\n{}", show(&out));
+            assert!(!out.stdout.contains(ENV), "the caller's environment: {ctx}");
+            if tier == Tier::Full {
+                assert!(!out.stdout.contains(ARG), "airlock's arguments: {ctx}");
+            }
+            assert!(has_line(&out, "neighbour"), "{ctx}");
+        }
+    }
+}

@@ -326,3 +326,63 @@ fn on_overlayfs_a_moved_lower_file_or_directory_still_stops_the_run() {
     }
     assert!(fails.is_empty(), "{}", fails.join("\n\n"));
 }
+
+/// A link on the way to a `deny_read` path that the host re-points after
+/// airlock made its plan but before the watch started (a dotfile manager
+/// running while airlock starts): the new target is as unreadable as the
+/// old. The start is held open with a FIFO on `--upstream-ca`, read after
+/// the plan is made.
+#[test]
+fn a_link_repointed_while_airlock_starts_is_not_readable() {
+    for tier in TIERS {
+        for user in users() {
+            let f = Fixture::new_in(&base());
+            let _ = Command::new("chmod").arg("o+rx").arg(base()).status();
+            sh(&format!(
+                "cd {} && mkdir -p dotfiles/aws-old dotfiles/aws-new && echo old > dotfiles/aws-old/credentials \
+                 && echo {SECRET} > dotfiles/aws-new/credentials && ln -s dotfiles/aws-old .aws && chmod -R a+rX .",
+                f.home.display()
+            ));
+            let pki = airlock_tests::tls::TestPki::new(&f.home, &["origin.test"]);
+            let fifo = f.home.join("ca.fifo");
+            sh(&format!("mkfifo -m 0644 {}", fifo.display()));
+            let mut cmd = command(
+                &f,
+                tier,
+                user,
+                &[
+                    "--network",
+                    "none",
+                    "--inspect",
+                    "origin.test",
+                    "--upstream-ca",
+                    fifo.to_str().unwrap(),
+                ],
+                "cat ~/.aws/credentials; echo; echo ran-on",
+            );
+            let child = cmd
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .unwrap();
+            // airlock has made its plan and waits on the FIFO.
+            std::thread::sleep(Duration::from_millis(1500));
+            sh(&format!(
+                "cd {} && ln -sfn dotfiles/aws-new .aws",
+                f.home.display()
+            ));
+            std::fs::write(&fifo, std::fs::read(&pki.ca_pem).unwrap()).unwrap();
+            let out = child.wait_with_output().unwrap();
+            let (stdout, stderr) = (
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr),
+            );
+            let ctx = format!("{tier:?} as_user={user}\n--- stdout\n{stdout}--- stderr\n{stderr}");
+            assert!(
+                !stdout.contains(SECRET),
+                "read through the re-pointed link: {ctx}"
+            );
+            assert!(stdout.lines().any(|l| l == "ran-on"), "{ctx}");
+        }
+    }
+}

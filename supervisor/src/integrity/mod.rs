@@ -35,8 +35,22 @@ pub fn check(
     let mut changes = snap.changes();
     // This run's own journal, written by airlock after the snapshot it
     // holds (inside the protected set when HOME is a writable root).
-    let own = journal::path_of(run);
-    changes.retain(|c| own.as_deref() != Some(c.root.join(&c.rel).as_path()));
+    // The protected set holds resolved paths: HOME reached through a link
+    // names the journal differently (its directory is airlock's own,
+    // read-only to the sandbox, so resolving it now is resolving it then).
+    let own: Vec<PathBuf> = journal::path_of(run)
+        .into_iter()
+        .flat_map(|p| {
+            let real = p
+                .parent()
+                .and_then(|d| std::fs::canonicalize(d).ok())
+                .zip(p.file_name())
+                .map(|(d, n)| d.join(n));
+            [Some(p), real]
+        })
+        .flatten()
+        .collect();
+    changes.retain(|c| !own.contains(&c.root.join(&c.rel)));
     tracing::debug!(elapsed = ?t.elapsed(), "protected set compared");
     let known: Vec<Protected> = snap.entries.iter().map(|(p, _)| p.clone()).collect();
     let (found, failed) = nested::changes(roots, since, &known);

@@ -130,6 +130,8 @@ pub fn run(plan: &Plan, channel: &mut UnixStream, proxy_port: Option<u16>) -> Re
     // linked or made a link to, and init's word that Landlock is in force.
     let deny =
         super::denywatch::DenyWatch::new(&plan.deny_read_names, &plan.deny_read, &plan.write)?;
+    // Resolved before the watch existed: init looks them up again.
+    crate::resolve::forget();
     let armed = match deny {
         Some(_) => Some(nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).context("pipe")?),
         None => None,
@@ -333,6 +335,14 @@ fn sandbox_init(
     // what exists splits, so the workspace root stays writable.
     let mut read_denied = landlock::existing(&hidden_read);
     read_denied.extend(landlock::read_splits(&plan.deny_read, &plan.write));
+    // What the names lead to now, with the watch in place (a link the host
+    // re-pointed since the plan was made).
+    let now: Vec<PathBuf> = plan
+        .deny_read_names
+        .iter()
+        .map(|n| landlock::resolved(n))
+        .collect();
+    read_denied.extend(landlock::read_splits(&now, &plan.write));
     let (read, listable) = landlock::carve(&plan.read, &read_denied);
     let (mut write, _) = landlock::carve(&plan.write, &landlock::existing(&hidden_write));
     write.push(tmp.to_path_buf());

@@ -188,17 +188,34 @@ fn build_and_run(channel: &mut UnixStream, supervisor: libc::pid_t, ahead: Ahead
     // them, in a ruleset made now that PID 1 will restrict itself with.
     // `ready` carries the rules left to PID 1, once ours are in.
     let mut ruleset = landlock::create(plan.allow_degraded)?;
+    // PID 1's mount namespace is a copy of ours that we keep a handle on:
+    // it then outlives PID 1 (whose exit would otherwise unmount it all,
+    // on the way to the exit status) until our own teardown.
+    let host_view = std::fs::File::open("/proc/self/ns/mnt").context("our mount namespace")?;
+    unshare(CloneFlags::CLONE_NEWNS).context("creating the sandbox's mount namespace")?;
+    let sandbox_view =
+        std::fs::File::open("/proc/self/ns/mnt").context("the sandbox's mount namespace")?;
     let (ready_r, ready_w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).context("pipe")?;
-    // On which PID 1 says when its ruleset is in force (denywatch.rs).
+    // On which PID 1 says when its ruleset is in force (denywatch.rs), and
+    // we answer once the watch has seen everything up to then.
     let (armed_r, armed_w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).context("pipe")?;
+    let (clear_r, clear_w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).context("pipe")?;
 
     // SAFETY: the helper is single-threaded.
     match unsafe { fork() }.context("starting the sandbox's init")? {
         ForkResult::Child => {
-            drop((captured, ready_w, armed_r));
-            let code = match filters
-                .and_then(|f| pid1(&plan, channel, gate, &f, ruleset, ready_r, armed_w))
-            {
+            drop((captured, ready_w, armed_r, clear_w, host_view, sandbox_view));
+            let code = match filters.and_then(|f| {
+                pid1(
+                    &plan,
+                    channel,
+                    gate,
+                    &f,
+                    ruleset,
+                    ready_r,
+                    (armed_w, clear_r),
+                )
+            }) {
                 Ok(code) => code,
                 Err(e) => {
                     send_line(channel, "error", &format!("{e:#}"));
@@ -208,7 +225,10 @@ fn build_and_run(channel: &mut UnixStream, supervisor: libc::pid_t, ahead: Ahead
             std::process::exit(code)
         }
         ForkResult::Parent { child } => {
-            drop((ready_r, armed_w));
+            drop((ready_r, armed_w, clear_r));
+            nix::sched::setns(&host_view, CloneFlags::CLONE_NEWNS)
+                .context("returning to the host's view")?;
+            drop(host_view);
             // PID 1 has the command's stdin, stdout and stderr; we let go
             // of ours, so that a caller reading airlock's output sees its
             // end without waiting for us to tear the namespaces down.
@@ -216,13 +236,17 @@ fn build_and_run(channel: &mut UnixStream, supervisor: libc::pid_t, ahead: Ahead
             // The names a deny_read path could be moved, linked or made a
             // link to during the run (denywatch.rs), watched before any
             // rule binds an inode.
+            let started = std::time::Instant::now();
             let deny = DenyWatch::new(&plan.deny_read_names, &plan.deny_read, &plan.write)?;
-            phase("deny_read watched");
+            tracing::debug!(elapsed = ?started.elapsed(), "deny_read names watched");
+            // Resolved before the watch existed: looked up again below.
+            crate::resolve::forget();
             let later = match ruleset.as_mut() {
                 Some(r) => r.add_host_rules(
                     &plan.read,
                     &plan.write,
                     &plan.deny_read,
+                    &plan.deny_read_names,
                     &mounts::FRESH
                         .iter()
                         .map(std::path::PathBuf::from)
@@ -234,7 +258,6 @@ fn build_and_run(channel: &mut UnixStream, supervisor: libc::pid_t, ahead: Ahead
             let body = serde_json::to_vec(&later).context("encoding the Landlock rules")?;
             nix::unistd::write(&ready_w, &body).context("handing PID 1 its Landlock rules")?;
             drop(ready_w);
-            phase("landlock rules for the host's paths");
             if let Some(c) = captured.take() {
                 let c = c.and_then(|c| capture::install(&c).map(|_| c));
                 capture::send(channel, &c)?;
@@ -245,8 +268,12 @@ fn build_and_run(channel: &mut UnixStream, supervisor: libc::pid_t, ahead: Ahead
             // which the supervisor no longer waits for.
             let mut deny = deny;
             let (status, appeared) = match deny.as_mut() {
-                Some(deny) => wait_watching(child, deny, Some(armed_r), channel),
-                None => (wait_init(child), false),
+                Some(deny) => wait_watching(child, deny, armed_r, clear_w, channel),
+                None => {
+                    // Nothing watched: nothing to wait for.
+                    let _ = nix::unistd::write(&clear_w, b"1");
+                    (wait_init(child), false)
+                }
             };
             phase_now(channel, "init exited");
             // PID 1 is gone, and with it every process of the namespace:
@@ -265,6 +292,7 @@ fn build_and_run(channel: &mut UnixStream, supervisor: libc::pid_t, ahead: Ahead
             let idle = libc::sched_param { sched_priority: 0 };
             // SAFETY: lowering our own scheduling class; the struct is valid.
             unsafe { libc::sched_setscheduler(0, libc::SCHED_IDLE, &idle) };
+            drop(sandbox_view);
             // Nothing more to log: stderr goes too, so that even at `-vv` a
             // caller reading it is not held up by our teardown.
             release_stdio(true);
@@ -300,9 +328,12 @@ fn wait_init(child: Pid) -> nix::Result<WaitStatus> {
 fn wait_watching(
     child: Pid,
     deny: &mut DenyWatch,
-    mut armed: Option<OwnedFd>,
+    armed: OwnedFd,
+    clear: OwnedFd,
     channel: &mut UnixStream,
 ) -> (nix::Result<WaitStatus>, bool) {
+    let mut armed = Some(armed);
+    let mut clear = Some(clear);
     use nix::poll::PollTimeout;
     // SAFETY: pidfd_open on our own unreaped child; the result is checked.
     let raw = unsafe { libc::syscall(libc::SYS_pidfd_open, child.as_raw(), 0) };
@@ -319,7 +350,20 @@ fn wait_watching(
         None => PollTimeout::from(100u16),
     };
     loop {
-        match deny.wait(&mut armed, pidfd.as_ref().map(|p| p.as_fd()), timeout) {
+        let mut step = deny.wait(&mut armed, pidfd.as_ref().map(|p| p.as_fd()), timeout);
+        // PID 1's ruleset is in force: what the host did until then is in
+        // the queue now. Read it all before the command may start (PID 1
+        // waits for this byte), so that its first instruction cannot win
+        // the race against a rename made during start-up.
+        if armed.is_none() && matches!(step, Ok(None)) {
+            if let Some(c) = clear.take() {
+                step = Ok(deny.check());
+                if matches!(step, Ok(None)) {
+                    let _ = nix::unistd::write(&c, b"1");
+                }
+            }
+        }
+        match step {
             Err(e) => return (Err(e), false),
             Ok(Some(a)) => {
                 let _ = nix::sys::signal::kill(child, nix::sys::signal::Signal::SIGKILL);
@@ -363,7 +407,7 @@ fn pid1(
     filters: &seccomp::Filters,
     ruleset: Option<landlock::Shared>,
     ready: OwnedFd,
-    armed: OwnedFd,
+    (armed, clear): (OwnedFd, OwnedFd),
 ) -> Result<i32> {
     // Our parent (the helper) lives outside this PID namespace: it is pid 0 here.
     caps::die_with_parent(0)?;
@@ -378,7 +422,6 @@ fn pid1(
     // 3. Mounts, in a mount namespace of our own: the helper's stays the
     //    host's view, for its deny_read watch and Landlock rules.
     phase("init started");
-    unshare(CloneFlags::CLONE_NEWNS).context("creating the sandbox's mount namespace")?;
     mounts::setup(plan)?;
     if plan.limits.pids_by_pid_max {
         limits::set_pid_max(&plan.limits)?;
@@ -421,6 +464,12 @@ fn pid1(
     if super::denywatch::settle_needed(plan) {
         super::denywatch::settle(armed);
     }
+    // The helper has read every host rename up to our ruleset.
+    let mut byte = [0u8; 1];
+    if !matches!(nix::unistd::read(&clear, &mut byte), Ok(1) if byte == *b"1") {
+        anyhow::bail!("the deny_read watch did not confirm the start");
+    }
+    drop(clear);
     init::run(plan, channel, init::Reap::Namespace)
 }
 

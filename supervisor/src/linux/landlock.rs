@@ -100,12 +100,15 @@ pub struct Shared {
     allow_degraded: bool,
 }
 
-/// The rules left to PID 1: paths at or under the file systems it mounts
-/// fresh, which only its view has.
+/// What is left to PID 1: the paths at or under the file systems it
+/// mounts fresh, which only its view has, to carve there.
 #[derive(Debug, Default, serde::Serialize, serde::Deserialize)]
 pub struct Later {
+    /// Read roots (as carved so far) under those file systems.
     read: Vec<PathBuf>,
-    listable: Vec<PathBuf>,
+    /// The deny_read paths that split them (as resolved in the host).
+    denied: Vec<PathBuf>,
+    /// Writable roots under them.
     write: Vec<PathBuf>,
 }
 
@@ -163,18 +166,21 @@ impl Shared {
         read: &[PathBuf],
         write: &[PathBuf],
         deny_read: &[PathBuf],
+        deny_read_names: &[PathBuf],
         fresh: &[PathBuf],
     ) -> Result<Later> {
         let started = std::time::Instant::now();
         let abi = self.abi;
-        let (read, listable) = carve(read, &read_splits(deny_read, write));
-        let under_fresh = |p: &PathBuf| fresh.iter().any(|f| p.starts_with(f));
-        let part = |v: Vec<PathBuf>| -> (Vec<PathBuf>, Vec<PathBuf>) {
-            v.into_iter().partition(under_fresh)
-        };
-        let (later_read, read) = part(read);
-        let (later_listable, listable) = part(listable);
-        let (later_write, write) = part(write.to_vec());
+        // What the deny_read names lead to now, with the watch in place:
+        // a link the host re-pointed since the plan was made is split
+        // around too (the watch catches it from here on).
+        let now: Vec<PathBuf> = deny_read_names.iter().map(|n| resolved(n)).collect();
+        let denied = read_splits(&[deny_read, &now].concat(), write);
+        let (read, listable, later_read) = carve_until(read, &denied, fresh);
+        let (later_write, write): (Vec<PathBuf>, Vec<PathBuf>) = write
+            .iter()
+            .cloned()
+            .partition(|p| fresh.iter().any(|f| p.starts_with(f)));
         // Rules are built for this kernel's ABI: none may be cut down.
         let mut created = self.created.try_clone().context("Landlock: the ruleset")?;
         if !self.allow_degraded {
@@ -202,7 +208,7 @@ impl Shared {
         );
         Ok(Later {
             read: later_read,
-            listable: later_listable,
+            denied,
             write: later_write,
         })
     }
@@ -218,18 +224,9 @@ impl Shared {
         } = self;
         let all = AccessFs::from_all(abi);
         let read_access = AccessFs::from_read(abi);
-        let created = add(
-            created,
-            &later.read,
-            |p| access_for(p, read_access, abi),
-            "read",
-        )?;
-        let created = add(
-            created,
-            &later.listable,
-            |_| AccessFs::ReadDir.into(),
-            "listing",
-        )?;
+        let (read, listable) = carve(&later.read, &later.denied);
+        let created = add(created, &read, |p| access_for(p, read_access, abi), "read")?;
+        let created = add(created, &listable, |_| AccessFs::ReadDir.into(), "listing")?;
         let writable: Vec<PathBuf> = later
             .write
             .iter()
@@ -281,7 +278,7 @@ pub fn resolved(p: &Path) -> PathBuf {
     let mut rest = vec![];
     let mut cur = p;
     loop {
-        if let Ok(real) = std::fs::canonicalize(cur) {
+        if let Some(real) = crate::resolve::canonical(cur) {
             return rest.iter().rev().fold(real, |acc, c| acc.join(c));
         }
         match (cur.parent(), cur.file_name()) {
@@ -303,15 +300,41 @@ pub fn resolved(p: &Path) -> PathBuf {
 /// on the way down. Callers choose which denied paths split: every one
 /// given does, present or absent.
 pub fn carve(roots: &[PathBuf], denied: &[PathBuf]) -> (Vec<PathBuf>, Vec<PathBuf>) {
-    let (mut out, mut split) = (vec![], vec![]);
+    let (out, split, _) = carve_until(roots, denied, &[]);
+    (out, split)
+}
+
+/// [`carve`], but a path at or under one of `stop` is neither granted nor
+/// looked into: it is returned third, for a process whose view of it
+/// differs (PID 1, after mounting a file system there) to carve.
+pub fn carve_until(
+    roots: &[PathBuf],
+    denied: &[PathBuf],
+    stop: &[PathBuf],
+) -> (Vec<PathBuf>, Vec<PathBuf>, Vec<PathBuf>) {
+    let mut c = Carving {
+        denied,
+        stop,
+        out: vec![],
+        split: vec![],
+        stopped: vec![],
+    };
     for root in roots {
-        carve_one(root, denied, &mut out, &mut split, 0);
+        c.one(root, 0);
     }
-    for v in [&mut out, &mut split] {
+    for v in [&mut c.out, &mut c.split, &mut c.stopped] {
         v.sort();
         v.dedup();
     }
-    (out, split)
+    (c.out, c.split, c.stopped)
+}
+
+struct Carving<'a> {
+    denied: &'a [PathBuf],
+    stop: &'a [PathBuf],
+    out: Vec<PathBuf>,
+    split: Vec<PathBuf>,
+    stopped: Vec<PathBuf>,
 }
 
 /// Of `denied`, those that exist now.
@@ -323,70 +346,68 @@ pub fn existing(denied: &[PathBuf]) -> Vec<PathBuf> {
         .collect()
 }
 
-fn carve_one(
-    path: &Path,
-    denied: &[PathBuf],
-    out: &mut Vec<PathBuf>,
-    split: &mut Vec<PathBuf>,
-    depth: usize,
-) {
-    let Ok(real) = std::fs::canonicalize(path) else {
-        return;
-    };
-    let is_dir = real.is_dir();
-    carve_real(real, is_dir, denied, out, split, depth);
-}
+impl Carving<'_> {
+    fn one(&mut self, path: &Path, depth: usize) {
+        let Some(real) = crate::resolve::canonical(path) else {
+            return;
+        };
+        let is_dir = real.is_dir();
+        self.real(real, is_dir, depth);
+    }
 
-/// `carve_one` for a path already resolved: an entry of a resolved
-/// directory that is not a symlink (most of a split HOME) costs no
-/// further lookups.
-fn carve_real(
-    real: PathBuf,
-    is_dir: bool,
-    denied: &[PathBuf],
-    out: &mut Vec<PathBuf>,
-    split: &mut Vec<PathBuf>,
-    depth: usize,
-) {
-    if denied.iter().any(|d| real.starts_with(d)) {
-        return;
+    /// Granted whole, or left to the process that sees it as it will be.
+    fn grant(&mut self, real: PathBuf) {
+        if self.stop.iter().any(|s| real.starts_with(s)) {
+            self.stopped.push(real);
+        } else {
+            self.out.push(real);
+        }
     }
-    let inside = denied.iter().any(|d| d.starts_with(&real) && d != &real);
-    if !inside || !is_dir {
-        out.push(real);
-        return;
-    }
-    // A link back up the tree (`~/x -> ~`) is split once, not again; past
-    // the depth bound nothing is granted (fail closed).
-    if depth > 32 || split.contains(&real) {
-        return;
-    }
-    split.push(real.clone());
-    let entries = match std::fs::read_dir(&real) {
-        Ok(entries) => entries,
-        // Fail closed: nothing below a directory we cannot list is granted.
-        Err(e) => {
-            tracing::debug!("landlock: cannot split {}: {e}", real.display());
+
+    /// `one` for a path already resolved: an entry of a resolved directory
+    /// that is not a symlink (most of a split HOME) costs no further lookups.
+    fn real(&mut self, real: PathBuf, is_dir: bool, depth: usize) {
+        let denied = self.denied;
+        if denied.iter().any(|d| real.starts_with(d)) {
             return;
         }
-    };
-    // The names here that lead to a denied path; any other entry that is
-    // not a link is granted whole without comparing it to every one.
-    let leading: std::collections::HashSet<&std::ffi::OsStr> = denied
-        .iter()
-        .filter_map(|d| d.strip_prefix(&real).ok()?.components().next())
-        .map(|c| c.as_os_str())
-        .collect();
-    for e in entries.flatten() {
-        match e.file_type() {
-            Ok(t) if !t.is_symlink() => {
-                if leading.contains(e.file_name().as_os_str()) {
-                    carve_real(e.path(), t.is_dir(), denied, out, split, depth + 1);
-                } else {
-                    out.push(e.path());
-                }
+        let inside = denied.iter().any(|d| d.starts_with(&real) && d != &real);
+        if !inside || !is_dir || self.stop.iter().any(|s| real.starts_with(s)) {
+            self.grant(real);
+            return;
+        }
+        // A link back up the tree (`~/x -> ~`) is split once, not again; past
+        // the depth bound nothing is granted (fail closed).
+        if depth > 32 || self.split.contains(&real) {
+            return;
+        }
+        self.split.push(real.clone());
+        let entries = match std::fs::read_dir(&real) {
+            Ok(entries) => entries,
+            // Fail closed: nothing below a directory we cannot list is granted.
+            Err(e) => {
+                tracing::debug!("landlock: cannot split {}: {e}", real.display());
+                return;
             }
-            _ => carve_one(&e.path(), denied, out, split, depth + 1),
+        };
+        // The names here that lead to a denied path; any other entry that is
+        // not a link is granted whole without comparing it to every one.
+        let leading: std::collections::HashSet<&std::ffi::OsStr> = denied
+            .iter()
+            .filter_map(|d| d.strip_prefix(&real).ok()?.components().next())
+            .map(|c| c.as_os_str())
+            .collect();
+        for e in entries.flatten() {
+            match e.file_type() {
+                Ok(t) if !t.is_symlink() => {
+                    if leading.contains(e.file_name().as_os_str()) {
+                        self.real(e.path(), t.is_dir(), depth + 1);
+                    } else {
+                        self.grant(e.path());
+                    }
+                }
+                _ => self.one(&e.path(), depth + 1),
+            }
         }
     }
 }

@@ -351,6 +351,17 @@ impl Spawned {
             -1 => Err(std::io::Error::last_os_error()).context("starting the sandbox helper"),
             0 => {
                 drop(ours);
+                if !wipe_cmdline_and_environ() {
+                    let mut theirs = theirs;
+                    helper::send_line(
+                        &mut theirs,
+                        "error",
+                        "cannot clear the helper's copy of the command line",
+                    );
+                    // SAFETY: leaving the forked child without running the
+                    // supervisor's destructors.
+                    unsafe { libc::_exit(125) };
+                }
                 helper::main(theirs.into_raw_fd(), supervisor, ahead)
             }
             pid => Ok(Spawned {
@@ -368,6 +379,40 @@ impl Spawned {
     pub fn fits(&self, wanted: Ahead) -> bool {
         self.ahead == Ahead::Nothing || self.ahead == wanted
     }
+}
+
+/// A fork holds the caller's argv and environment where the kernel shows
+/// them (/proc/<pid>/cmdline, environ): the sandbox's PID 1 is this fork's
+/// fork, and its cmdline is readable by every process in the sandbox.
+/// Nothing here reads them again (std keeps its own copies), so the bytes
+/// are zeroed in place.
+fn wipe_cmdline_and_environ() -> bool {
+    let Ok(stat) = std::fs::read_to_string("/proc/self/stat") else {
+        return false;
+    };
+    // After the command name (which may hold spaces and parentheses):
+    // field 3 onwards; arg_start..env_end are fields 48 to 51.
+    let Some((_, rest)) = stat.rsplit_once(')') else {
+        return false;
+    };
+    let fields: Vec<usize> = rest
+        .split_whitespace()
+        .skip(45)
+        .take(4)
+        .filter_map(|f| f.parse().ok())
+        .collect();
+    let [arg_start, arg_end, env_start, env_end] = fields[..] else {
+        return false;
+    };
+    for (start, end) in [(arg_start, arg_end), (env_start, env_end)] {
+        if start != 0 && end > start {
+            // SAFETY: the kernel's bounds of this process's own argument
+            // and environment strings, on its stack: writable, and read by
+            // nothing in this single-threaded child from here on.
+            unsafe { std::ptr::write_bytes(start as *mut u8, 0, end - start) };
+        }
+    }
+    true
 }
 
 /// Whether this process has one thread (from /proc: a thread started by
