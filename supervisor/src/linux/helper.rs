@@ -238,7 +238,7 @@ fn build_and_run(channel: &mut UnixStream, supervisor: libc::pid_t, ahead: Ahead
             // rule binds an inode.
             let started = std::time::Instant::now();
             let deny = DenyWatch::new(&plan.deny_read_names, &plan.deny_read, &plan.write)?;
-            tracing::debug!(elapsed = ?started.elapsed(), "deny_read names watched");
+            tracing::debug!(took = ?started.elapsed(), "deny_read names watched");
             // Resolved before the watch existed: looked up again below.
             crate::resolve::forget();
             let later = match ruleset.as_mut() {
