@@ -233,6 +233,14 @@ fn build_and_run(channel: &mut UnixStream, supervisor: libc::pid_t, ahead: Ahead
             // of ours, so that a caller reading airlock's output sees its
             // end without waiting for us to tear the namespaces down.
             release_stdio(false);
+            // Capture's rules, and its sockets to the supervisor: before
+            // `ready` below, which PID 1 waits for before it can send its
+            // own descriptors on the same channel (the supervisor takes
+            // them in this order).
+            if let Some(c) = captured.take() {
+                let c = c.and_then(|c| capture::install(&c).map(|_| c));
+                capture::send(channel, &c)?;
+            }
             // The names a deny_read path could be moved, linked or made a
             // link to during the run (denywatch.rs), watched before any
             // rule binds an inode.
@@ -256,12 +264,9 @@ fn build_and_run(channel: &mut UnixStream, supervisor: libc::pid_t, ahead: Ahead
             };
             drop(ruleset);
             let body = serde_json::to_vec(&later).context("encoding the Landlock rules")?;
-            nix::unistd::write(&ready_w, &body).context("handing PID 1 its Landlock rules")?;
-            drop(ready_w);
-            if let Some(c) = captured.take() {
-                let c = c.and_then(|c| capture::install(&c).map(|_| c));
-                capture::send(channel, &c)?;
-            }
+            std::fs::File::from(ready_w)
+                .write_all(&body)
+                .context("handing PID 1 its Landlock rules")?;
             gate.open();
             // The watch is closed only after the status line: closing an
             // inotify instance waits for an SRCU grace period (15-20 ms),
