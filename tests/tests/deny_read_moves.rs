@@ -386,3 +386,73 @@ fn a_link_repointed_while_airlock_starts_is_not_readable() {
         }
     }
 }
+
+/// The Landlock grant is decided from a directory's listing and bound when
+/// the entry is opened: a link swapped into a split directory in between
+/// (by another sandbox that may write there, exchanging names in a loop)
+/// must not carry the grant to a denied directory. Here the workspace is
+/// read-only and split around `.env`, and `x` and `y -> ~/.ssh` swap places
+/// all along.
+#[test]
+fn a_link_swapped_into_a_split_directory_carries_no_grant() {
+    let f = Fixture::new_in(&base());
+    let _ = Command::new("chmod").arg("o+rx").arg(base()).status();
+    sh(&format!(
+        "mkdir -p {h}/.ssh {w}/x && echo {SECRET} > {h}/.ssh/id_rsa && echo dotenv > {w}/.env \
+         && ln -s {h}/.ssh {w}/y && chmod -R a+rX {h} {w}",
+        h = f.home.display(),
+        w = f.ws.display()
+    ));
+    let policy = f.home.join("swap.toml");
+    std::fs::write(
+        &policy,
+        "version = 1\n[filesystem]\ndeny_read = [\".env\"]\n",
+    )
+    .unwrap();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let swapper = {
+        let stop = stop.clone();
+        let x = std::ffi::CString::new(f.ws.join("x").to_str().unwrap()).unwrap();
+        let y = std::ffi::CString::new(f.ws.join("y").to_str().unwrap()).unwrap();
+        std::thread::spawn(move || {
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                // SAFETY: renameat2 on two NUL-terminated paths this test owns.
+                unsafe {
+                    libc::syscall(
+                        libc::SYS_renameat2,
+                        libc::AT_FDCWD,
+                        x.as_ptr(),
+                        libc::AT_FDCWD,
+                        y.as_ptr(),
+                        libc::RENAME_EXCHANGE,
+                    )
+                };
+            }
+        })
+    };
+    let mut leaks = vec![];
+    for tier in TIERS {
+        for user in users() {
+            for _ in 0..12 {
+                let mut cmd = command(
+                    &f,
+                    tier,
+                    user,
+                    &["--read-only", "-p", policy.to_str().unwrap()],
+                    &format!("cat {}/.ssh/id_rsa; echo ran-on", f.home.display()),
+                );
+                let out = run(&mut cmd);
+                if out.stdout.contains(SECRET) {
+                    leaks.push(format!("{tier:?} as_user={user}\n{}", show(&out)));
+                }
+            }
+        }
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    swapper.join().unwrap();
+    assert!(
+        leaks.is_empty(),
+        "read through a swapped-in link:\n{}",
+        leaks.join("\n")
+    );
+}

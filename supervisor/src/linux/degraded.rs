@@ -348,7 +348,7 @@ fn sandbox_init(
     write.push(tmp.to_path_buf());
     write.extend(DEVICES.iter().map(PathBuf::from));
     write.extend(own_terminals());
-    landlock::restrict_degraded(&read, &listable, &write, proxy_port)?;
+    landlock::restrict_degraded(&read, &listable, &read_denied, &write, proxy_port)?;
     // The watcher's deny_read watch: inodes born from now on carry no rule.
     let armed = armed.map(super::denywatch::arm);
     seccomp::install(true)?;

@@ -8,12 +8,14 @@
 //! roots (`read_splits`, `carve`), present or absent, so that `deny_read`
 //! holds for what the host creates or replaces during the run (SPEC §4.5).
 
+use std::collections::HashSet;
+use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
 use landlock::{
-    Access, AccessFs, AccessNet, BitFlags, Compatible, NetPort, PathBeneath, PathFd, Ruleset,
-    RulesetAttr, RulesetCreated, RulesetCreatedAttr, RulesetStatus, Scope, ABI,
+    Access, AccessFs, AccessNet, BitFlags, Compatible, NetPort, PathBeneath, Ruleset, RulesetAttr,
+    RulesetCreated, RulesetCreatedAttr, RulesetStatus, Scope, ABI,
 };
 
 /// The Landlock ABI the kernel offers: 0 when it has none (not built in, or
@@ -75,14 +77,62 @@ pub fn describe(
     out
 }
 
-fn rule(path: &Path, access: landlock::BitFlags<AccessFs>) -> Option<PathBeneath<PathFd>> {
-    match PathFd::new(path) {
-        Ok(fd) => Some(PathBeneath::new(fd, access)),
+/// Inodes that must never carry a read or write rule: every `denied`
+/// path that exists, and every directory split around one (`listable`: a
+/// grant there would cover what it holds).
+fn guarded(denied: &[PathBuf], listable: &[PathBuf]) -> HashSet<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    denied
+        .iter()
+        .chain(listable)
+        .filter_map(|p| std::fs::metadata(p).ok())
+        .map(|m| (m.dev(), m.ino()))
+        .collect()
+}
+
+/// A rule on `path` itself. The carve decided it from a listing: a link
+/// swapped in since (by another sandbox that can write there, say) would
+/// move the grant to wherever it leads, so links are not followed and the
+/// inode opened is checked against `guarded`. The rights are cut to a
+/// file's when it is not a directory (told by the handle: a second lookup
+/// by path could land elsewhere).
+fn rule(
+    path: &Path,
+    dir_access: BitFlags<AccessFs>,
+    abi: ABI,
+    guarded: &HashSet<(u64, u64)>,
+) -> Option<PathBeneath<OwnedFd>> {
+    use nix::fcntl::{open, OFlag};
+    let fd = match open(
+        path,
+        OFlag::O_PATH | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+        nix::sys::stat::Mode::empty(),
+    ) {
+        Ok(fd) => fd,
         Err(e) => {
             tracing::debug!("landlock: skipping {}: {e}", path.display());
-            None
+            return None;
         }
+    };
+    let st = nix::sys::stat::fstat(&fd).ok()?;
+    let kind = st.st_mode & libc::S_IFMT;
+    if kind == libc::S_IFLNK {
+        tracing::warn!("landlock: {} became a link; not granted", path.display());
+        return None;
     }
+    #[allow(clippy::unnecessary_cast)]
+    if guarded.contains(&(st.st_dev as u64, st.st_ino as u64)) {
+        tracing::warn!(
+            "landlock: {} is now a denied path or holds one; not granted",
+            path.display()
+        );
+        return None;
+    }
+    let access = match kind == libc::S_IFDIR {
+        true => dir_access,
+        false => dir_access & AccessFs::from_file(abi),
+    };
+    (!access.is_empty()).then(|| PathBeneath::new(fd, access))
 }
 
 /// The full tier's ruleset, filled by two processes: created by the
@@ -140,38 +190,22 @@ pub fn create(allow_degraded: bool) -> Result<Option<Shared>> {
     }))
 }
 
-/// Add a rule for each of `paths` with `dir_access`, cut to the file
-/// rights on what is not a directory (told by the opened handle: a second
-/// lookup by path costs as much as the first).
+/// Add a rule for each of `paths` with `dir_access` ([`rule`]).
 fn add(
     created: RulesetCreated,
     paths: &[PathBuf],
     dir_access: BitFlags<AccessFs>,
     abi: ABI,
+    guarded: &HashSet<(u64, u64)>,
     what: &str,
 ) -> Result<RulesetCreated> {
-    use std::os::fd::AsFd;
     let mut created = created;
     for p in paths {
-        let fd = match PathFd::new(p) {
-            Ok(fd) => fd,
-            Err(e) => {
-                tracing::debug!("landlock: skipping {}: {e}", p.display());
-                continue;
-            }
-        };
-        let is_dir = nix::sys::stat::fstat(fd.as_fd())
-            .is_ok_and(|st| st.st_mode & libc::S_IFMT == libc::S_IFDIR);
-        let access = match is_dir {
-            true => dir_access,
-            false => dir_access & AccessFs::from_file(abi),
-        };
-        if access.is_empty() {
-            continue;
+        if let Some(r) = rule(p, dir_access, abi, guarded) {
+            created = created
+                .add_rule(r)
+                .with_context(|| format!("Landlock: {what} rule for {}", p.display()))?;
         }
-        created = created
-            .add_rule(PathBeneath::new(fd, access))
-            .with_context(|| format!("Landlock: {what} rule for {}", p.display()))?;
     }
     Ok(created)
 }
@@ -205,9 +239,32 @@ impl Shared {
         if !self.allow_degraded {
             created = created.set_compatibility(landlock::CompatLevel::HardRequirement);
         }
-        let created = add(created, &read, AccessFs::from_read(abi), abi, "read")?;
-        let created = add(created, &listable, AccessFs::ReadDir.into(), abi, "listing")?;
-        add(created, &write, AccessFs::from_all(abi), abi, "write")?;
+        let guard = guarded(&denied, &listable);
+        let none = HashSet::new();
+        let created = add(
+            created,
+            &read,
+            AccessFs::from_read(abi),
+            abi,
+            &guard,
+            "read",
+        )?;
+        let created = add(
+            created,
+            &listable,
+            AccessFs::ReadDir.into(),
+            abi,
+            &none,
+            "listing",
+        )?;
+        add(
+            created,
+            &write,
+            AccessFs::from_all(abi),
+            abi,
+            &guard,
+            "write",
+        )?;
         tracing::debug!(
             read = read.len(),
             listable = listable.len(),
@@ -234,15 +291,21 @@ impl Shared {
         let all = AccessFs::from_all(abi);
         let read_access = AccessFs::from_read(abi);
         let (read, listable) = carve(&later.read, &later.denied);
-        let created = add(created, &read, read_access, abi, "read")?;
-        let created = add(created, &listable, AccessFs::ReadDir.into(), abi, "listing")?;
-        let writable: Vec<PathBuf> = later
-            .write
-            .iter()
-            .cloned()
-            .chain([PathBuf::from("/tmp"), PathBuf::from("/dev")])
-            .collect();
-        let created = add(created, &writable, all, abi, "write")?;
+        let guard = guarded(&later.denied, &listable);
+        let none = HashSet::new();
+        let created = add(created, &read, read_access, abi, &guard, "read")?;
+        let created = add(
+            created,
+            &listable,
+            AccessFs::ReadDir.into(),
+            abi,
+            &none,
+            "listing",
+        )?;
+        let created = add(created, &later.write, all, abi, &guard, "write")?;
+        // Our own fresh file systems: nothing of the host's is in them.
+        let own = [PathBuf::from("/tmp"), PathBuf::from("/dev")];
+        let created = add(created, &own, all, abi, &none, "write")?;
         let status = created
             .restrict_self()
             .context("Landlock: restricting the sandbox")?;
@@ -421,15 +484,6 @@ impl Carving<'_> {
     }
 }
 
-fn access_for(path: &Path, dir_access: BitFlags<AccessFs>, abi: ABI) -> BitFlags<AccessFs> {
-    if path.is_dir() {
-        dir_access
-    } else {
-        // Directory rights on a file are invalid; keep the file ones.
-        dir_access & AccessFs::from_file(abi)
-    }
-}
-
 /// The degraded tier's Landlock (SPEC §4.4): the filesystem as in the
 /// full tier but with denied paths carved out (no mounts to hide them),
 /// and TCP connect allowed to the proxy port only. Needs ABI 4.
@@ -439,6 +493,7 @@ fn access_for(path: &Path, dir_access: BitFlags<AccessFs>, abi: ABI) -> BitFlags
 pub fn restrict_degraded(
     read: &[PathBuf],
     listable: &[PathBuf],
+    denied: &[PathBuf],
     write: &[PathBuf],
     proxy_port: Option<u16>,
 ) -> Result<()> {
@@ -461,28 +516,19 @@ pub fn restrict_degraded(
             .scope(Scope::from_all(abi))
             .context("Landlock: scoping")?;
     }
-    let mut created = created.create().context("Landlock: creating the ruleset")?;
-    for p in read {
-        if let Some(r) = rule(p, access_for(p, AccessFs::from_read(abi), abi)) {
-            created = created
-                .add_rule(r)
-                .with_context(|| format!("Landlock: read rule for {}", p.display()))?;
-        }
-    }
-    for p in write {
-        if let Some(r) = rule(p, access_for(p, all, abi)) {
-            created = created
-                .add_rule(r)
-                .with_context(|| format!("Landlock: write rule for {}", p.display()))?;
-        }
-    }
-    for p in listable {
-        if let Some(r) = rule(p, AccessFs::ReadDir.into()) {
-            created = created
-                .add_rule(r)
-                .with_context(|| format!("Landlock: listing rule for {}", p.display()))?;
-        }
-    }
+    let created = created.create().context("Landlock: creating the ruleset")?;
+    let guard = guarded(denied, listable);
+    let none = HashSet::new();
+    let created = add(created, read, AccessFs::from_read(abi), abi, &guard, "read")?;
+    let created = add(created, write, all, abi, &guard, "write")?;
+    let mut created = add(
+        created,
+        listable,
+        AccessFs::ReadDir.into(),
+        abi,
+        &none,
+        "listing",
+    )?;
     if let Some(port) = proxy_port {
         created = created
             .add_rule(NetPort::new(port, AccessNet::ConnectTcp))
