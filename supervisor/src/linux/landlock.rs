@@ -210,6 +210,27 @@ fn add(
     Ok(created)
 }
 
+/// A carve's read rules, and the listing rules of the directories it split
+/// (which the guard would refuse: they are exactly what it guards).
+fn add_carved(
+    created: RulesetCreated,
+    read: &[PathBuf],
+    listable: &[PathBuf],
+    abi: ABI,
+    guard: &HashSet<(u64, u64)>,
+) -> Result<RulesetCreated> {
+    let created = add(created, read, AccessFs::from_read(abi), abi, guard, "read")?;
+    let none = HashSet::new();
+    add(
+        created,
+        listable,
+        AccessFs::ReadDir.into(),
+        abi,
+        &none,
+        "listing",
+    )
+}
+
 impl Shared {
     /// In the helper, in the host's view: the rules for every path not at
     /// or under `fresh`; returns the others, for PID 1. A rule binds the
@@ -240,23 +261,7 @@ impl Shared {
             created = created.set_compatibility(landlock::CompatLevel::HardRequirement);
         }
         let guard = guarded(&denied, &listable);
-        let none = HashSet::new();
-        let created = add(
-            created,
-            &read,
-            AccessFs::from_read(abi),
-            abi,
-            &guard,
-            "read",
-        )?;
-        let created = add(
-            created,
-            &listable,
-            AccessFs::ReadDir.into(),
-            abi,
-            &none,
-            "listing",
-        )?;
+        let created = add_carved(created, &read, &listable, abi, &guard)?;
         add(
             created,
             &write,
@@ -289,23 +294,13 @@ impl Shared {
             allow_degraded,
         } = self;
         let all = AccessFs::from_all(abi);
-        let read_access = AccessFs::from_read(abi);
         let (read, listable) = carve(&later.read, &later.denied);
         let guard = guarded(&later.denied, &listable);
-        let none = HashSet::new();
-        let created = add(created, &read, read_access, abi, &guard, "read")?;
-        let created = add(
-            created,
-            &listable,
-            AccessFs::ReadDir.into(),
-            abi,
-            &none,
-            "listing",
-        )?;
+        let created = add_carved(created, &read, &listable, abi, &guard)?;
         let created = add(created, &later.write, all, abi, &guard, "write")?;
         // Our own fresh file systems: nothing of the host's is in them.
         let own = [PathBuf::from("/tmp"), PathBuf::from("/dev")];
-        let created = add(created, &own, all, abi, &none, "write")?;
+        let created = add(created, &own, all, abi, &HashSet::new(), "write")?;
         let status = created
             .restrict_self()
             .context("Landlock: restricting the sandbox")?;
@@ -518,17 +513,8 @@ pub fn restrict_degraded(
     }
     let created = created.create().context("Landlock: creating the ruleset")?;
     let guard = guarded(denied, listable);
-    let none = HashSet::new();
-    let created = add(created, read, AccessFs::from_read(abi), abi, &guard, "read")?;
-    let created = add(created, write, all, abi, &guard, "write")?;
-    let mut created = add(
-        created,
-        listable,
-        AccessFs::ReadDir.into(),
-        abi,
-        &none,
-        "listing",
-    )?;
+    let created = add_carved(created, read, listable, abi, &guard)?;
+    let mut created = add(created, write, all, abi, &guard, "write")?;
     if let Some(port) = proxy_port {
         created = created
             .add_rule(NetPort::new(port, AccessNet::ConnectTcp))
