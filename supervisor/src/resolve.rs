@@ -45,6 +45,16 @@ pub fn canonical(p: &Path) -> Option<PathBuf> {
     found
 }
 
+/// The file a path names, as a comparable place: made absolute, its
+/// parent resolved now (never from the cache: also used after the run),
+/// its own name kept (a file not made yet, or a link airlock will not
+/// follow, still has one).
+pub fn parent_resolved(p: &Path) -> Option<PathBuf> {
+    let abs = std::path::absolute(p).ok()?;
+    let parent = std::fs::canonicalize(abs.parent()?).ok()?;
+    Some(parent.join(abs.file_name()?))
+}
+
 /// Forget every answer: what is asked from now on is looked up again
 /// (the helper, once its deny_read watch is in place: what changed before
 /// must be seen by the Landlock split that follows).

@@ -155,15 +155,7 @@ pub fn run(args: &RunArgs) -> Result<ExitCode> {
         .map(|a| std::path::PathBuf::from(&a.value))
         .chain(args.report.iter().cloned())
         .chain(args.learn.iter().cloned())
-        .filter_map(|p| {
-            let abs = if p.is_absolute() {
-                p
-            } else {
-                std::env::current_dir().ok()?.join(p)
-            };
-            let parent = std::fs::canonicalize(abs.parent()?).ok()?;
-            Some(parent.join(abs.file_name()?))
-        })
+        .filter_map(|p| crate::resolve::parent_resolved(&p))
         .filter(|p| plan.write.iter().any(|w| p.starts_with(w)))
         .collect();
     if !own_outputs.is_empty() {
@@ -431,8 +423,10 @@ fn run_platform(
         .and_then(|a| a.strip_prefix("socket:"))
         .map(std::path::PathBuf::from);
     if let Some(ask) = &ask_socket {
-        let own = same_place(ask);
-        withhold_socket(&mut plan, |p| own.is_some() && same_place(p) == own);
+        let own = crate::resolve::parent_resolved(ask);
+        withhold_socket(&mut plan, |p| {
+            own.is_some() && crate::resolve::parent_resolved(p) == own
+        });
     }
     // The sandbox is built from here on, while airlock gets its own side
     // ready; the command waits for `go`.
@@ -706,14 +700,6 @@ fn wait(
     }
     .context("waiting for the sandbox")?;
     Ok(Some(code(status)))
-}
-
-/// The file a path names, as a comparable place: the parent resolved,
-/// the name kept (a socket not bound yet has no inode to compare).
-fn same_place(p: &std::path::Path) -> Option<std::path::PathBuf> {
-    let abs = std::path::absolute(p).ok()?;
-    let parent = std::fs::canonicalize(abs.parent()?).ok()?;
-    Some(parent.join(abs.file_name()?))
 }
 
 /// Drop from `unix_sockets` what `is_own` says is airlock's approval socket.

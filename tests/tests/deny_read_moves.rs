@@ -21,6 +21,29 @@ fn base() -> PathBuf {
         .unwrap_or_else(|| PathBuf::from("/var/tmp/airlock-deny-moves"))
 }
 
+fn fixture() -> Fixture {
+    let f = Fixture::new_in(&base());
+    let _ = Command::new("chmod").arg("o+rx").arg(base()).status();
+    f
+}
+
+/// Run a command that waits for the file `go`, then reads `~/<read>` and
+/// `~/notes.txt`; meanwhile, once it has started, the host runs `host` in
+/// HOME.
+fn read_after_host(f: &Fixture, tier: Tier, user: bool, read: &str, host: &str) -> Out {
+    let script = format!(
+        ": > started; while [ ! -e go ]; do sleep 0.05; done; cat ~/{read}; echo; cat ~/notes.txt; echo; echo ran-on"
+    );
+    let cmd = command(f, tier, user, &["--network", "none"], &script);
+    let home = f.home.clone();
+    while_it_runs(
+        f,
+        cmd,
+        || sh(&format!("cd {} && {host}", home.display())),
+        Duration::from_millis(300),
+    )
+}
+
 fn sh(script: &str) {
     let ok = Command::new("sh").arg("-c").arg(script).status().unwrap();
     assert!(ok.success(), "{script}");
@@ -113,8 +136,7 @@ const CASES: [Case; 10] = [
 ];
 
 fn case_run(c: &Case, tier: Tier, user: bool) -> Result<(), String> {
-    let f = Fixture::new_in(&base());
-    let _ = Command::new("chmod").arg("o+rx").arg(base()).status();
+    let f = fixture();
     f.write("~/notes.txt", "home-notes");
     sh(&format!(
         "cd {} && {} && chmod -R a+rX .",
@@ -127,20 +149,7 @@ fn case_run(c: &Case, tier: Tier, user: bool) -> Result<(), String> {
             &format!("[filesystem]\ndeny_read = [\"{}\"]\n", c.deny),
         );
     }
-    let script = format!(
-        ": > started; while [ ! -e go ]; do sleep 0.05; done; cat ~/{}; echo; cat ~/notes.txt; echo; echo ran-on",
-        c.read
-    );
-    let cmd = command(&f, tier, user, &["--network", "none"], &script);
-    let home = f.home.clone();
-    let out = while_it_runs(
-        &f,
-        cmd,
-        || {
-            sh(&format!("cd {} && {}", home.display(), c.host));
-        },
-        Duration::from_millis(300),
-    );
+    let out = read_after_host(&f, tier, user, c.read, c.host);
     let stopped = out.code == 125
         && out
             .stderr
@@ -185,8 +194,7 @@ fn a_fresh_file_renamed_over_a_denied_name_does_not_stop_the_run() {
         .into_iter()
         .flat_map(|t| users().into_iter().map(move |u| (t, u)))
     {
-        let f = Fixture::new_in(&base());
-        let _ = Command::new("chmod").arg("o+rx").arg(base()).status();
+        let f = fixture();
         f.write("~/notes.txt", "home-notes");
         f.write("~/.zsh_history", "OLD-HISTORY");
         let script = ": > started; while [ ! -e go ]; do sleep 0.05; done; \
@@ -232,8 +240,7 @@ fn the_commands_own_new_file_at_a_denied_name_does_not_stop_the_run() {
         .flat_map(|t| users().into_iter().map(move |u| (t, u)))
     {
         for _ in 0..3 {
-            let f = Fixture::new_in(&base());
-            let _ = Command::new("chmod").arg("o+rx").arg(base()).status();
+            let f = fixture();
             f.write(
                 "~/.config/airlock/policy.toml",
                 "[filesystem]\ndeny_read = [\".env\"]\n",
@@ -270,8 +277,7 @@ fn on_overlayfs_a_moved_lower_file_or_directory_still_stops_the_run() {
     for tier in TIERS {
         for user in users() {
             for (host, read) in cases {
-                let f = Fixture::new_in(&base());
-                let _ = Command::new("chmod").arg("o+rx").arg(base()).status();
+                let f = fixture();
                 let layers = tempfile::tempdir_in(base()).unwrap();
                 let l = layers.path();
                 for d in ["lower", "upper", "work"] {
@@ -299,19 +305,7 @@ fn on_overlayfs_a_moved_lower_file_or_directory_still_stops_the_run() {
                     eprintln!("skipped: overlayfs cannot be mounted here");
                     return;
                 }
-                let script = format!(
-                    ": > started; while [ ! -e go ]; do sleep 0.05; done; cat ~/{read}; echo; cat ~/notes.txt; echo; echo ran-on"
-                );
-                let cmd = command(&f, tier, user, &["--network", "none"], &script);
-                let home = f.home.clone();
-                let out = while_it_runs(
-                    &f,
-                    cmd,
-                    || {
-                        sh(&format!("cd {} && {host}", home.display()));
-                    },
-                    Duration::from_millis(300),
-                );
+                let out = read_after_host(&f, tier, user, read, host);
                 let _ = Command::new("umount").arg("-l").arg(&f.home).status();
                 let stopped = out.code == 125
                     && out
@@ -336,8 +330,7 @@ fn on_overlayfs_a_moved_lower_file_or_directory_still_stops_the_run() {
 fn a_link_repointed_while_airlock_starts_is_not_readable() {
     for tier in TIERS {
         for user in users() {
-            let f = Fixture::new_in(&base());
-            let _ = Command::new("chmod").arg("o+rx").arg(base()).status();
+            let f = fixture();
             sh(&format!(
                 "cd {} && mkdir -p dotfiles/aws-old dotfiles/aws-new && echo old > dotfiles/aws-old/credentials \
                  && echo {SECRET} > dotfiles/aws-new/credentials && ln -s dotfiles/aws-old .aws && chmod -R a+rX .",
@@ -395,8 +388,7 @@ fn a_link_repointed_while_airlock_starts_is_not_readable() {
 /// all along.
 #[test]
 fn a_link_swapped_into_a_split_directory_carries_no_grant() {
-    let f = Fixture::new_in(&base());
-    let _ = Command::new("chmod").arg("o+rx").arg(base()).status();
+    let f = fixture();
     sh(&format!(
         "mkdir -p {h}/.ssh {w}/x && echo {SECRET} > {h}/.ssh/id_rsa && echo dotenv > {w}/.env \
          && ln -s {h}/.ssh {w}/y && chmod -R a+rX {h} {w}",

@@ -41,11 +41,7 @@ pub fn check(
     let own: Vec<PathBuf> = journal::path_of(run)
         .into_iter()
         .flat_map(|p| {
-            let real = p
-                .parent()
-                .and_then(|d| std::fs::canonicalize(d).ok())
-                .zip(p.file_name())
-                .map(|(d, n)| d.join(n));
+            let real = crate::resolve::parent_resolved(&p);
             [Some(p), real]
         })
         .flatten()

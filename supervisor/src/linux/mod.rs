@@ -143,7 +143,7 @@ impl Sandbox {
     /// and let the command run as soon as the sandbox is built.
     pub fn start_with(plan: &Plan, stdio: [Stdio; 3]) -> Result<Sandbox> {
         let sandbox = Self::begin(plan, Spawned::spawn(stdio)?)?.finish(plan)?;
-        sandbox.go()?;
+        go(&sandbox.channel)?;
         Ok(sandbox)
     }
 
@@ -192,15 +192,6 @@ impl Sandbox {
             degraded: plan.degraded.is_some(),
             net: plan.net,
         })
-    }
-
-    /// Let the command start: PID 1 has built everything and waits for
-    /// this byte, so that the supervisor's own side (its snapshot of the
-    /// protected set, its signal handlers) is in place first.
-    pub fn go(&self) -> Result<()> {
-        (&self.channel)
-            .write_all(b"1")
-            .context("starting the sandboxed command")
     }
 
     /// Split off the channel, for reading messages after the helper is
@@ -430,6 +421,16 @@ impl Drop for Spawned {
     }
 }
 
+/// Let the command start: PID 1 has built everything and waits for this
+/// byte, so that the supervisor's own side (its snapshot of the protected
+/// set, its signal handlers) is in place first.
+fn go(channel: &UnixStream) -> Result<()> {
+    let mut channel = channel;
+    channel
+        .write_all(b"1")
+        .context("starting the sandboxed command")
+}
+
 /// A descriptor from the helper, or the error it wrote instead.
 fn recv_or_error(channel: &UnixStream) -> Result<OwnedFd> {
     match netns::recv_fd(channel)? {
@@ -490,11 +491,9 @@ impl Channel {
         status
     }
 
-    /// See [`Sandbox::go`].
+    /// See [`go`].
     pub fn go(&self) -> Result<()> {
-        (&self.0)
-            .write_all(b"1")
-            .context("starting the sandboxed command")
+        go(&self.0)
     }
 
     pub fn messages(&self) -> Vec<String> {
