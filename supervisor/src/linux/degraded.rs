@@ -356,5 +356,5 @@ fn sandbox_init(
     if let Some(at) = armed.filter(|_| super::denywatch::settle_needed(plan)) {
         super::denywatch::settle(at);
     }
-    init::run(plan, channel, init::Reap::Subreaper)
+    init::run(plan, channel, init::Reap::Subreaper, None)
 }

@@ -8,7 +8,7 @@ use std::os::unix::net::UnixStream;
 
 use anyhow::{Context, Result};
 use nix::sched::{unshare, CloneFlags};
-use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
+use nix::sys::wait::{waitpid, WaitStatus};
 use nix::unistd::{fork, getgid, getuid, ForkResult, Pid};
 
 use super::denywatch::DenyWatch;
@@ -200,11 +200,15 @@ fn build_and_run(channel: &mut UnixStream, supervisor: libc::pid_t, ahead: Ahead
     // we answer once the watch has seen everything up to then.
     let (armed_r, armed_w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).context("pipe")?;
     let (clear_r, clear_w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).context("pipe")?;
+    // On which PID 1 gives the command's exit code once nothing else of the
+    // sandbox is left (its end at its exit, if it never could).
+    let (done_r, done_w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).context("pipe")?;
 
     // SAFETY: the helper is single-threaded.
     match unsafe { fork() }.context("starting the sandbox's init")? {
         ForkResult::Child => {
-            drop((captured, ready_w, armed_r, clear_w, host_view, sandbox_view));
+            drop((captured, ready_w, armed_r, clear_w, done_r));
+            drop((host_view, sandbox_view));
             let code = match filters.and_then(|f| {
                 pid1(
                     &plan,
@@ -213,7 +217,7 @@ fn build_and_run(channel: &mut UnixStream, supervisor: libc::pid_t, ahead: Ahead
                     &f,
                     ruleset,
                     ready_r,
-                    (armed_w, clear_r),
+                    (armed_w, clear_r, done_w),
                 )
             }) {
                 Ok(code) => code,
@@ -225,7 +229,7 @@ fn build_and_run(channel: &mut UnixStream, supervisor: libc::pid_t, ahead: Ahead
             std::process::exit(code)
         }
         ForkResult::Parent { child } => {
-            drop((ready_r, armed_w, clear_r));
+            drop((ready_r, armed_w, clear_r, done_w));
             nix::sched::setns(&host_view, CloneFlags::CLONE_NEWNS)
                 .context("returning to the host's view")?;
             drop(host_view);
@@ -273,21 +277,20 @@ fn build_and_run(channel: &mut UnixStream, supervisor: libc::pid_t, ahead: Ahead
             // which the supervisor no longer waits for.
             let mut deny = deny;
             let (status, appeared) = match deny.as_mut() {
-                Some(deny) => wait_watching(child, deny, armed_r, clear_w, channel),
+                Some(deny) => wait_watching(child, deny, armed_r, clear_w, &done_r, channel),
                 None => {
                     // Nothing watched: nothing to wait for.
                     let _ = nix::unistd::write(&clear_w, b"1");
-                    (wait_init(child), false)
+                    (wait_done(child, &done_r), false)
                 }
             };
-            phase_now(channel, "init exited");
-            // PID 1 is gone, and with it every process of the namespace:
-            // the supervisor may go on while we tear the namespaces down.
+            phase_now(channel, "init reported");
+            // Nothing of the sandbox is left but PID 1 on its way out: the
+            // supervisor may go on while it exits and we tear the
+            // namespaces down.
             let code = match status {
                 _ if appeared => 125,
-                Ok(WaitStatus::Exited(_, code)) => code,
-                Ok(WaitStatus::Signaled(_, sig, _)) => 128 + sig as i32,
-                Ok(_) => 125,
+                Ok(code) => code,
                 Err(e) => return Err(e).context("waiting for the sandbox's init"),
             };
             let _ = channel.write_all(format!("status: {code}\n").as_bytes());
@@ -317,12 +320,40 @@ pub fn send_line(channel: &mut UnixStream, kind: &str, text: &str) {
     let _ = channel.write_all(format!("{kind}: {text}\n").as_bytes());
 }
 
-/// PID 1's exit (EINTR retried; only exits and deaths are reported).
-fn wait_init(child: Pid) -> nix::Result<WaitStatus> {
+/// PID 1's exit code (EINTR retried; only exits and deaths are reported).
+fn wait_init(child: Pid) -> nix::Result<i32> {
     loop {
         match waitpid(child, None) {
             Err(nix::errno::Errno::EINTR) => continue,
-            other => return other,
+            Err(e) => return Err(e),
+            Ok(WaitStatus::Exited(_, code)) => return Ok(code),
+            Ok(WaitStatus::Signaled(_, sig, _)) => return Ok(128 + sig as i32),
+            Ok(_) => return Ok(125),
+        }
+    }
+}
+
+/// What `done` says: the code PID 1 sent once the sandbox was empty, or,
+/// when its end closed without one (PID 1 died or failed), its exit.
+/// `Ok(None)` while neither has happened (a non-blocking `done`).
+fn read_done(child: Pid, done: &OwnedFd) -> Option<nix::Result<i32>> {
+    let mut code = [0u8; 4];
+    loop {
+        return match nix::unistd::read(done, &mut code) {
+            Ok(4) => Some(Ok(i32::from_le_bytes(code))),
+            Err(nix::errno::Errno::EINTR) => continue,
+            Err(nix::errno::Errno::EAGAIN) => None,
+            // EOF, a short write, an error: PID 1's own exit says.
+            _ => Some(wait_init(child)),
+        };
+    }
+}
+
+/// Block until PID 1 reports (see `read_done`).
+fn wait_done(child: Pid, done: &OwnedFd) -> nix::Result<i32> {
+    loop {
+        if let Some(r) = read_done(child, done) {
+            return r;
         }
     }
 }
@@ -335,27 +366,19 @@ fn wait_watching(
     deny: &mut DenyWatch,
     armed: OwnedFd,
     clear: OwnedFd,
+    done: &OwnedFd,
     channel: &mut UnixStream,
-) -> (nix::Result<WaitStatus>, bool) {
+) -> (nix::Result<i32>, bool) {
     let mut armed = Some(armed);
     let mut clear = Some(clear);
-    use nix::poll::PollTimeout;
-    // SAFETY: pidfd_open on our own unreaped child; the result is checked.
-    let raw = unsafe { libc::syscall(libc::SYS_pidfd_open, child.as_raw(), 0) };
-    let pidfd = (raw >= 0).then(|| {
-        // SAFETY: a descriptor the kernel just gave us.
-        unsafe { OwnedFd::from_raw_fd(raw as RawFd) }
-    });
-    if pidfd.is_none() {
-        // Before Linux 5.3: look at PID 1 ten times a second instead.
-        tracing::warn!("pidfd_open failed; the deny_read watch polls for the sandbox's exit");
+    if let Err(e) = nix::fcntl::fcntl(
+        done.as_fd(),
+        nix::fcntl::FcntlArg::F_SETFL(nix::fcntl::OFlag::O_NONBLOCK),
+    ) {
+        return (Err(e), false);
     }
-    let timeout = match pidfd {
-        Some(_) => PollTimeout::NONE,
-        None => PollTimeout::from(100u16),
-    };
     loop {
-        let mut step = deny.wait(&mut armed, pidfd.as_ref().map(|p| p.as_fd()), timeout);
+        let mut step = deny.wait(&mut armed, Some(done.as_fd()), nix::poll::PollTimeout::NONE);
         // PID 1's ruleset is in force: what the host did until then is in
         // the queue now. Read it all before the command may start (PID 1
         // waits for this byte), so that its first instruction cannot win
@@ -368,6 +391,15 @@ fn wait_watching(
                 }
             }
         }
+        // The sandbox is empty (or PID 1 gone): what the host did until
+        // then is read before the verdict.
+        let ended = match step {
+            Ok(None) => read_done(child, done),
+            _ => None,
+        };
+        if ended.is_some() {
+            step = Ok(deny.check());
+        }
         match step {
             Err(e) => return (Err(e), false),
             Ok(Some(a)) => {
@@ -377,9 +409,8 @@ fn wait_watching(
             }
             Ok(None) => {}
         }
-        match waitpid(child, Some(WaitPidFlag::WNOHANG)) {
-            Ok(WaitStatus::StillAlive) | Err(nix::errno::Errno::EINTR) => {}
-            other => return (other, false),
+        if let Some(r) = ended {
+            return (r, false);
         }
     }
 }
@@ -412,7 +443,7 @@ fn pid1(
     filters: &seccomp::Filters,
     ruleset: Option<landlock::Shared>,
     ready: OwnedFd,
-    (armed, clear): (OwnedFd, OwnedFd),
+    (armed, clear, done): (OwnedFd, OwnedFd, OwnedFd),
 ) -> Result<i32> {
     // Our parent (the helper) lives outside this PID namespace: it is pid 0 here.
     caps::die_with_parent(0)?;
@@ -468,6 +499,7 @@ fn pid1(
     close_on_exec(channel)?;
     if super::denywatch::settle_needed(plan) {
         super::denywatch::settle(armed);
+        phase_now(channel, "clock settled");
     }
     // The helper has read every host rename up to our ruleset.
     let mut byte = [0u8; 1];
@@ -475,7 +507,8 @@ fn pid1(
         anyhow::bail!("the deny_read watch did not confirm the start");
     }
     drop(clear);
-    init::run(plan, channel, init::Reap::Namespace)
+    phase_now(channel, "watch confirmed the start");
+    init::run(plan, channel, init::Reap::Namespace, Some(done))
 }
 
 /// Setup steps' ends, on CLOCK_MONOTONIC, for the supervisor's `-vv`.

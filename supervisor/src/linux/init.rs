@@ -3,6 +3,7 @@
 //! is left and exit with its status.
 
 use std::ffi::CString;
+use std::io::Write as _;
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 
@@ -114,44 +115,126 @@ fn cstrings(items: impl IntoIterator<Item = String>) -> Result<Vec<CString>> {
         .collect()
 }
 
-/// In the command's process: take the terminal, restore signals, exec.
-fn exec_command(plan: &Plan, channel: &mut UnixStream) -> ! {
-    let err = (|| -> Result<()> {
-        sigprocmask(SigmaskHow::SIG_SETMASK, Some(&SigSet::empty()), None)
-            .context("restoring the signal mask")?;
+/// The command's program, arguments and environment, made ready in init:
+/// the command's process shares init's memory until it execs
+/// (`CLONE_VM | CLONE_VFORK`), so it may only make system calls.
+struct Prepared {
+    path: CString,
+    shown: PathBuf,
+    _argv: Vec<CString>,
+    _envp: Vec<CString>,
+    argv: Vec<*const libc::c_char>,
+    envp: Vec<*const libc::c_char>,
+    /// The errno of the step that failed in the child, set before it exits.
+    failed: std::sync::atomic::AtomicI32,
+}
+
+/// In init, before the command's process exists: enter its directory (the
+/// process inherits it; a relative program or PATH entry is looked up
+/// from there, as a shell would) and build what execve takes.
+fn prepare(plan: &Plan) -> Result<Prepared> {
+    std::env::set_current_dir(&plan.cwd)
+        .with_context(|| format!("cannot enter {}", plan.cwd.display()))?;
+    let name = plan.argv.first().context("no command given")?;
+    let prog = find_program(name, plan.env.get("PATH").map(String::as_str))
+        .with_context(|| format!("command not found: {name}"))?;
+    let path = CString::new(prog.as_os_str().as_encoded_bytes()).context("program path")?;
+    let argv = cstrings(plan.argv.iter().cloned())?;
+    let envp = cstrings(plan.env.iter().map(|(k, v)| format!("{k}={v}")))?;
+    let ptrs = |v: &[CString]| {
+        v.iter()
+            .map(|c| c.as_ptr())
+            .chain(std::iter::once(std::ptr::null()))
+            .collect::<Vec<_>>()
+    };
+    Ok(Prepared {
+        path,
+        shown: prog,
+        argv: ptrs(&argv),
+        envp: ptrs(&envp),
+        _argv: argv,
+        _envp: envp,
+        failed: std::sync::atomic::AtomicI32::new(0),
+    })
+}
+
+/// The command's process until execve: take the terminal, restore the
+/// signal mask and SIGPIPE, close what init holds, exec. System calls only
+/// (it runs on init's memory, on a stack of its own).
+extern "C" fn exec_child(arg: *mut libc::c_void) -> libc::c_int {
+    // SAFETY: `arg` is the `Prepared` that init keeps alive, and suspended
+    // (CLONE_VFORK), until this process has exec'd or exited.
+    let p = unsafe { &*(arg as *const Prepared) };
+    // SAFETY: each call below is a system call wrapper on this process's
+    // own state, with arguments that are valid for the call.
+    unsafe {
+        let mut empty: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut empty);
+        libc::sigprocmask(libc::SIG_SETMASK, &empty, std::ptr::null_mut());
         // airlock ignores SIGPIPE (Rust's runtime does); the command gets
         // the default, as from any shell (`yes | head -1` ends quietly).
-        // SAFETY: signal(2) on our own process, before exec.
-        unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
-        // SAFETY: isatty, setpgid, tcsetpgrp and signal on our own process.
-        unsafe {
-            if libc::isatty(0) == 1 {
-                // Become the terminal's foreground job, as a shell would.
-                libc::setpgid(0, 0);
-                libc::signal(libc::SIGTTOU, libc::SIG_IGN);
-                libc::tcsetpgrp(0, libc::getpid());
-                libc::signal(libc::SIGTTOU, libc::SIG_DFL);
-            }
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+        if libc::isatty(0) == 1 {
+            // Become the terminal's foreground job, as a shell would.
+            libc::setpgid(0, 0);
+            libc::signal(libc::SIGTTOU, libc::SIG_IGN);
+            libc::tcsetpgrp(0, libc::getpid());
+            libc::signal(libc::SIGTTOU, libc::SIG_DFL);
         }
-        std::env::set_current_dir(&plan.cwd)
-            .with_context(|| format!("cannot enter {}", plan.cwd.display()))?;
-        let name = plan.argv.first().context("no command given")?;
-        let prog = find_program(name, plan.env.get("PATH").map(String::as_str))
-            .with_context(|| format!("command not found: {name}"))?;
-        let path = CString::new(prog.as_os_str().as_encoded_bytes()).context("program path")?;
-        let argv = cstrings(plan.argv.iter().cloned())?;
-        let envp = cstrings(plan.env.iter().map(|(k, v)| format!("{k}={v}")))?;
         // Anything init opened without O_CLOEXEC stays out too (the
         // helper already closed what the caller passed down).
-        // SAFETY: close_range with CLOSE_RANGE_CLOEXEC only sets flags.
-        unsafe { libc::syscall(libc::SYS_close_range, 3, libc::c_uint::MAX, 4) };
-        let e = nix::unistd::execve(&path, &argv, &envp).unwrap_err();
-        Err(anyhow::Error::new(e).context(format!("cannot run {}", prog.display())))
-    })()
-    .unwrap_err();
-    super::helper::send_line(channel, "exec-error", &format!("{err:#}"));
-    // SAFETY: leaving the forked child without running destructors.
-    unsafe { libc::_exit(127) }
+        libc::syscall(libc::SYS_close_range, 3, libc::c_uint::MAX, 4);
+        libc::execve(p.path.as_ptr(), p.argv.as_ptr(), p.envp.as_ptr());
+        p.failed.store(
+            *libc::__errno_location(),
+            std::sync::atomic::Ordering::SeqCst,
+        );
+        libc::_exit(127)
+    }
+}
+
+/// Start the command: a process that shares init's memory until it execs
+/// (no copy of init's page tables to make, and none for execve to tear
+/// down), init waiting meanwhile. An error is reported on the channel and
+/// the process exits 127, as a shell's would.
+fn spawn_command(plan: &Plan, channel: &mut UnixStream) -> Result<Pid> {
+    let failed = |channel: &mut UnixStream, e: anyhow::Error| -> Result<Pid> {
+        super::helper::send_line(channel, "exec-error", &format!("{e:#}"));
+        // The exit status is the child's: one that only exits.
+        // SAFETY: init is single-threaded; the child only _exits.
+        match unsafe { fork() }.context("starting the command")? {
+            ForkResult::Child => unsafe { libc::_exit(127) },
+            ForkResult::Parent { child } => Ok(child),
+        }
+    };
+    let prepared = match prepare(plan) {
+        Ok(p) => p,
+        Err(e) => return failed(channel, e),
+    };
+    let mut stack = vec![0u8; 64 * 1024];
+    // The stack grows down: its top, 16-byte aligned.
+    let top = (stack.as_mut_ptr() as usize + stack.len()) & !15;
+    // SAFETY: the child runs `exec_child` on `stack`, which outlives it
+    // (CLONE_VFORK returns only once it has exec'd or exited), and only
+    // reads `prepared`, which we hold until then.
+    let pid = unsafe {
+        libc::clone(
+            exec_child,
+            top as *mut libc::c_void,
+            libc::CLONE_VM | libc::CLONE_VFORK | libc::SIGCHLD,
+            &prepared as *const Prepared as *mut libc::c_void,
+        )
+    };
+    if pid < 0 {
+        return Err(std::io::Error::last_os_error()).context("starting the command");
+    }
+    let errno = prepared.failed.load(std::sync::atomic::Ordering::SeqCst);
+    if errno != 0 {
+        let e = anyhow::Error::new(nix::errno::Errno::from_raw(errno))
+            .context(format!("cannot run {}", prepared.shown.display()));
+        super::helper::send_line(channel, "exec-error", &format!("{e:#}"));
+    }
+    Ok(Pid::from_raw(pid))
 }
 
 fn exit_code(status: WaitStatus) -> Option<i32> {
@@ -177,15 +260,20 @@ fn wait_for_go(channel: &mut UnixStream) -> Result<()> {
     }
 }
 
-/// Start the command and wait for it; returns its exit code.
-pub fn run(plan: &Plan, channel: &mut UnixStream, reap: Reap) -> Result<i32> {
+/// Start the command and wait for it; returns its exit code. `done`, when
+/// given, hears that code as soon as nothing else of the sandbox is left,
+/// before our own exit (which costs the teardown of our memory and PID
+/// namespace, off the run's critical path).
+pub fn run(
+    plan: &Plan,
+    channel: &mut UnixStream,
+    reap: Reap,
+    done: Option<std::os::fd::OwnedFd>,
+) -> Result<i32> {
     wait_for_go(channel)?;
+    super::helper::phase_now(channel, "supervisor said go");
     let mask = block_signals()?;
-    // SAFETY: init is single-threaded; the child only execs or _exits.
-    let command = match unsafe { fork() }.context("starting the command")? {
-        ForkResult::Child => exec_command(plan, channel),
-        ForkResult::Parent { child } => child,
-    };
+    let command = spawn_command(plan, channel)?;
     loop {
         let sig = mask.wait().context("waiting for signals")?;
         if sig == TEARDOWN && reap == Reap::Subreaper {
@@ -211,6 +299,9 @@ pub fn run(plan: &Plan, channel: &mut UnixStream, reap: Reap) -> Result<i32> {
                         Reap::Subreaper => kill_descendants(),
                     }
                     super::helper::phase_now(channel, "leftovers reaped");
+                    if let Some(done) = done {
+                        let _ = std::fs::File::from(done).write_all(&code.to_le_bytes());
+                    }
                     return Ok(code);
                 }
                 Ok(_) => {}

@@ -1,12 +1,17 @@
-//! The seccomp filter (SPEC §4.1 step 6), three stacked programs:
+//! The seccomp filter (SPEC §4.1 step 6): one program, in three stages
+//! that each either decide or go on to the next:
 //! 1. a hand-written allow-list of the syscall numbers reviewed for this
 //!    architecture (anything newer gets ENOSYS until reviewed), which also
 //!    kills a foreign architecture and another ABI of this one (x32);
-//! 2. EPERM for the kernel surface a build tool never needs, setuid and
+//! 2. ENOSYS for clone3 and openat2, so libc falls back to clone and
+//!    openat, whose arguments the third stage can inspect;
+//! 3. EPERM for the kernel surface a build tool never needs, setuid and
 //!    setgid bits, and every socket protocol that carries TCP or UDP past
-//!    the proxy;
-//! 3. ENOSYS for clone3 and openat2, so libc falls back to clone and
-//!    openat, whose arguments the second program can inspect.
+//!    the proxy.
+//!
+//! One program rather than three stacked ones: the kernel runs every
+//! stacked filter on every system call of the sandbox, and compiles each
+//! on install.
 
 use std::collections::BTreeMap;
 
@@ -293,7 +298,7 @@ fn eperm_rules(degraded: bool) -> Result<BTreeMap<i64, Vec<SeccompRule>>> {
     Ok(rules)
 }
 
-fn program(rules: BTreeMap<i64, Vec<SeccompRule>>, errno: i32) -> Result<BpfProgram> {
+fn program_of(rules: BTreeMap<i64, Vec<SeccompRule>>, errno: i32) -> Result<BpfProgram> {
     let filter = SeccompFilter::new(
         rules,
         SeccompAction::Allow,
@@ -306,21 +311,23 @@ fn program(rules: BTreeMap<i64, Vec<SeccompRule>>, errno: i32) -> Result<BpfProg
 
 const RET_KILL_PROCESS: u32 = 0x8000_0000;
 const RET_ERRNO: u32 = 0x0005_0000;
-const RET_ALLOW: u32 = 0x7fff_0000;
 
 fn bpf(code: u16, jt: u8, jf: u8, k: u32) -> sock_filter {
     sock_filter { code, jt, jf, k }
 }
 
-/// The allow-list, written by hand because it is a few range checks (a
+/// Stages 1 and 2, written by hand because they are a few range checks (a
 /// rule per number would be a linear scan of ~400 compares on every call).
-fn known_program() -> BpfProgram {
+/// A call they let through falls off their end, into stage 3.
+fn known_stages() -> BpfProgram {
     const LD_ABS_W: u16 = 0x20; // BPF_LD | BPF_W | BPF_ABS
     const JEQ: u16 = 0x15; // BPF_JMP | BPF_JEQ | BPF_K
     const JGE: u16 = 0x35; // BPF_JMP | BPF_JGE | BPF_K
+    const JA: u16 = 0x05; // BPF_JMP | BPF_JA
     #[cfg(target_arch = "x86_64")]
     const JSET: u16 = 0x45; // BPF_JMP | BPF_JSET | BPF_K
     const RET: u16 = 0x06; // BPF_RET | BPF_K
+    let enosys = RET_ERRNO | libc::ENOSYS as u32;
     let [(_, low_end), (high_start, high_end)] = KNOWN;
     let mut p = vec![
         // seccomp_data.arch: anything but this architecture dies.
@@ -336,41 +343,37 @@ fn known_program() -> BpfProgram {
         bpf(RET, 0, 0, RET_KILL_PROCESS),
     ]);
     p.extend([
-        // nr > high_end: ENOSYS (jumps count from the next instruction).
-        bpf(JGE, 3, 0, high_end + 1),
-        // high_start <= nr <= high_end: allow.
-        bpf(JGE, 1, 0, high_start),
-        // low_end < nr < high_start: ENOSYS; below: allow.
-        bpf(JGE, 1, 0, low_end + 1),
-        bpf(RET, 0, 0, RET_ALLOW),
-        bpf(RET, 0, 0, RET_ERRNO | libc::ENOSYS as u32),
+        // Stage 1 (jumps count from the next instruction).
+        // nr > high_end: ENOSYS.
+        bpf(JGE, 2, 0, high_end + 1),
+        // high_start <= nr <= high_end: on.
+        bpf(JGE, 2, 0, high_start),
+        // low_end < nr < high_start: ENOSYS; below: on.
+        bpf(JGE, 0, 1, low_end + 1),
+        bpf(RET, 0, 0, enosys),
+        // Stage 2.
+        bpf(JEQ, 2, 0, libc::SYS_clone3 as u32),
+        // openat2 takes its mode in a struct the filter cannot read.
+        bpf(JEQ, 1, 0, libc::SYS_openat2 as u32),
+        bpf(JA, 0, 0, 1), // on to stage 3
+        bpf(RET, 0, 0, enosys),
     ]);
     p
 }
 
-/// Install the three filters on this thread (inherited by everything it execs).
-/// The three filters, compiled: the helper builds them while it waits for
-/// its plan, off the start-up's critical path.
-pub struct Filters([BpfProgram; 3]);
+/// The filter, compiled: the helper builds it while it waits for its
+/// plan, off the start-up's critical path.
+pub struct Filters(BpfProgram);
 
 pub fn compile(degraded: bool) -> Result<Filters> {
-    let known = known_program();
-    let eperm = program(eperm_rules(degraded)?, libc::EPERM)?;
-    let mut fallback = BTreeMap::new();
-    fallback.insert(libc::SYS_clone3, vec![]);
-    // openat2 takes its mode in a struct the filter cannot read.
-    fallback.insert(libc::SYS_openat2, vec![]);
-    let enosys = program(fallback, libc::ENOSYS)?;
-    Ok(Filters([known, eperm, enosys]))
+    let mut program = known_stages();
+    program.extend(program_of(eperm_rules(degraded)?, libc::EPERM)?);
+    Ok(Filters(program))
 }
 
 impl Filters {
     pub fn install(&self) -> Result<()> {
-        let [known, eperm, enosys] = &self.0;
-        seccompiler::apply_filter(known).context("installing the syscall allow-list")?;
-        seccompiler::apply_filter(eperm).context("installing the seccomp filter")?;
-        seccompiler::apply_filter(enosys).context("installing the clone3 filter")?;
-        Ok(())
+        seccompiler::apply_filter(&self.0).context("installing the seccomp filter")
     }
 }
 
