@@ -237,14 +237,6 @@ fn build_and_run(channel: &mut UnixStream, supervisor: libc::pid_t, ahead: Ahead
             // of ours, so that a caller reading airlock's output sees its
             // end without waiting for us to tear the namespaces down.
             release_stdio(false);
-            // Capture's rules, and its sockets to the supervisor: before
-            // `ready` below, which PID 1 waits for before it can send its
-            // own descriptors on the same channel (the supervisor takes
-            // them in this order).
-            if let Some(c) = captured.take() {
-                let c = c.and_then(|c| capture::install(&c).map(|_| c));
-                capture::send(channel, &c)?;
-            }
             // The names a deny_read path could be moved, linked or made a
             // link to during the run (denywatch.rs), watched before any
             // rule binds an inode.
@@ -271,6 +263,14 @@ fn build_and_run(channel: &mut UnixStream, supervisor: libc::pid_t, ahead: Ahead
             std::fs::File::from(ready_w)
                 .write_all(&body)
                 .context("handing PID 1 its Landlock rules")?;
+            // Capture's rules, and its sockets to the supervisor, while PID
+            // 1 restricts itself: before the gate, which PID 1 waits for
+            // before it can send its own descriptors on the same channel
+            // (the supervisor takes them in this order).
+            if let Some(c) = captured.take() {
+                let c = c.and_then(|c| capture::install(&c).map(|_| c));
+                capture::send(channel, &c)?;
+            }
             gate.open();
             // The watch is closed only after the status line: closing an
             // inotify instance waits for an SRCU grace period (15-20 ms),
@@ -518,6 +518,10 @@ fn pid1(
 static PHASES: std::sync::Mutex<String> = std::sync::Mutex::new(String::new());
 
 fn phase(name: &str) {
+    // Only `-vv` shows them: the rest of the time, not even the string.
+    if !debug() {
+        return;
+    }
     let now = crate::run_cmd::monotonic_ns();
     if let Ok(mut p) = PHASES.lock() {
         p.push_str(&format!("phase: {now} {name}\n"));
@@ -526,6 +530,9 @@ fn phase(name: &str) {
 
 /// A step after the descriptors have been passed: written at once.
 pub fn phase_now(channel: &mut UnixStream, name: &str) {
+    if !debug() {
+        return;
+    }
     let now = crate::run_cmd::monotonic_ns();
     let _ = channel.write_all(format!("phase: {now} {name}\n").as_bytes());
 }
