@@ -45,19 +45,33 @@ use cli::{Cli, Command, PolicyCommand};
 /// airlock's own failure before the command started (SPEC §2).
 const EXIT_AIRLOCK: u8 = 125;
 
-fn init_tracing(verbose: u8) {
+/// The log filter: `AIRLOCK_LOG` when it is set and valid, else the level
+/// `-v` asks for.
+fn log_filter(verbose: u8) -> String {
+    if let Ok(env) = std::env::var("AIRLOCK_LOG") {
+        if tracing_subscriber::EnvFilter::try_new(&env).is_ok() {
+            return env;
+        }
+    }
     let level = match verbose {
         0 => "warn",
         1 => "info",
         2 => "debug",
         _ => "trace",
     };
-    let filter = tracing_subscriber::EnvFilter::try_from_env("AIRLOCK_LOG")
-        // hickory-server logs every DNS query at info: ours are in the
-        // audit log already.
-        .unwrap_or_else(|_| {
-            tracing_subscriber::EnvFilter::new(format!("{level},hickory_server=warn"))
-        });
+    // hickory-server logs every DNS query at info: ours are in the audit
+    // log already.
+    format!("{level},hickory_server=warn")
+}
+
+fn init_tracing(verbose: u8) {
+    init_tracing_with(&log_filter(verbose));
+}
+
+/// Also the helper's, from its plan, when it was forked before ours was set.
+pub(crate) fn init_tracing_with(filter: &str) {
+    let filter = tracing_subscriber::EnvFilter::try_new(filter)
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
@@ -88,6 +102,10 @@ fn main() -> ExitCode {
             }
         }
     }
+    // `run`'s sandbox helper starts first, its namespaces overlapping the
+    // parsing of the arguments and everything after.
+    #[cfg(target_os = "linux")]
+    let early = linux::Spawned::before_parsing();
     let cli = match Cli::try_parse() {
         Ok(c) => c,
         Err(e) => {
@@ -140,7 +158,13 @@ fn main() -> ExitCode {
                     ExitCode::SUCCESS
                 })
         }
-        Command::Run(args) => run_cmd::run(args),
+        Command::Run(args) => {
+            #[cfg(target_os = "linux")]
+            let run = run_cmd::run(args, early, log_filter(cli.verbose));
+            #[cfg(not(target_os = "linux"))]
+            let run = run_cmd::run(args, (), log_filter(cli.verbose));
+            run
+        }
         Command::Proxy(args) => proxy_cmd::run(args),
         Command::Approve { socket } => approve::client::run(socket),
         Command::Ca { action, out } => ca_cmd::run(*action, out.as_deref()),

@@ -70,6 +70,10 @@ pub struct Plan {
     pub unix_sockets: Vec<PathBuf>,
     #[serde(default)]
     pub limits: Limits,
+    /// The supervisor's log filter, for a helper forked before it was set
+    /// up (`linux::Spawned::before_parsing`).
+    #[serde(default)]
+    pub log: String,
 }
 
 /// `Some(None)` (the degraded tier with `--network none`) must not travel
@@ -343,6 +347,7 @@ pub fn build(policy: &Policy, o: &Options) -> Plan {
             pids_by_pid_max: false,
             tmp_configured: policy.tmp.is_some(),
         },
+        log: String::new(),
     }
 }
 

@@ -147,6 +147,7 @@ fn probe_plan(argv: &[&str], env: BTreeMap<String, String>) -> Plan {
         macos: Default::default(),
         unix_sockets: vec![],
         limits: Default::default(),
+        log: String::new(),
     }
 }
 

@@ -66,15 +66,15 @@ type Early = Option<crate::linux::Spawned>;
 #[cfg(not(target_os = "linux"))]
 type Early = ();
 
-pub fn run(args: &RunArgs) -> Result<ExitCode> {
+/// `early`: the helper, when main forked it before parsing the arguments;
+/// `log`: the log filter, which the plan carries to it.
+pub fn run(args: &RunArgs, early: Early, log: String) -> Result<ExitCode> {
     let started = Instant::now();
     // On CLOCK_MONOTONIC, so that a benchmark can place every phase below
     // against its own clock (`bench-startup`).
     tracing::debug!(monotonic_ns = %monotonic_ns(), "run started");
     #[cfg(target_os = "linux")]
-    let early: Early = crate::linux::Spawned::early(ahead_of(args)).ok();
-    #[cfg(not(target_os = "linux"))]
-    let early: Early = ();
+    let early: Early = early.or_else(|| crate::linux::Spawned::early(ahead_of(args)).ok());
     // A previous run whose airlock was killed left its check to us.
     crate::integrity::recover();
     let built = build_policy(&args.policy, &args.write, crate::sources::Named::NeedTrust)?;
@@ -142,6 +142,7 @@ pub fn run(args: &RunArgs) -> Result<ExitCode> {
             host_env: std::env::vars().collect(),
         },
     );
+    plan.log = log;
     tracing::debug!(elapsed = ?started.elapsed(), "plan built");
     crate::integrity::set::check_deny_read_links(&plan.deny_read, &plan.write)
         .map_err(anyhow::Error::msg)?;

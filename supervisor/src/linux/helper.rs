@@ -30,6 +30,10 @@ fn debug() -> bool {
     DEBUG.load(std::sync::atomic::Ordering::Relaxed)
 }
 
+/// Forked before the supervisor set its logging up: ours starts with the
+/// plan, which carries its filter; phases are kept until then.
+static LOG_FROM_PLAN: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
 /// Entry point of the helper (`airlock __sandbox-helper <fd> <pid>
 /// <ahead>`, or a fork of `run`); never returns.
 pub fn main(fd: RawFd, supervisor: libc::pid_t, ahead: Ahead) -> ! {
@@ -43,6 +47,8 @@ pub fn main(fd: RawFd, supervisor: libc::pid_t, ahead: Ahead) -> ! {
             .with_target(false)
             .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
             .try_init();
+    } else if !tracing::dispatcher::has_been_set() {
+        LOG_FROM_PLAN.store(true, std::sync::atomic::Ordering::Relaxed);
     } else if tracing::enabled!(tracing::Level::DEBUG) {
         DEBUG.store(true, std::sync::atomic::Ordering::Relaxed);
     }
@@ -132,7 +138,6 @@ fn namespaces(net: bool, uid: u32, gid: u32) -> Result<()> {
 fn build_and_run(channel: &mut UnixStream, supervisor: libc::pid_t, ahead: Ahead) -> Result<i32> {
     // While the supervisor still builds the plan: what does not depend on
     // it (the helper is started before the policy is read).
-    let filters = seccomp::compile(false);
     // Before the network namespace hides them: the host's unix sockets.
     sockets::snapshot()?;
     // Read before the user namespace exists (unmapped until its maps are
@@ -146,7 +151,22 @@ fn build_and_run(channel: &mut UnixStream, supervisor: libc::pid_t, ahead: Ahead
         Ahead::Namespaces { net } => Some(namespaces(net, uid, gid)),
         Ahead::Nothing => None,
     };
+    let filters = seccomp::compile(false);
     let plan = read_plan(channel)?;
+    if LOG_FROM_PLAN.swap(false, std::sync::atomic::Ordering::Relaxed) {
+        crate::init_tracing_with(if plan.log.is_empty() {
+            "warn"
+        } else {
+            &plan.log
+        });
+        let on = tracing::enabled!(tracing::Level::DEBUG);
+        DEBUG.store(on, std::sync::atomic::Ordering::Relaxed);
+        if !on {
+            if let Ok(mut p) = PHASES.lock() {
+                p.clear();
+            }
+        }
+    }
     phase("plan read");
     if let Some(proxy_port) = plan.degraded {
         if early.is_some() {
@@ -519,7 +539,7 @@ static PHASES: std::sync::Mutex<String> = std::sync::Mutex::new(String::new());
 
 fn phase(name: &str) {
     // Only `-vv` shows them: the rest of the time, not even the string.
-    if !debug() {
+    if !debug() && !LOG_FROM_PLAN.load(std::sync::atomic::Ordering::Relaxed) {
         return;
     }
     let now = crate::run_cmd::monotonic_ns();

@@ -364,7 +364,51 @@ impl Spawned {
     }
 }
 
+/// What `airlock run`'s raw arguments say the helper may build ahead, read
+/// before they are parsed (`None`: not `run`). A guess: the parsed ones
+/// decide (`Spawned::fits`), and a wrong guess costs a respawn, never a
+/// sandbox other than the plan's. Only what precedes the command counts.
+pub fn ahead_from_raw(args: &[std::ffi::OsString]) -> Option<Ahead> {
+    let mut args = args.iter().skip(1).map(|a| a.to_str());
+    let mut run = false;
+    let (mut degraded, mut host) = (false, false);
+    while let Some(arg) = args.next() {
+        let Some(arg) = arg else {
+            // Not UTF-8: a value or the command; clap decides.
+            continue;
+        };
+        match arg {
+            "--" => break,
+            "--allow-degraded" => degraded = true,
+            "--network" => host = args.next() == Some(Some("host")),
+            _ if arg.starts_with("--network=") => host = arg == "--network=host",
+            // Options (and the values of those that take one) are skipped;
+            // the first word that is neither is the subcommand, and then
+            // the command: nothing of it is read.
+            _ if arg.starts_with('-') => {}
+            "run" if !run => run = true,
+            _ if run => break,
+            _ => return None,
+        }
+    }
+    if !run {
+        return None;
+    }
+    if degraded || std::env::var_os("AIRLOCK_FORCE_TIER").is_some() {
+        return Some(Ahead::Nothing);
+    }
+    Some(Ahead::Namespaces { net: !host })
+}
+
 impl Spawned {
+    /// `airlock run`'s helper, forked before its arguments are parsed, so
+    /// that its namespaces overlap that too. Its logging starts with the
+    /// plan, which carries the supervisor's filter (`Plan::log`).
+    pub fn before_parsing() -> Option<Spawned> {
+        let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
+        Spawned::early(ahead_from_raw(&args)?).ok()
+    }
+
     /// Whether this helper can take a plan that wants `wanted` built: what
     /// it built ahead must be that (nothing built ahead always fits).
     pub fn fits(&self, wanted: Ahead) -> bool {
@@ -513,4 +557,52 @@ fn read_messages(channel: &UnixStream) -> Vec<String> {
         .lines()
         .map_while(Result::ok)
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{ahead_from_raw, Ahead};
+
+    fn ahead(args: &[&str]) -> Option<Ahead> {
+        let args: Vec<std::ffi::OsString> = std::iter::once("airlock")
+            .chain(args.iter().copied())
+            .map(Into::into)
+            .collect();
+        ahead_from_raw(&args)
+    }
+
+    #[test]
+    fn only_run_starts_a_helper_before_parsing() {
+        let ns = Some(Ahead::Namespaces { net: true });
+        assert_eq!(ahead(&["run", "--", "true"]), ns);
+        assert_eq!(ahead(&["-vv", "run", "--", "true"]), ns);
+        assert_eq!(ahead(&["run", "-p", "x.toml", "--", "true"]), ns);
+        assert_eq!(ahead(&["policy", "check", "run"]), None);
+        assert_eq!(ahead(&["doctor"]), None);
+        assert_eq!(ahead(&["--", "run"]), None);
+        assert_eq!(ahead(&[]), None);
+    }
+
+    #[test]
+    fn the_network_and_the_tier_are_read_up_to_the_command() {
+        let host = Some(Ahead::Namespaces { net: false });
+        assert_eq!(ahead(&["run", "--network", "host", "--", "true"]), host);
+        assert_eq!(ahead(&["run", "--network=host", "--", "true"]), host);
+        assert_eq!(
+            ahead(&["run", "--network", "none", "--", "true"]),
+            Some(Ahead::Namespaces { net: true })
+        );
+        assert_eq!(
+            ahead(&["run", "--allow-degraded", "--", "true"]),
+            Some(Ahead::Nothing)
+        );
+        // The command's own arguments are never read as airlock's.
+        for cmd in [
+            &["run", "--", "x", "--network", "host"][..],
+            &["run", "--", "x", "--allow-degraded"],
+            &["run", "x", "--network=host"],
+        ] {
+            assert_eq!(ahead(cmd), Some(Ahead::Namespaces { net: true }), "{cmd:?}");
+        }
+    }
 }

@@ -51,6 +51,7 @@ fn plan(
         },
         unix_sockets: vec![],
         limits: Default::default(),
+        log: String::new(),
     }
 }
 
