@@ -181,6 +181,9 @@ pub struct Options<'a> {
     pub net: Net,
     pub allow_degraded: bool,
     pub host_env: Vec<(String, String)>,
+    /// Whether the Seatbelt side is wanted: on macOS, or for `policy
+    /// profile --target macos` (it resolves every deny entry again).
+    pub macos: bool,
 }
 
 pub fn net_mode(policy: &Policy, flag: Option<&str>) -> Result<Net, String> {
@@ -337,7 +340,11 @@ pub fn build(policy: &Policy, o: &Options) -> Plan {
         unsupported,
         allow_degraded: o.allow_degraded,
         degraded: None,
-        macos: crate::seatbelt::MacosPlan::from_policy(policy, o.home, o.workspace),
+        macos: if o.macos {
+            crate::seatbelt::MacosPlan::from_policy(policy, o.home, o.workspace)
+        } else {
+            Default::default()
+        },
         unix_sockets,
         limits: Limits {
             pids: policy.pids.as_ref().map_or(DEFAULT_PIDS, |p| p.value),

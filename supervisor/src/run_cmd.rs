@@ -140,6 +140,7 @@ pub fn run(args: &RunArgs, early: Early, log: String) -> Result<ExitCode> {
             net,
             allow_degraded: args.allow_degraded,
             host_env: std::env::vars().collect(),
+            macos: cfg!(target_os = "macos"),
         },
     );
     plan.log = log;

@@ -356,11 +356,18 @@ pub fn compute(i: &Inputs) -> Vec<Protected> {
 pub fn ancestors_to_pin(targets: &[PathBuf], roots: &[PathBuf]) -> Vec<PathBuf> {
     let writable = |p: &Path| roots.iter().any(|r| p.starts_with(r));
     let mut out = vec![];
+    // Targets share most of their ancestors (HOME, the workspace): a
+    // directory seen once had its own ancestors looked at then.
+    let mut seen = std::collections::HashSet::new();
     for t in targets {
         let mut a = t.parent();
         while let Some(dir) = a {
+            if !seen.insert(dir) {
+                break;
+            }
             let Some(parent) = dir.parent() else { break };
-            if writable(parent) && dir.is_dir() && !dir.is_symlink() {
+            // A directory, not a link to one.
+            if writable(parent) && std::fs::symlink_metadata(dir).is_ok_and(|m| m.is_dir()) {
                 out.push(dir.to_path_buf());
             }
             a = Some(parent);

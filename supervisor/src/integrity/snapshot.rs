@@ -222,19 +222,34 @@ pub fn list(dir: &OwnedFd) -> Vec<OsString> {
     names
 }
 
-/// The state of one protected path now.
-pub fn state_of(p: &Protected) -> State {
-    let Ok(root) = open_root(&p.root) else {
+/// The state of one protected path now, below its root opened as `root`
+/// (`None`: it could not be).
+fn state_in(root: Option<&OwnedFd>, p: &Protected) -> State {
+    let Some(root) = root else {
         return State::Blocked;
     };
-    match walk_to_parent(&root, &p.rel) {
-        Ok(Parent::Fd(fd)) => {
-            let mut budget = if p.deep { MAX_NODES } else { 0 };
-            record(&fd, file_name(&p.rel), &mut budget, !p.hidden)
-        }
+    let mut budget = if p.deep { MAX_NODES } else { 0 };
+    // Most protected paths are a name in their root (`.envrc`, `.git`).
+    if p.rel.components().count() == 1 {
+        return record(root, file_name(&p.rel), &mut budget, !p.hidden);
+    }
+    match walk_to_parent(root, &p.rel) {
+        Ok(Parent::Fd(fd)) => record(&fd, file_name(&p.rel), &mut budget, !p.hidden),
         Ok(Parent::Absent) => State::Absent,
         Ok(Parent::Blocked(_)) | Err(_) => State::Blocked,
     }
+}
+
+/// The state of each of `set` now, each root opened once.
+fn states<'a>(set: impl Iterator<Item = &'a Protected>) -> Vec<State> {
+    let mut roots: std::collections::HashMap<&Path, Option<OwnedFd>> = Default::default();
+    set.map(|p| {
+        let root = roots
+            .entry(p.root.as_path())
+            .or_insert_with(|| open_root(&p.root).ok());
+        state_in(root.as_ref(), p)
+    })
+    .collect()
 }
 
 /// The protected set as it was before the run.
@@ -245,7 +260,7 @@ pub struct Snapshot {
 
 pub fn take(set: &[Protected]) -> Snapshot {
     Snapshot {
-        entries: set.iter().map(|p| (p.clone(), state_of(p))).collect(),
+        entries: set.iter().cloned().zip(states(set.iter())).collect(),
     }
 }
 
@@ -342,8 +357,8 @@ impl Snapshot {
     /// Everything in the protected set that is not as it was.
     pub fn changes(&self) -> Vec<Change> {
         let mut out = vec![];
-        for (p, before) in &self.entries {
-            let after = state_of(p);
+        let now = states(self.entries.iter().map(|(p, _)| p));
+        for ((p, before), after) in self.entries.iter().zip(now) {
             let from = out.len();
             diff(&p.root, &p.rel, p.git, before, &after, &mut out);
             for c in &mut out[from..] {
