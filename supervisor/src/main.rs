@@ -85,7 +85,11 @@ fn main() -> ExitCode {
     // single-threaded, so it branches off before anything else starts.
     #[cfg(target_os = "linux")]
     {
-        let args: Vec<String> = std::env::args().collect();
+        // Lossy: an argument that is not UTF-8 is the command's, never
+        // the helper's (clap reports it where it is airlock's).
+        let args: Vec<String> = std::env::args_os()
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect();
         if args.get(1).map(String::as_str) == Some(linux::HELPER_ARG) {
             let fd = args.get(2).and_then(|a| a.parse().ok());
             let parent = args.get(3).and_then(|a| a.parse().ok());
@@ -110,7 +114,12 @@ fn main() -> ExitCode {
         Ok(c) => c,
         Err(e) => {
             let _ = e.print();
-            if let Some(hint) = cli::hint_for(&e, &std::env::args().collect::<Vec<_>>()) {
+            if let Some(hint) = cli::hint_for(
+                &e,
+                &std::env::args_os()
+                    .map(|a| a.to_string_lossy().into_owned())
+                    .collect::<Vec<_>>(),
+            ) {
                 eprintln!("\n{hint}");
             }
             return ExitCode::from(e.exit_code().clamp(0, 255) as u8);

@@ -293,6 +293,8 @@ fn sandbox_init(
     }
     // As the full tier's PID 1: the command shares our Landlock domain.
     caps::not_dumpable()?;
+    // Nor does a handler of ours let it interrupt our waits.
+    init::default_signal_handlers()?;
     subreaper()?;
     // No user namespace: RLIMIT_NPROC counts all the user's tasks on the
     // host, so the sandbox's share goes on top of what runs now (root is

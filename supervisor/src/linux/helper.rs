@@ -467,6 +467,8 @@ fn pid1(
 ) -> Result<i32> {
     // Our parent (the helper) lives outside this PID namespace: it is pid 0 here.
     caps::die_with_parent(0)?;
+    // No signal from inside may reach us (see the function).
+    init::default_signal_handlers()?;
     // The command runs in our Landlock domain and could otherwise read our
     // memory and environment through /proc/1 (a fork of the supervisor
     // holds the caller's whole environment).

@@ -68,6 +68,64 @@ fn children_of(me: u32) -> Vec<Pid> {
         .collect()
 }
 
+/// Wait for every child (of any kind: `__WALL` takes those cloned with
+/// another exit signal too) until there is none. False on an error other
+/// than ECHILD. An interruption is retried: the command can make the
+/// kernel signal us (F_SETOWN and O_ASYNC on a descriptor its dying
+/// processes close), and stopping early would report an empty sandbox
+/// while some of it still runs.
+fn reap_all() -> bool {
+    loop {
+        match waitpid(Pid::from_raw(-1), Some(WaitPidFlag::__WALL)) {
+            Ok(_) | Err(nix::errno::Errno::EINTR) => continue,
+            Err(nix::errno::Errno::ECHILD) => return true,
+            Err(_) => return false,
+        }
+    }
+}
+
+/// Whether our PID namespace holds nobody but us, as /proc (its own, which
+/// PID 1 mounted) lists it.
+fn only_init_left() -> bool {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return false;
+    };
+    dir.flatten()
+        .filter(|e| {
+            e.file_name()
+                .as_encoded_bytes()
+                .iter()
+                .all(u8::is_ascii_digit)
+        })
+        .all(|e| e.file_name() == "1")
+}
+
+/// Every signal init catches goes back to its default. The kernel delivers
+/// a signal from inside the namespace to its init only when init has a
+/// handler for it, and Rust installs some (SIGSEGV, SIGBUS: its stack
+/// overflow report), which would let the command interrupt init's waits.
+/// Ignored signals stay ignored; blocked ones are taken with sigwait.
+pub fn default_signal_handlers() -> Result<()> {
+    for sig in Signal::iterator() {
+        if matches!(sig, Signal::SIGKILL | Signal::SIGSTOP) {
+            continue;
+        }
+        // SAFETY: sigaction with a null new action only reads the current one.
+        let mut old: libc::sigaction = unsafe { std::mem::zeroed() };
+        if unsafe { libc::sigaction(sig as libc::c_int, std::ptr::null(), &mut old) } != 0 {
+            continue;
+        }
+        if old.sa_sigaction == libc::SIG_DFL || old.sa_sigaction == libc::SIG_IGN {
+            continue;
+        }
+        // SAFETY: installing the default disposition on our own process.
+        if unsafe { libc::signal(sig as libc::c_int, libc::SIG_DFL) } == libc::SIG_ERR {
+            anyhow::bail!("resetting the handler of {sig}");
+        }
+    }
+    Ok(())
+}
+
 /// Kill every descendant: children first; their children then become
 /// ours (we are the subreaper) and go in the next round.
 pub fn kill_descendants() {
@@ -87,7 +145,7 @@ pub fn kill_descendants() {
         }
         std::thread::sleep(std::time::Duration::from_millis(1));
     }
-    while waitpid(Pid::from_raw(-1), None).is_ok() {}
+    reap_all();
 }
 
 /// The program to exec: a path, or a name looked up in the sandbox's PATH.
@@ -291,15 +349,22 @@ pub fn run(
                     super::helper::phase_now(channel, "command exited");
                     let code = exit_code(status).unwrap_or(125);
                     // Nothing started inside outlives the command.
-                    match reap {
+                    let empty = match reap {
                         Reap::Namespace => {
                             let _ = kill(Pid::from_raw(-1), Signal::SIGKILL);
-                            while waitpid(Pid::from_raw(-1), None).is_ok() {}
+                            reap_all() && only_init_left()
                         }
-                        Reap::Subreaper => kill_descendants(),
-                    }
+                        Reap::Subreaper => {
+                            kill_descendants();
+                            false
+                        }
+                    };
                     super::helper::phase_now(channel, "leftovers reaped");
-                    if let Some(done) = done {
+                    // Only a namespace seen empty is reported early; else
+                    // `done` closes unwritten with our exit, which the
+                    // kernel completes only once every process of the
+                    // namespace is gone.
+                    if let Some(done) = done.filter(|_| empty) {
                         let _ = std::fs::File::from(done).write_all(&code.to_le_bytes());
                     }
                     return Ok(code);

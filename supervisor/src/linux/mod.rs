@@ -502,9 +502,10 @@ pub struct Channel(
 
 impl Channel {
     /// Block until the helper reports the sandbox's exit status, which it
-    /// does once PID 1 has exited: the kernel has then killed and reaped
-    /// every process of the PID namespace, so nothing of the sandbox is
-    /// left, and the helper's own exit (tearing down the namespaces, a
+    /// does once PID 1 has reaped every other process of its namespace and
+    /// seen it empty (or, failing that, once PID 1 has exited, which the
+    /// kernel completes only then): nothing of the sandbox is left, and
+    /// PID 1's and the helper's own exits (tearing down the namespaces, a
     /// millisecond or more) need not be waited for. `None` when the
     /// channel closes without one (the helper was killed, or this is the
     /// degraded tier): wait for the helper then.
