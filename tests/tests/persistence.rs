@@ -651,6 +651,45 @@ fn a_replaced_symlinked_startup_file_is_restored() {
     }
 }
 
+/// A protected path whose parent does not exist yet (`~/.cargo`), reached
+/// after the run through a link the sandbox made in its place, or through
+/// a link the user keeps (`~/.config` into a dotfiles checkout) that the
+/// sandbox re-points: the link goes to quarantine, the host sees nothing
+/// of what it led to.
+#[test]
+fn a_protected_path_reached_through_a_new_or_repointed_link_is_quarantined() {
+    for who in Who::all() {
+        let f = Fixture::new_in(&base());
+        f.write("~/dotfiles/config/fish/config.fish", "# managed\n");
+        std::os::unix::fs::symlink("dotfiles/config", f.home.join(".config")).unwrap();
+        who.prepare(&f);
+        let home = f.home.to_str().unwrap();
+        let out = sandboxed(
+            &f,
+            who,
+            &["--network", "none", "--workspace", home],
+            "echo ok > work.txt && echo wrote; \
+             mkdir -p x/bin && echo '[build]' > x/config.toml && echo evil > x/bin/git && ln -s x .cargo; \
+             mkdir -p y/fish && echo evil > y/fish/config.fish && rm .config && ln -s y .config",
+        );
+        let ctx = format!("{who:?}: {}", show(&out));
+        // (Re-pointing ~/.config also puts links at its deny_read names:
+        // the watch may stop the run there, which is fine.)
+        assert!(out.stdout.contains("wrote"), "{ctx}");
+        for planted in [".cargo/config.toml", ".cargo/bin/git"] {
+            assert!(!f.home.join(planted).exists(), "{planted}: {ctx}");
+        }
+        assert_eq!(
+            std::fs::read_to_string(f.home.join(".config/fish/config.fish")).ok(),
+            Some("# managed\n".to_string()),
+            "{ctx}"
+        );
+        assert!(out.stderr.contains("quarantine"), "{ctx}");
+        // The legitimate write stays.
+        assert!(f.home.join("work.txt").exists(), "{ctx}");
+    }
+}
+
 /// A hostile command plants, then waits for the user's ^C, the terminal
 /// closing, or the harness's kill: the check still runs, now or at the
 /// next run.

@@ -326,6 +326,7 @@ pub fn compute(i: &Inputs) -> Vec<Protected> {
     candidates.extend(i.deny_write.iter().map(|p| (p.clone(), false)));
     candidates.extend(i.deny_read.iter().map(|p| (p.clone(), false)));
     candidates.extend(i.airlock_files.iter().map(|p| (p.clone(), false)));
+    candidates.extend(through_links(&candidates, i.roots));
 
     let mut out: Vec<Protected> = candidates
         .into_iter()
@@ -346,6 +347,46 @@ pub fn compute(i: &Inputs) -> Vec<Protected> {
         .collect();
     out.sort();
     out.dedup_by(|a, b| a.root == b.root && a.rel == b.rel);
+    out
+}
+
+/// For a candidate reached through something that is not a plain
+/// directory (`~/.config` a link into a dotfiles checkout): that link
+/// itself, so that one re-pointed during the run is a change, and the path
+/// it leads to, when a writable root holds it, so that one written through
+/// the link is too. (One made a link during the run turns the candidate
+/// from absent to blocked: a creation, `snapshot.rs`.)
+fn through_links(candidates: &[(PathBuf, bool)], roots: &[PathBuf]) -> Vec<(PathBuf, bool)> {
+    let mut out = vec![];
+    let mut plain: std::collections::HashSet<&Path> = std::collections::HashSet::new();
+    for (p, git) in candidates {
+        let Some(root) = root_of(p, roots) else {
+            continue;
+        };
+        let mut linked = false;
+        let mut a = p.parent();
+        while let Some(dir) = a.filter(|d| *d != root.as_path() && d.starts_with(root)) {
+            if !plain.contains(dir) {
+                match std::fs::symlink_metadata(dir) {
+                    Ok(m) if !m.is_dir() => {
+                        out.push((dir.to_path_buf(), *git));
+                        linked = true;
+                    }
+                    _ => {
+                        plain.insert(dir);
+                    }
+                }
+            }
+            a = dir.parent();
+        }
+        let real = p
+            .parent()
+            .zip(p.file_name())
+            .and_then(|(dir, name)| Some(crate::resolve::canonical(dir)?.join(name)));
+        if let Some(real) = real.filter(|r| linked && r != p && root_of(r, roots).is_some()) {
+            out.push((real, *git));
+        }
+    }
     out
 }
 

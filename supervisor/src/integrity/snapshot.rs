@@ -319,7 +319,11 @@ fn diff(root: &Path, rel: &Path, git: bool, before: &State, after: &State, out: 
         hidden: false,
     };
     match (before, after) {
-        (State::Absent | State::Blocked, State::Absent | State::Blocked) => {}
+        (State::Absent | State::Blocked, State::Absent) | (State::Blocked, State::Blocked) => {}
+        // Reachable now through a link (or past a file) the run put on the
+        // way: made by the sandbox, and what acts on it is quarantined
+        // (the first ancestor that is not a plain directory).
+        (State::Absent, State::Blocked) => out.push(change(ChangeKind::Created)),
         // A new repository: its directory is ordinary, its configuration
         // and hooks (in the set on their own) are what is judged.
         (State::Absent, State::Dir { .. })
