@@ -690,6 +690,30 @@ fn a_protected_path_reached_through_a_new_or_repointed_link_is_quarantined() {
     }
 }
 
+/// Where no mount pins a writable root (the degraded tier), the sandbox can
+/// move one away and put a link to it in its place: what it planted below
+/// would then be reached through the link, which the check does not
+/// follow. The link goes to quarantine and the run fails.
+#[test]
+fn a_writable_root_replaced_by_a_link_is_quarantined() {
+    for who in Who::all() {
+        let f = Fixture::new_in(&base());
+        std::fs::create_dir_all(f.ws.join("sub")).unwrap();
+        who.prepare(&f);
+        let mut cmd = f.command(
+            &["--allow-degraded", "--network", "none", "--write", "sub"],
+            "echo wrote; mv sub sub.x && echo 'echo evil' > sub.x/.envrc && ln -s sub.x sub",
+        );
+        cmd.env("AIRLOCK_FORCE_TIER", "degraded");
+        let out = run(&mut who.wrap(cmd));
+        let ctx = format!("{who:?}: {}", show(&out));
+        assert!(out.stdout.contains("wrote"), "{ctx}");
+        assert!(!f.ws.join("sub/.envrc").exists(), "{ctx}");
+        assert!(out.stderr.contains("was replaced during the run"), "{ctx}");
+        assert_eq!(out.code, 125, "{ctx}");
+    }
+}
+
 /// A hostile command plants, then waits for the user's ^C, the terminal
 /// closing, or the harness's kill: the check still runs, now or at the
 /// next run.

@@ -32,7 +32,37 @@ pub fn check(
     run: &str,
 ) -> Checked {
     let t = std::time::Instant::now();
+    // A root the sandbox replaced by a link (where no mount pins it: the
+    // degraded tier) hides what it planted below from the checks, which
+    // follow no link: the link itself is what changed, in the root that
+    // holds it (and is quarantined there), and the run fails. One that is
+    // gone planted nothing; one that is a new directory is checked as any.
+    let replaced: Vec<&PathBuf> = roots
+        .iter()
+        .filter(|r| std::fs::symlink_metadata(r).is_ok() && snapshot::open_root(r).is_err())
+        .collect();
     let mut changes = snap.changes();
+    changes.retain(|c| !replaced.contains(&&c.root));
+    let mut failed = vec![];
+    for r in &replaced {
+        failed.push(format!(
+            "the writable root {} was replaced during the run (by a link or a file)",
+            crate::sources::shown(r)
+        ));
+        let holder = r.parent().and_then(|p| {
+            set::root_of(p, roots).or_else(|| roots.iter().find(|x| x.as_path() == p))
+        });
+        if let Some((holder, rel)) = holder.and_then(|h| Some((h, r.strip_prefix(h).ok()?))) {
+            changes.push(snapshot::Change {
+                root: holder.clone(),
+                rel: rel.to_path_buf(),
+                kind: snapshot::ChangeKind::Created,
+                before: snapshot::State::Absent,
+                git: false,
+                hidden: false,
+            });
+        }
+    }
     // This run's own journal, written by airlock after the snapshot it
     // holds (inside the protected set when HOME is a writable root).
     // The protected set holds resolved paths: HOME reached through a link
@@ -49,7 +79,8 @@ pub fn check(
     changes.retain(|c| !own.contains(&c.root.join(&c.rel)));
     tracing::debug!(elapsed = ?t.elapsed(), "protected set compared");
     let known: Vec<Protected> = snap.entries.iter().map(|(p, _)| p.clone()).collect();
-    let (found, failed) = nested::changes(roots, since, &known);
+    let (found, nested_failed) = nested::changes(roots, since, &known);
+    failed.extend(nested_failed);
     tracing::debug!(elapsed = ?t.elapsed(), ?roots, "nested repositories searched");
     changes.extend(found);
     let outcomes = quarantine::act(&changes, run);
