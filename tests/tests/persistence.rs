@@ -714,6 +714,73 @@ fn a_writable_root_replaced_by_a_link_is_quarantined() {
     }
 }
 
+/// A chain of processes that regrows its tail as its head is killed
+/// (each member forks a new child when it has none), detached from a
+/// command that exits at once, planting `.envrc` later. The degraded tier
+/// has no PID namespace to end with its init: the init kills the whole
+/// tree at once, so nothing of it is left to plant after the check.
+const REGROWING_CHAIN: &str = r#"
+import mmap, os, struct, sys, time
+life, plant, cap = float(sys.argv[1]), float(sys.argv[2]), 24
+s = mmap.mmap(-1, 64)
+start = time.monotonic()
+def get(i): return struct.unpack_from("q", s, i * 8)[0]
+def add(i, d): struct.pack_into("q", s, i * 8, get(i) + d)
+add(0, 1)  # born
+if os.fork() != 0:
+    print("command exits", flush=True)
+    os._exit(0)
+while True:
+    orig, counted, child = os.getppid(), False, False
+    while True:
+        t = time.monotonic() - start
+        if t > life:
+            os._exit(0)
+        if not counted and os.getppid() != orig:
+            counted = True
+            add(1, 1)  # dead
+        if not child and get(0) - get(1) < cap:
+            pid = os.fork()
+            if pid == 0:
+                add(0, 1)
+                break  # become the new member
+            child = True
+        if t > plant and get(2) == 0:
+            add(2, 1)
+            with open("evil.tmp", "w") as f:
+                f.write("echo pwned\n")
+            os.rename("evil.tmp", ".envrc")
+        time.sleep(0.0002)
+"#;
+
+#[test]
+fn a_regrowing_process_chain_dies_with_the_degraded_run() {
+    for who in Who::all() {
+        let f = Fixture::new_in(&base());
+        f.write("chain.py", REGROWING_CHAIN);
+        who.prepare(&f);
+        let started = std::time::Instant::now();
+        let mut cmd = f.command(
+            &["--allow-degraded", "--network", "none", "--timeout", "2s"],
+            "python3 chain.py 6 4",
+        );
+        cmd.env("AIRLOCK_FORCE_TIER", "degraded");
+        let out = run(&mut who.wrap(cmd));
+        let ctx = format!("{who:?}: {}", show(&out));
+        assert!(out.stdout.contains("command exits"), "{ctx}");
+        // Past the chain's planting time and its life.
+        std::thread::sleep(std::time::Duration::from_secs(7).saturating_sub(started.elapsed()));
+        let planted = Command::new("find")
+            .arg(&f.ws)
+            .args(["-name", ".envrc"])
+            .output()
+            .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+            .unwrap_or_default();
+        assert!(planted.trim().is_empty(), "planted: {planted}: {ctx}");
+        assert_eq!(out.code, 0, "{ctx}");
+    }
+}
+
 /// A hostile command plants, then waits for the user's ^C, the terminal
 /// closing, or the harness's kill: the check still runs, now or at the
 /// next run.

@@ -47,13 +47,15 @@ pub fn block_signals() -> Result<SigSet> {
     Ok(mask)
 }
 
-fn children_of(me: u32) -> Vec<Pid> {
+/// Every process below `me`, at any depth, as /proc shows them now.
+fn descendants_of(me: u32) -> Vec<Pid> {
     let Ok(dir) = std::fs::read_dir("/proc") else {
         return vec![];
     };
-    dir.flatten()
+    let parents: Vec<(u32, u32)> = dir
+        .flatten()
         .filter_map(|e| {
-            let pid: i32 = e.file_name().to_str()?.parse().ok()?;
+            let pid: u32 = e.file_name().to_str()?.parse().ok()?;
             let stat = std::fs::read_to_string(e.path().join("stat")).ok()?;
             // The command name may hold spaces and parentheses: read after the last ')'.
             let ppid: u32 = stat
@@ -63,9 +65,49 @@ fn children_of(me: u32) -> Vec<Pid> {
                 .nth(1)?
                 .parse()
                 .ok()?;
-            (ppid == me).then(|| Pid::from_raw(pid))
+            Some((pid, ppid))
         })
-        .collect()
+        .collect();
+    let mut below = std::collections::HashSet::from([me]);
+    loop {
+        let before = below.len();
+        for (pid, ppid) in &parents {
+            if below.contains(ppid) {
+                below.insert(*pid);
+            }
+        }
+        if below.len() == before {
+            break;
+        }
+    }
+    below.remove(&me);
+    below.into_iter().map(|p| Pid::from_raw(p as i32)).collect()
+}
+
+/// Kill every descendant, the whole tree at once (a process that forks
+/// while its parent dies only moves up to us, the subreaper), until none
+/// is left: the degraded tier has no PID namespace whose end would.
+pub fn kill_descendants() {
+    let me = std::process::id();
+    loop {
+        let all = descendants_of(me);
+        if all.is_empty() {
+            break;
+        }
+        for k in &all {
+            let _ = kill(*k, Signal::SIGKILL);
+        }
+        while let Ok(status) = waitpid(
+            Pid::from_raw(-1),
+            Some(WaitPidFlag::WNOHANG | WaitPidFlag::__WALL),
+        ) {
+            if status == WaitStatus::StillAlive {
+                break;
+            }
+        }
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+    reap_all();
 }
 
 /// Wait for every child (of any kind: `__WALL` takes those cloned with
@@ -124,28 +166,6 @@ pub fn default_signal_handlers() -> Result<()> {
         }
     }
     Ok(())
-}
-
-/// Kill every descendant: children first; their children then become
-/// ours (we are the subreaper) and go in the next round.
-pub fn kill_descendants() {
-    let me = std::process::id();
-    for _ in 0..1000 {
-        let kids = children_of(me);
-        if kids.is_empty() {
-            break;
-        }
-        for k in &kids {
-            let _ = kill(*k, Signal::SIGKILL);
-        }
-        while let Ok(status) = waitpid(Pid::from_raw(-1), Some(WaitPidFlag::WNOHANG)) {
-            if status == WaitStatus::StillAlive {
-                break;
-            }
-        }
-        std::thread::sleep(std::time::Duration::from_millis(1));
-    }
-    reap_all();
 }
 
 /// The program to exec: a path, or a name looked up in the sandbox's PATH.
