@@ -559,7 +559,10 @@ fn run_platform(
         }
     }
     tracing::debug!(elapsed = ?started.elapsed(), "protected set checked");
-    let check_failed = !failed.is_empty();
+    let check_failed = !failed.is_empty() || protected_changes.iter().any(|o| o.in_place);
+    if protected_changes.iter().any(|o| o.in_place) {
+        eprintln!("airlock: error: a protected path the sandbox changed could not be moved aside and is still in place");
+    }
     for f in failed {
         eprintln!("airlock: error: {f}; inspect them before running git there");
     }

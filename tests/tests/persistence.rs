@@ -799,6 +799,98 @@ fn a_regrowing_process_chain_dies_with_the_degraded_run() {
     }
 }
 
+/// A directory the sandbox makes look like a bare repository (`HEAD`,
+/// `objects`, `refs`) is judged as one, and the repositories below it still
+/// are too.
+#[test]
+fn repositories_below_a_bare_looking_directory_are_judged() {
+    if !git_available() {
+        return;
+    }
+    for who in Who::all() {
+        let f = Fixture::new_in(&base());
+        who.prepare(&f);
+        std::fs::create_dir_all(f.ws.join("a")).unwrap();
+        who.prepare(&f);
+        let out = host(&f, who, &f.ws.join("a"), "git", &["init", "-q", "sub"]);
+        assert_eq!(out.code, 0, "{who:?}: {}", show(&out));
+        let out = sandboxed(
+            &f,
+            who,
+            &["--network", "none"],
+            "mkdir -p a/objects a/refs && touch a/HEAD && \
+             printf '#!/bin/sh\necho hook\n' > a/sub/.git/hooks/pre-commit && \
+             chmod +x a/sub/.git/hooks/pre-commit && echo planted",
+        );
+        let ctx = format!("{who:?}: {}", show(&out));
+        assert!(out.stdout.contains("planted"), "{ctx}");
+        assert!(!f.ws.join("a/sub/.git/hooks/pre-commit").exists(), "{ctx}");
+    }
+}
+
+/// A startup file kept as a link into a dotfiles checkout (written
+/// through), and a tool's configuration where XDG_CONFIG_HOME puts it: both
+/// are in the protected set.
+#[test]
+fn linked_startup_files_and_xdg_config_are_protected() {
+    for who in Who::all() {
+        let f = home_with_dotfiles(
+            who,
+            "~/dotfiles/gitconfig",
+            "[user]\n\tname = me\n",
+            ".gitconfig",
+            "dotfiles/gitconfig",
+        );
+        std::fs::create_dir_all(f.home.join("xdg")).unwrap();
+        who.prepare(&f);
+        let home = f.home.to_str().unwrap();
+        let mut cmd = f.command(
+            &["--network", "none", "--workspace", home],
+            "echo ok > work.txt && echo wrote; \
+             printf '[core]\n\tfsmonitor = evil\n' >> .gitconfig; \
+             mkdir -p xdg/direnv && echo evil > xdg/direnv/direnvrc",
+        );
+        cmd.env("XDG_CONFIG_HOME", f.home.join("xdg"));
+        let out = run(&mut who.wrap(cmd));
+        let ctx = format!("{who:?}: {}", show(&out));
+        assert!(out.stdout.contains("wrote"), "{ctx}");
+        assert_eq!(
+            std::fs::read_to_string(f.home.join("dotfiles/gitconfig")).ok(),
+            Some("[user]\n\tname = me\n".to_string()),
+            "{ctx}"
+        );
+        assert!(!f.home.join("xdg/direnv/direnvrc").exists(), "{ctx}");
+    }
+}
+
+/// A change the check cannot move aside (its directory made unwritable)
+/// fails the run instead of passing for clean.
+#[test]
+fn a_change_that_cannot_be_moved_aside_fails_the_run() {
+    for who in Who::all() {
+        if who == Who::Me && unsafe { libc::geteuid() } == 0 {
+            // Root moves it regardless of the mode.
+            continue;
+        }
+        let f = Fixture::new_in(&base());
+        who.prepare(&f);
+        let out = sandboxed(
+            &f,
+            who,
+            &["--network", "none"],
+            "mkdir -p .vscode && echo '{}' > .vscode/tasks.json && chmod 0555 . && echo planted",
+        );
+        let _ = std::process::Command::new("chmod")
+            .arg("0755")
+            .arg(&f.ws)
+            .status();
+        let ctx = format!("{who:?}: {}", show(&out));
+        assert!(out.stdout.contains("planted"), "{ctx}");
+        assert_eq!(out.code, 125, "{ctx}");
+        assert!(out.stderr.contains("still in place"), "{ctx}");
+    }
+}
+
 /// A hostile command plants, then waits for the user's ^C, the terminal
 /// closing, or the harness's kill: the check still runs, now or at the
 /// next run.

@@ -89,9 +89,10 @@ pub fn find(root: &Path) -> Walk {
         }
         if shape == 7 {
             // git accepts this directory as a repository (bare, or with
-            // `core.worktree`): judge it, and do not walk its objects.
+            // `core.worktree`): judge it, and still walk below it, since
+            // `touch HEAD; mkdir objects refs` costs the sandbox nothing
+            // and must not hide the repositories underneath.
             walk.found.push(path.clone());
-            continue;
         }
         for name in subdirs {
             // Not following links: a link to elsewhere is not walked.

@@ -26,6 +26,10 @@ pub struct Outcome {
     pub action: String,
     /// Where the changed thing now lies, when it was moved.
     pub dest: Option<String>,
+    /// Made or changed by the sandbox and still in place (it could not be
+    /// moved aside): the run must not pass for clean.
+    #[serde(skip)]
+    pub in_place: bool,
 }
 
 /// Git configuration keys that name no program and no other file to read.
@@ -244,6 +248,8 @@ fn act_one(c: &Change, run: &str) -> Outcome {
         change: c.kind.as_str(),
         action: "reported".into(),
         dest: None,
+        // Until moved or restored below, unless nothing is left to act on.
+        in_place: c.kind != ChangeKind::Removed,
     };
     let Ok(root) = open_root(&c.root) else {
         outcome.action = "reported (the writable root cannot be opened)".into();
@@ -257,10 +263,12 @@ fn act_one(c: &Change, run: &str) -> Outcome {
             Ok(Parent::Fd(fd)) => (fd, prefix),
             _ => return outcome,
         },
-        Ok(Parent::Absent) | Err(_) => {
-            // Removed along with its parent: restore what we can.
+        Ok(Parent::Absent) => {
+            // Gone with its parent (moved aside just before, say).
+            outcome.in_place = false;
             return outcome;
         }
+        Err(_) => return outcome,
     };
     let name = rel.file_name().unwrap_or(rel.as_os_str()).to_os_string();
     if c.hidden && c.kind == ChangeKind::Created && rel == c.rel {
@@ -275,6 +283,7 @@ fn act_one(c: &Change, run: &str) -> Outcome {
         .is_ok_and(|st| st.st_nlink > 1);
         if !linked {
             outcome.action = "reported".into();
+            outcome.in_place = false;
             return outcome;
         }
     }
@@ -297,6 +306,7 @@ fn act_one(c: &Change, run: &str) -> Outcome {
             Ok(()) => {
                 let dest = c.root.join(".airlock/quarantine").join(run).join(&rel);
                 outcome.action = "quarantined".into();
+                outcome.in_place = false;
                 outcome.dest = Some(dest.display().to_string());
             }
             Err(e) => {

@@ -3,7 +3,8 @@
 //! computed from names, never by walking the workspace, so the post-run
 //! check costs O(protected set).
 
-use std::path::{Path, PathBuf};
+use std::collections::HashMap;
+use std::path::{Component, Path, PathBuf};
 
 /// What git reads as configuration or runs as code inside a git directory
 /// (the `.git` of a repository, a submodule's `.git/modules/<name>`, or a
@@ -318,8 +319,13 @@ pub fn compute(i: &Inputs) -> Vec<Protected> {
     for rel in HOME_SURFACE {
         candidates.push((i.home.join(rel), false));
     }
+    // Everything `~/.config` holds in the set, where XDG_CONFIG_HOME puts
+    // it instead.
     if let Some(c) = &config_home {
-        for sub in ["git", "airlock", "fish", "nvim", "autostart", "systemd"] {
+        for sub in HOME_SURFACE
+            .iter()
+            .filter_map(|r| r.strip_prefix(".config/"))
+        {
             candidates.push((c.join(sub), false));
         }
     }
@@ -350,41 +356,109 @@ pub fn compute(i: &Inputs) -> Vec<Protected> {
     out
 }
 
-/// For a candidate reached through something that is not a plain
-/// directory (`~/.config` a link into a dotfiles checkout): that link
-/// itself, so that one re-pointed during the run is a change, and the path
-/// it leads to, when a writable root holds it, so that one written through
-/// the link is too. (One made a link during the run turns the candidate
-/// from absent to blocked: a creation, `snapshot.rs`.)
+/// For a candidate reached through links (`~/.config` a link into a
+/// dotfiles checkout, `~/.gitconfig` one to a file there, `dotfiles`
+/// itself a link): every link on its way inside a writable root, so that
+/// one re-pointed during the run is a change, and where the links lead,
+/// when a writable root holds it, so that a file written through them is
+/// too. A file met where a directory should be is taken as such a link
+/// (the path is blocked). (A link the run puts on the way of an absent
+/// candidate turns it from absent to blocked: a creation, `snapshot.rs`.)
 fn through_links(candidates: &[(PathBuf, bool)], roots: &[PathBuf]) -> Vec<(PathBuf, bool)> {
     let mut out = vec![];
-    let mut plain: std::collections::HashSet<&Path> = std::collections::HashSet::new();
+    // What each path inside a root is: a link's target, a blocker, or plain.
+    let mut seen: HashMap<PathBuf, Step> = HashMap::new();
     for (p, git) in candidates {
-        let Some(root) = root_of(p, roots) else {
+        let (links, end) = links_on_the_way(p, roots, &mut seen);
+        if links.is_empty() {
             continue;
+        }
+        out.extend(links.into_iter().map(|l| (l, *git)));
+        if let Some(end) = end.filter(|e| e != p && root_of(e, roots).is_some()) {
+            out.push((end, *git));
+        }
+    }
+    out
+}
+
+#[derive(Clone)]
+enum Step {
+    Plain,
+    Link(PathBuf),
+    Blocker,
+}
+
+/// The links (and blockers) met resolving `p` below its writable root, and
+/// the path it resolves to (`None` past a blocker, or after 40 links).
+fn links_on_the_way(
+    p: &Path,
+    roots: &[PathBuf],
+    seen: &mut HashMap<PathBuf, Step>,
+) -> (Vec<PathBuf>, Option<PathBuf>) {
+    let mut links = vec![];
+    let mut path = p.to_path_buf();
+    'resolve: for _ in 0..40 {
+        let Some(root) = root_of(&path, roots).cloned() else {
+            return (links, Some(path));
         };
-        let mut linked = false;
-        let mut a = p.parent();
-        while let Some(dir) = a.filter(|d| *d != root.as_path() && d.starts_with(root)) {
-            if !plain.contains(dir) {
-                match std::fs::symlink_metadata(dir) {
-                    Ok(m) if !m.is_dir() => {
-                        out.push((dir.to_path_buf(), *git));
-                        linked = true;
+        let Ok(rest) = path.strip_prefix(&root).map(Path::to_path_buf) else {
+            return (links, Some(path));
+        };
+        let comps: Vec<Component> = rest.components().collect();
+        let mut at = root.clone();
+        for (i, c) in comps.iter().enumerate() {
+            match c {
+                Component::Normal(n) => at.push(n),
+                Component::ParentDir => {
+                    // `at` holds no link: lexical is what the kernel does.
+                    at.pop();
+                    continue;
+                }
+                _ => continue,
+            }
+            let step = seen
+                .entry(at.clone())
+                .or_insert_with(|| match std::fs::symlink_metadata(&at) {
+                    Ok(m) if m.file_type().is_symlink() => std::fs::read_link(&at)
+                        .map(Step::Link)
+                        .unwrap_or(Step::Blocker),
+                    Ok(m) if !m.is_dir() && i + 1 < comps.len() => Step::Blocker,
+                    _ => Step::Plain,
+                })
+                .clone();
+            match step {
+                Step::Plain => {}
+                Step::Blocker => {
+                    links.push(at);
+                    return (links, None);
+                }
+                Step::Link(target) => {
+                    links.push(at.clone());
+                    let mut next = at.parent().unwrap_or(Path::new("/")).join(target);
+                    for c in &comps[i + 1..] {
+                        next.push(c.as_os_str());
                     }
-                    _ => {
-                        plain.insert(dir);
-                    }
+                    path = lexical(&next);
+                    continue 'resolve;
                 }
             }
-            a = dir.parent();
         }
-        let real = p
-            .parent()
-            .zip(p.file_name())
-            .and_then(|(dir, name)| Some(crate::resolve::canonical(dir)?.join(name)));
-        if let Some(real) = real.filter(|r| linked && r != p && root_of(r, roots).is_some()) {
-            out.push((real, *git));
+        return (links, Some(at));
+    }
+    (links, None)
+}
+
+/// `p` with `.` and `..` folded by name (an approximation only where a
+/// `..` follows a link, which `links_on_the_way` resolves on the next turn).
+fn lexical(p: &Path) -> PathBuf {
+    let mut out = PathBuf::from("/");
+    for c in p.components() {
+        match c {
+            Component::ParentDir => {
+                out.pop();
+            }
+            Component::Normal(n) => out.push(n),
+            _ => {}
         }
     }
     out

@@ -47,33 +47,30 @@ pub fn block_signals() -> Result<SigSet> {
     Ok(mask)
 }
 
-/// Every process below `me`, at any depth, as /proc shows them now.
-fn descendants_of(me: u32) -> Vec<Pid> {
+/// Every process below `me`, at any depth, as /proc shows them now, with
+/// its state letter (`T` stopped, `Z` dead).
+fn descendants_of(me: u32) -> Vec<(Pid, char)> {
     let Ok(dir) = std::fs::read_dir("/proc") else {
         return vec![];
     };
-    let parents: Vec<(u32, u32)> = dir
+    let procs: Vec<(u32, u32, char)> = dir
         .flatten()
         .filter_map(|e| {
             let pid: u32 = e.file_name().to_str()?.parse().ok()?;
             let stat = std::fs::read_to_string(e.path().join("stat")).ok()?;
             // The command name may hold spaces and parentheses: read after the last ')'.
-            let ppid: u32 = stat
-                .rsplit_once(')')?
-                .1
-                .split_whitespace()
-                .nth(1)?
-                .parse()
-                .ok()?;
-            Some((pid, ppid))
+            let mut fields = stat.rsplit_once(')')?.1.split_whitespace();
+            let state = fields.next()?.chars().next()?;
+            let ppid: u32 = fields.next()?.parse().ok()?;
+            Some((pid, ppid, state))
         })
         .collect();
-    let mut below = std::collections::HashSet::from([me]);
+    let mut below = std::collections::HashMap::from([(me, ' ')]);
     loop {
         let before = below.len();
-        for (pid, ppid) in &parents {
-            if below.contains(ppid) {
-                below.insert(*pid);
+        for (pid, ppid, state) in &procs {
+            if below.contains_key(ppid) {
+                below.insert(*pid, *state);
             }
         }
         if below.len() == before {
@@ -81,12 +78,17 @@ fn descendants_of(me: u32) -> Vec<Pid> {
         }
     }
     below.remove(&me);
-    below.into_iter().map(|p| Pid::from_raw(p as i32)).collect()
+    below
+        .into_iter()
+        .map(|(p, st)| (Pid::from_raw(p as i32), st))
+        .collect()
 }
 
-/// Kill every descendant, the whole tree at once (a process that forks
-/// while its parent dies only moves up to us, the subreaper), until none
-/// is left: the degraded tier has no PID namespace whose end would.
+/// Kill every descendant, until none is left: the degraded tier has no PID
+/// namespace whose end would. The tree is first stopped, again until one
+/// look at /proc finds all of it stopped (a stopped process cannot fork,
+/// nor wake one that is), then killed whole: a tree that forks faster than
+/// it can be killed one look at a time cannot outrun that.
 pub fn kill_descendants() {
     let me = std::process::id();
     loop {
@@ -94,8 +96,19 @@ pub fn kill_descendants() {
         if all.is_empty() {
             break;
         }
-        for k in &all {
-            let _ = kill(*k, Signal::SIGKILL);
+        let running = all
+            .iter()
+            .any(|(_, st)| !matches!(st, 'T' | 't' | 'Z' | 'X'));
+        let sig = if running {
+            Signal::SIGSTOP
+        } else {
+            Signal::SIGKILL
+        };
+        for (k, _) in &all {
+            let _ = kill(*k, sig);
+        }
+        if running {
+            continue;
         }
         while let Ok(status) = waitpid(
             Pid::from_raw(-1),
