@@ -863,6 +863,33 @@ fn linked_startup_files_and_xdg_config_are_protected() {
     }
 }
 
+/// A link behind a link the user keeps (`~/.config -> dotfiles/config`,
+/// `dotfiles -> dots/real`), re-pointed by the sandbox to a tree of its own:
+/// the host's `~/.config/git/config` is still the user's.
+#[test]
+fn a_link_behind_a_kept_link_cannot_be_repointed() {
+    for who in Who::all() {
+        let f = Fixture::new_in(&base());
+        f.write("~/dots/real/config/git/config", "[user]\n\tname = me\n");
+        std::os::unix::fs::symlink("dots/real", f.home.join("dotfiles")).unwrap();
+        std::os::unix::fs::symlink("dotfiles/config", f.home.join(".config")).unwrap();
+        who.prepare(&f);
+        let out = in_home(
+            &f,
+            who,
+            "echo ok > work.txt && echo wrote; rm dotfiles && mkdir -p evil/config/git && \
+             printf '[core]\n\tfsmonitor = evil\n' > evil/config/git/config && ln -s evil dotfiles",
+        );
+        let ctx = format!("{who:?}: {}", show(&out));
+        assert!(out.stdout.contains("wrote"), "{ctx}");
+        assert_eq!(
+            std::fs::read_to_string(f.home.join(".config/git/config")).ok(),
+            Some("[user]\n\tname = me\n".to_string()),
+            "{ctx}"
+        );
+    }
+}
+
 /// A change the check cannot move aside (its directory made unwritable)
 /// fails the run instead of passing for clean.
 #[test]
