@@ -708,6 +708,18 @@ fn a_protected_path_reached_through_a_new_or_repointed_link_is_quarantined() {
     }
 }
 
+/// `script` run in the degraded tier (forced), without network, with `args`;
+/// its output and the context to show when an assertion fails.
+fn degraded(f: &Fixture, who: Who, args: &[&str], script: &str) -> (Out, String) {
+    let mut all = vec!["--allow-degraded", "--network", "none"];
+    all.extend_from_slice(args);
+    let mut cmd = f.command(&all, script);
+    cmd.env("AIRLOCK_FORCE_TIER", "degraded");
+    let out = run(&mut who.wrap(cmd));
+    let ctx = format!("{who:?}: {}", show(&out));
+    (out, ctx)
+}
+
 /// Where no mount pins a writable root (the degraded tier), the sandbox can
 /// move one away and put a link to it in its place: what it planted below
 /// would then be reached through the link, which the check does not
@@ -718,13 +730,12 @@ fn a_writable_root_replaced_by_a_link_is_quarantined() {
         let f = Fixture::new_in(&base());
         std::fs::create_dir_all(f.ws.join("sub")).unwrap();
         who.prepare(&f);
-        let mut cmd = f.command(
-            &["--allow-degraded", "--network", "none", "--write", "sub"],
+        let (out, ctx) = degraded(
+            &f,
+            who,
+            &["--write", "sub"],
             "echo wrote; mv sub sub.x && echo 'echo evil' > sub.x/.envrc && ln -s sub.x sub",
         );
-        cmd.env("AIRLOCK_FORCE_TIER", "degraded");
-        let out = run(&mut who.wrap(cmd));
-        let ctx = format!("{who:?}: {}", show(&out));
         assert!(out.stdout.contains("wrote"), "{ctx}");
         assert!(!f.ws.join("sub/.envrc").exists(), "{ctx}");
         assert!(out.stderr.contains("was replaced during the run"), "{ctx}");
@@ -778,13 +789,7 @@ fn a_regrowing_process_chain_dies_with_the_degraded_run() {
         f.write("chain.py", REGROWING_CHAIN);
         who.prepare(&f);
         let started = std::time::Instant::now();
-        let mut cmd = f.command(
-            &["--allow-degraded", "--network", "none", "--timeout", "2s"],
-            "python3 chain.py 6 4",
-        );
-        cmd.env("AIRLOCK_FORCE_TIER", "degraded");
-        let out = run(&mut who.wrap(cmd));
-        let ctx = format!("{who:?}: {}", show(&out));
+        let (out, ctx) = degraded(&f, who, &["--timeout", "2s"], "python3 chain.py 6 4");
         assert!(out.stdout.contains("command exits"), "{ctx}");
         // Past the chain's planting time and its life.
         std::thread::sleep(std::time::Duration::from_secs(7).saturating_sub(started.elapsed()));
