@@ -91,14 +91,19 @@ fn descendants_of(me: u32) -> Vec<(Pid, char)> {
 /// it can be killed one look at a time cannot outrun that.
 pub fn kill_descendants() {
     let me = std::process::id();
+    // A process in a killable wait (a vfork parent whose child is stopped)
+    // never shows as stopped: after this many looks, kill what there is.
+    let mut stop_rounds = 0;
     loop {
         let all = descendants_of(me);
         if all.is_empty() {
             break;
         }
-        let running = all
-            .iter()
-            .any(|(_, st)| !matches!(st, 'T' | 't' | 'Z' | 'X'));
+        let running = stop_rounds < 20
+            && all
+                .iter()
+                .any(|(_, st)| !matches!(st, 'T' | 't' | 'Z' | 'X'));
+        stop_rounds = if running { stop_rounds + 1 } else { 0 };
         let sig = if running {
             Signal::SIGSTOP
         } else {
