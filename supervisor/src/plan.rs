@@ -143,8 +143,13 @@ pub fn resolve_path(raw: &str, home: &Path, workspace: &Path) -> Option<PathBuf>
     } else {
         workspace.join(raw)
     };
+    Some(lexical(&joined))
+}
+
+/// `p` made absolute from `/` with `.` and `..` folded by name.
+pub fn lexical(p: &Path) -> PathBuf {
     let mut out = PathBuf::from("/");
-    for c in joined.components() {
+    for c in p.components() {
         match c {
             Component::ParentDir => {
                 out.pop();
@@ -153,7 +158,7 @@ pub fn resolve_path(raw: &str, home: &Path, workspace: &Path) -> Option<PathBuf>
             _ => {}
         }
     }
-    Some(out)
+    out
 }
 
 /// A glob made absolute the way `resolve_path` makes paths absolute.

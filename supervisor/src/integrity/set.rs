@@ -438,7 +438,9 @@ fn links_on_the_way(
                     for c in &comps[i + 1..] {
                         next.push(c.as_os_str());
                     }
-                    path = lexical(&next);
+                    // Folded by name: an approximation only where a `..`
+                    // follows a link, which the next turn resolves.
+                    path = crate::plan::lexical(&next);
                     continue 'resolve;
                 }
             }
@@ -446,22 +448,6 @@ fn links_on_the_way(
         return (links, Some(at));
     }
     (links, None)
-}
-
-/// `p` with `.` and `..` folded by name (an approximation only where a
-/// `..` follows a link, which `links_on_the_way` resolves on the next turn).
-fn lexical(p: &Path) -> PathBuf {
-    let mut out = PathBuf::from("/");
-    for c in p.components() {
-        match c {
-            Component::ParentDir => {
-                out.pop();
-            }
-            Component::Normal(n) => out.push(n),
-            _ => {}
-        }
-    }
-    out
 }
 
 /// Directories that must not be renamed or replaced while the sandbox runs:
