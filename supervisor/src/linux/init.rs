@@ -87,8 +87,9 @@ fn descendants_of(me: u32) -> Vec<(Pid, char)> {
 /// Kill every descendant, until none is left: the degraded tier has no PID
 /// namespace whose end would. The tree is first stopped, again until one
 /// look at /proc finds all of it stopped (a stopped process cannot fork,
-/// nor wake one that is), then killed whole: a tree that forks faster than
-/// it can be killed one look at a time cannot outrun that.
+/// nor wake one that is), then killed whole: a chain that regrows as its
+/// head dies cannot outrun that; a storm that replaces itself faster than
+/// /proc can be read still can (README, the degraded tier).
 pub fn kill_descendants() {
     let me = std::process::id();
     // A process in a killable wait (a vfork parent whose child is stopped)
