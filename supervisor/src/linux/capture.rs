@@ -84,10 +84,9 @@ pub fn bind() -> Result<Capture> {
     })
 }
 
-/// The route via `lo` and the nf_tables rules. This is the slow part (about
-/// a millisecond of kernel work), so the helper does it while PID 1 sets up
-/// mounts, Landlock and seccomp; PID 1 waits for it before the command
-/// starts (see `Gate`).
+/// The route via `lo` and the nf_tables rules. This is the slow part (the
+/// kernel registers NAT and conntrack hooks), so PID 1 does it while the
+/// helper adds the Landlock rules PID 1 then waits for.
 pub fn install(c: &Capture) -> Result<()> {
     // SAFETY: a NUL-terminated constant name.
     let lo = unsafe { libc::if_nametoindex(c"lo".as_ptr()) };
@@ -101,42 +100,6 @@ pub fn install(c: &Capture) -> Result<()> {
             .context("adding the IPv6 default route via lo")?;
     }
     rules(c.tcp6.is_some()).context("installing the nf_tables capture rules")
-}
-
-/// Holds PID 1 back until the helper has installed capture (or given up):
-/// the command must not start while connects could still fail for want of
-/// a route. A pipe: the helper closes its end when done, or by dying.
-pub struct Gate {
-    read: OwnedFd,
-    write: Option<OwnedFd>,
-}
-
-impl Gate {
-    pub fn new() -> Result<Gate> {
-        let (read, write) =
-            nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).context("capture gate")?;
-        Ok(Gate {
-            read,
-            write: Some(write),
-        })
-    }
-
-    /// In the helper, once capture is installed.
-    pub fn open(&mut self) {
-        self.write = None;
-    }
-
-    /// In PID 1: drop the helper's end, then wait for it to be closed.
-    pub fn wait(mut self) {
-        self.write = None;
-        let mut byte = [0u8; 1];
-        loop {
-            match nix::unistd::read(&self.read, &mut byte) {
-                Err(nix::errno::Errno::EINTR) => continue,
-                _ => return,
-            }
-        }
-    }
 }
 
 const IPPROTO_TCP: u8 = 6;

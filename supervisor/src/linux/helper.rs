@@ -52,6 +52,7 @@ pub fn main(fd: RawFd, supervisor: libc::pid_t, ahead: Ahead) -> ! {
     } else if tracing::enabled!(tracing::Level::DEBUG) {
         DEBUG.store(true, std::sync::atomic::Ordering::Relaxed);
     }
+    caps::name(c"airlock-helper");
     // SAFETY: the supervisor passed us this end of its socketpair.
     let mut channel = unsafe { UnixStream::from_raw_fd(fd) };
     // Only stdin, stdout and stderr cross into the sandbox (SPEC §4.6):
@@ -116,9 +117,20 @@ fn write_id_maps(uid: u32, gid: u32) -> Result<()> {
     write("gid_map", format!("{gid} {gid} 1\n"))
 }
 
+/// The two mount namespaces of the sandbox: ours, which stays a copy of
+/// the host's (the deny_read watch and the Landlock rules look at host
+/// paths in it), and PID 1's, where it mounts. We keep a handle on PID 1's:
+/// it then outlives PID 1 (whose exit would otherwise unmount it all, on
+/// the way to the exit status) until our own teardown.
+struct Views {
+    host: std::fs::File,
+    sandbox: std::fs::File,
+}
+
 /// Step 1: a new user (our ids mapped), mount, PID and IPC namespace, and
-/// a network namespace with loopback up unless the plan keeps the host's.
-fn namespaces(net: bool, uid: u32, gid: u32) -> Result<()> {
+/// a network namespace with loopback up unless the plan keeps the host's;
+/// then PID 1's mount namespace, a copy of ours made while we are in it.
+fn namespaces(net: bool, uid: u32, gid: u32) -> Result<Views> {
     let mut flags = CloneFlags::CLONE_NEWUSER
         | CloneFlags::CLONE_NEWNS
         | CloneFlags::CLONE_NEWPID
@@ -131,8 +143,13 @@ fn namespaces(net: bool, uid: u32, gid: u32) -> Result<()> {
     if net {
         netns::loopback_up()?;
     }
+    let host = std::fs::File::open("/proc/self/ns/mnt").context("our mount namespace")?;
+    unshare(CloneFlags::CLONE_NEWNS).context("creating the sandbox's mount namespace")?;
+    let sandbox =
+        std::fs::File::open("/proc/self/ns/mnt").context("the sandbox's mount namespace")?;
+    nix::sched::setns(&host, CloneFlags::CLONE_NEWNS).context("returning to the host's view")?;
     phase("namespaces");
-    Ok(())
+    Ok(Views { host, sandbox })
 }
 
 fn build_and_run(channel: &mut UnixStream, supervisor: libc::pid_t, ahead: Ahead) -> Result<i32> {
@@ -151,7 +168,6 @@ fn build_and_run(channel: &mut UnixStream, supervisor: libc::pid_t, ahead: Ahead
         Ahead::Namespaces { net } => Some(namespaces(net, uid, gid)),
         Ahead::Nothing => None,
     };
-    let filters = seccomp::compile(false);
     let plan = read_plan(channel)?;
     if LOG_FROM_PLAN.swap(false, std::sync::atomic::Ordering::Relaxed) {
         crate::init_tracing_with(if plan.log.is_empty() {
@@ -177,25 +193,28 @@ fn build_and_run(channel: &mut UnixStream, supervisor: libc::pid_t, ahead: Ahead
     caps::die_with_parent(supervisor)?;
 
     // 1. Namespaces, unless made ahead of the plan.
-    match early {
+    let views = match early {
         None => namespaces(plan.net != Net::Host, uid, gid)?,
         Some(made) => made?,
-    }
+    };
     // Where PID 1 cannot cap its namespace's pids (before Linux 6.14):
     // RLIMIT_NPROC, counted in the new user namespace from here on.
     if !plan.limits.pids_by_pid_max {
         limits::set_nproc(&plan.limits)?;
     }
 
-    // 2. Network: the proxy listener goes to the supervisor.
+    // 2. Network: the proxy listener goes to the supervisor, and so do
+    //    transparent capture's sockets (SPEC §5.5), before PID 1 exists to
+    //    send its own on the same channel. PID 1 adds capture's route and
+    //    rules (the slow part) while we add Landlock's.
     let mut captured = None;
     if plan.net == Net::Proxy {
         let listener = netns::bind_proxy_listener(SANDBOX_PROXY_PORT)?;
         netns::send_fd(channel, listener.as_fd())?;
-        // Transparent capture (SPEC §5.5): sockets now, rules after the fork.
-        captured = Some(capture::bind());
+        let bound = capture::bind();
+        capture::send(channel, &bound)?;
+        captured = bound.ok();
     }
-    let mut gate = capture::Gate::new()?;
     phase("network");
 
     // Nothing starts before the supervisor has put us in the cgroups.
@@ -208,13 +227,13 @@ fn build_and_run(channel: &mut UnixStream, supervisor: libc::pid_t, ahead: Ahead
     // them, in a ruleset made now that PID 1 will restrict itself with.
     // `ready` carries the rules left to PID 1, once ours are in.
     let mut ruleset = landlock::create(plan.allow_degraded)?;
-    // PID 1's mount namespace is a copy of ours that we keep a handle on:
-    // it then outlives PID 1 (whose exit would otherwise unmount it all,
-    // on the way to the exit status) until our own teardown.
-    let host_view = std::fs::File::open("/proc/self/ns/mnt").context("our mount namespace")?;
-    unshare(CloneFlags::CLONE_NEWNS).context("creating the sandbox's mount namespace")?;
-    let sandbox_view =
-        std::fs::File::open("/proc/self/ns/mnt").context("the sandbox's mount namespace")?;
+    let Views {
+        host: host_view,
+        sandbox: sandbox_view,
+    } = views;
+    // PID 1 starts in its own; we return to ours after the fork.
+    nix::sched::setns(&sandbox_view, CloneFlags::CLONE_NEWNS)
+        .context("entering the sandbox's mount namespace")?;
     let (ready_r, ready_w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).context("pipe")?;
     // On which PID 1 says when its ruleset is in force (denywatch.rs), and
     // we answer once the watch has seen everything up to then.
@@ -227,19 +246,16 @@ fn build_and_run(channel: &mut UnixStream, supervisor: libc::pid_t, ahead: Ahead
     // SAFETY: the helper is single-threaded.
     match unsafe { fork() }.context("starting the sandbox's init")? {
         ForkResult::Child => {
-            drop((captured, ready_w, armed_r, clear_w, done_r));
+            drop((ready_w, armed_r, clear_w, done_r));
             drop((host_view, sandbox_view));
-            let code = match filters.and_then(|f| {
-                pid1(
-                    &plan,
-                    channel,
-                    gate,
-                    &f,
-                    ruleset,
-                    ready_r,
-                    (armed_w, clear_r, done_w),
-                )
-            }) {
+            let code = match pid1(
+                &plan,
+                channel,
+                captured,
+                ruleset,
+                ready_r,
+                (armed_w, clear_r, done_w),
+            ) {
                 Ok(code) => code,
                 Err(e) => {
                     send_line(channel, "error", &format!("{e:#}"));
@@ -249,7 +265,7 @@ fn build_and_run(channel: &mut UnixStream, supervisor: libc::pid_t, ahead: Ahead
             std::process::exit(code)
         }
         ForkResult::Parent { child } => {
-            drop((ready_r, armed_w, clear_r, done_w));
+            drop((ready_r, armed_w, clear_r, done_w, captured));
             nix::sched::setns(&host_view, CloneFlags::CLONE_NEWNS)
                 .context("returning to the host's view")?;
             drop(host_view);
@@ -283,15 +299,6 @@ fn build_and_run(channel: &mut UnixStream, supervisor: libc::pid_t, ahead: Ahead
             std::fs::File::from(ready_w)
                 .write_all(&body)
                 .context("handing PID 1 its Landlock rules")?;
-            // Capture's rules, and its sockets to the supervisor, while PID
-            // 1 restricts itself: before the gate, which PID 1 waits for
-            // before it can send its own descriptors on the same channel
-            // (the supervisor takes them in this order).
-            if let Some(c) = captured.take() {
-                let c = c.and_then(|c| capture::install(&c).map(|_| c));
-                capture::send(channel, &c)?;
-            }
-            gate.open();
             // The watch is closed only after the status line: closing an
             // inotify instance waits for an SRCU grace period (15-20 ms),
             // which the supervisor no longer waits for.
@@ -459,14 +466,14 @@ fn release_stdio(all: bool) {
 fn pid1(
     plan: &Plan,
     channel: &mut UnixStream,
-    gate: capture::Gate,
-    filters: &seccomp::Filters,
+    captured: Option<capture::Capture>,
     ruleset: Option<landlock::Shared>,
     ready: OwnedFd,
     (armed, clear, done): (OwnedFd, OwnedFd, OwnedFd),
 ) -> Result<i32> {
     // Our parent (the helper) lives outside this PID namespace: it is pid 0 here.
     caps::die_with_parent(0)?;
+    caps::name(c"airlock-init");
     // No signal from inside may reach us (see the function).
     init::default_signal_handlers()?;
     // The command runs in our Landlock domain and could otherwise read our
@@ -485,9 +492,20 @@ fn pid1(
         limits::set_pid_max(&plan.limits)?;
     }
     phase("mounts");
+    // Capture's route and nf_tables rules, in place before the command can
+    // connect; without them nothing leaves but through the proxy either
+    // (no route), so a failure only loses the capture.
+    if let Some(c) = captured {
+        if let Err(e) = capture::install(&c) {
+            tracing::info!("transparent capture is off, only the explicit proxy works: {e:#}");
+        }
+        phase("capture");
+    }
     // 4. Lock down.
     caps::drop_all()?;
     caps::no_new_privs()?;
+    // Compiled while the helper still adds the Landlock rules we wait for.
+    let filters = seccomp::compile(false)?;
     // 5. Landlock: the helper's rules, then ours.
     let mut body = vec![];
     std::fs::File::from(ready)
@@ -501,8 +519,6 @@ fn pid1(
     // The helper's deny_read watch: inodes born from now on carry no rule.
     let armed = super::denywatch::arm(armed);
     phase("capabilities dropped, landlock");
-    // Capture is in place (or off) before the command can connect.
-    gate.wait();
     // 6. seccomp.
     // Made before seccomp, which refuses sock_diag sockets.
     let diag = super::unixconnect::diag_socket()?;

@@ -171,8 +171,13 @@ fn socket_rules(degraded: bool) -> Result<Vec<SeccompRule>> {
     let dgram = libc::SOCK_DGRAM as u64;
     for family in [libc::AF_INET as u64, libc::AF_INET6 as u64] {
         let fam = || cond(0, Len::Dword, Op::Eq, family);
-        for ty in (0..16).filter(|t| *t != stream && *t != dgram) {
-            socket.push(rule(vec![fam()?, sock_type(ty)?])?);
+        // Every type but stream (1) and datagram (2), in four rules rather
+        // than fourteen: {0}, {3}, {4..7} and {8..15} of the low four bits.
+        for (mask, value) in [(0xf, 0), (0xf, 3), (0xc, 4), (0x8, 8)] {
+            socket.push(rule(vec![
+                fam()?,
+                cond(1, Len::Dword, Op::MaskedEq(mask), value)?,
+            ])?);
         }
         socket.push(rule(vec![
             fam()?,
@@ -223,11 +228,12 @@ fn eperm_rules(degraded: bool) -> Result<BTreeMap<i64, Vec<SeccompRule>>> {
     }
     rules.insert(libc::SYS_socket, socket_rules(degraded)?);
     rules.insert(libc::SYS_socketpair, vec![unix_dgram()?]);
-    // unshare() and clone() with any namespace flag.
+    // unshare() and clone() with any namespace flag (all in the low 32
+    // bits of the flags, so a 32-bit compare is exact and half the size).
     let ns = |arg: u8| -> Result<Vec<SeccompRule>> {
         NAMESPACE_FLAGS
             .iter()
-            .map(|f| rule(vec![cond(arg, Len::Qword, Op::MaskedEq(*f), *f)?]))
+            .map(|f| rule(vec![cond(arg, Len::Dword, Op::MaskedEq(*f), *f)?]))
             .collect()
     };
     rules.insert(libc::SYS_unshare, ns(0)?);
@@ -361,8 +367,8 @@ fn known_stages() -> BpfProgram {
     p
 }
 
-/// The filter, compiled: the helper builds it while it waits for its
-/// plan, off the start-up's critical path.
+/// The filter, compiled: PID 1 builds it while the helper adds the
+/// Landlock rules PID 1 waits for, off the start-up's critical path.
 pub struct Filters(BpfProgram);
 
 pub fn compile(degraded: bool) -> Result<Filters> {
@@ -431,4 +437,169 @@ pub fn describe() -> Vec<String> {
             .into(),
     );
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A classic BPF interpreter for the instructions the program uses:
+    /// the filter as the kernel runs it, on one call.
+    fn run(program: &[sock_filter], nr: u32, arch: u32, args: [u64; 6]) -> u32 {
+        let mut data = [0u8; 64];
+        data[0..4].copy_from_slice(&nr.to_le_bytes());
+        data[4..8].copy_from_slice(&arch.to_le_bytes());
+        for (i, a) in args.iter().enumerate() {
+            data[16 + 8 * i..24 + 8 * i].copy_from_slice(&a.to_le_bytes());
+        }
+        let (mut pc, mut acc) = (0usize, 0u32);
+        loop {
+            let i = &program[pc];
+            pc += 1;
+            let jump = |cond: bool| if cond { i.jt as usize } else { i.jf as usize };
+            match i.code {
+                0x20 => {
+                    let k = i.k as usize;
+                    acc = u32::from_le_bytes(data[k..k + 4].try_into().unwrap());
+                }
+                0x54 => acc &= i.k,
+                0x05 => pc += i.k as usize,
+                0x15 => pc += jump(acc == i.k),
+                0x25 => pc += jump(acc > i.k),
+                0x35 => pc += jump(acc >= i.k),
+                0x45 => pc += jump(acc & i.k != 0),
+                0x06 => return i.k,
+                code => panic!("instruction {code:#x} not interpreted"),
+            }
+        }
+    }
+
+    const ALLOW: u32 = 0x7fff_0000;
+    const EPERM: u32 = RET_ERRNO | libc::EPERM as u32;
+
+    /// socket()'s rules as SPEC §4.1 words them, to hold the compiled
+    /// program to.
+    fn socket_refused(degraded: bool, family: i32, ty: i32, protocol: i32) -> bool {
+        let ty = ty & 0xf;
+        let inet = family == libc::AF_INET || family == libc::AF_INET6;
+        ![
+            libc::AF_UNIX,
+            libc::AF_INET,
+            libc::AF_INET6,
+            libc::AF_NETLINK,
+        ]
+        .contains(&family)
+            || (family == libc::AF_NETLINK && protocol != libc::NETLINK_ROUTE)
+            || ty == libc::SOCK_RAW
+            || ty == 10
+            || (inet && ty != libc::SOCK_STREAM && ty != libc::SOCK_DGRAM)
+            || (inet && ty == libc::SOCK_STREAM && ![0, libc::IPPROTO_TCP].contains(&protocol))
+            || (inet
+                && ty == libc::SOCK_DGRAM
+                && (degraded || ![0, libc::IPPROTO_UDP].contains(&protocol)))
+            || (family == libc::AF_UNIX && (degraded || ty == libc::SOCK_DGRAM))
+    }
+
+    #[test]
+    fn socket_is_refused_exactly_where_the_rules_say() {
+        for degraded in [false, true] {
+            let program = compile(degraded).unwrap().0;
+            for family in [
+                libc::AF_UNIX,
+                libc::AF_INET,
+                libc::AF_INET6,
+                libc::AF_NETLINK,
+                libc::AF_PACKET,
+                libc::AF_BLUETOOTH,
+                libc::AF_VSOCK,
+                43, // AF_SMC
+                44, // AF_XDP
+            ] {
+                for ty in 0..16 {
+                    for flags in [0, libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC] {
+                        for protocol in [0, 1, 6, 17, 33, 58, 132, 136, 256, 262] {
+                            let got = run(
+                                &program,
+                                libc::SYS_socket as u32,
+                                AUDIT_ARCH,
+                                [family as u64, (ty | flags) as u64, protocol as u64, 0, 0, 0],
+                            );
+                            let want = if socket_refused(degraded, family, ty, protocol) {
+                                EPERM
+                            } else {
+                                ALLOW
+                            };
+                            assert_eq!(
+                                got, want,
+                                "degraded={degraded} socket({family}, {ty}|{flags:#x}, {protocol})"
+                            );
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn unknown_numbers_get_enosys_and_a_foreign_architecture_dies() {
+        let program = compile(false).unwrap().0;
+        let enosys = RET_ERRNO | libc::ENOSYS as u32;
+        let [(_, low_end), (high_start, high_end)] = KNOWN;
+        for (nr, want) in [
+            (libc::SYS_read as u32, ALLOW),
+            (low_end, ALLOW),
+            (low_end + 1, enosys),
+            (high_start - 1, enosys),
+            (high_start, ALLOW),
+            (high_end, ALLOW),
+            (high_end + 1, enosys),
+            (libc::SYS_clone3 as u32, enosys),
+            (libc::SYS_mount as u32, EPERM),
+        ] {
+            assert_eq!(run(&program, nr, AUDIT_ARCH, [0; 6]), want, "nr {nr}");
+        }
+        assert_eq!(run(&program, 0, 0x4000_0003, [0; 6]), RET_KILL_PROCESS);
+        #[cfg(target_arch = "x86_64")]
+        assert_eq!(
+            run(&program, X32_SYSCALL_BIT, AUDIT_ARCH, [0; 6]),
+            RET_KILL_PROCESS
+        );
+    }
+
+    #[test]
+    fn setid_bits_are_refused_and_plain_modes_are_not() {
+        let program = compile(false).unwrap().0;
+        let openat = libc::SYS_openat as u32;
+        let creat = libc::O_CREAT as u64 | libc::O_WRONLY as u64;
+        for (nr, args, want) in [
+            (libc::SYS_fchmod as u32, [3, 0o4755, 0, 0, 0, 0], EPERM),
+            (libc::SYS_fchmod as u32, [3, 0o2755, 0, 0, 0, 0], EPERM),
+            (libc::SYS_fchmod as u32, [3, 0o755, 0, 0, 0, 0], ALLOW),
+            (openat, [0, 0, creat, 0o4755, 0, 0], EPERM),
+            (openat, [0, 0, creat, 0o644, 0, 0], ALLOW),
+            // Without O_CREAT the mode is not read.
+            (openat, [0, 0, 0, 0o4755, 0, 0], ALLOW),
+            (libc::SYS_mkdirat as u32, [0, 0, 0o2775, 0, 0, 0], EPERM),
+        ] {
+            assert_eq!(run(&program, nr, AUDIT_ARCH, args), want, "{nr} {args:?}");
+        }
+    }
+
+    #[test]
+    fn no_namespace_flag_passes_clone_or_unshare() {
+        let program = compile(false).unwrap().0;
+        for nr in [libc::SYS_clone as u32, libc::SYS_unshare as u32] {
+            for flag in NAMESPACE_FLAGS {
+                for high in [0, 1 << 32, u64::MAX << 32] {
+                    let flags = flag | high | libc::SIGCHLD as u64;
+                    assert_eq!(run(&program, nr, AUDIT_ARCH, [flags, 0, 0, 0, 0, 0]), EPERM);
+                }
+            }
+            let thread = (libc::CLONE_VM | libc::CLONE_THREAD | libc::CLONE_FILES) as u64;
+            assert_eq!(
+                run(&program, nr, AUDIT_ARCH, [thread, 0, 0, 0, 0, 0]),
+                ALLOW
+            );
+        }
+    }
 }
