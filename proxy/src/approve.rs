@@ -52,6 +52,11 @@ pub trait Approver: Send + Sync {
     fn asks(&self) -> bool {
         true
     }
+
+    /// The run is over: release what outlives it otherwise (a socket
+    /// file). Called once nothing is asked any more, before the exit,
+    /// which does not wait for the tasks that would drop it.
+    fn close(&self) {}
 }
 
 /// `--ask deny`, and what "ask" means when no approver is available.

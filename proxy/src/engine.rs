@@ -305,12 +305,19 @@ impl Engine {
     /// Once every client is gone (the sandbox has exited), let the tasks
     /// still serving their connections finish what they record (a refusal,
     /// a rejected certificate, a close) before the runtime is shut down,
-    /// for at most `limit`. Blocking: call outside the runtime.
-    pub fn wait_idle(&self, limit: std::time::Duration) {
+    /// for at most `limit`. Blocking: call outside the runtime. Whether
+    /// every connection has ended.
+    pub fn wait_idle(&self, limit: std::time::Duration) -> bool {
         let deadline = Instant::now() + limit;
         while self.open_conns.load(Ordering::SeqCst) > 0 && Instant::now() < deadline {
             std::thread::sleep(std::time::Duration::from_millis(1));
         }
+        self.open_conns.load(Ordering::SeqCst) == 0
+    }
+
+    /// The approver's [`Approver::close`].
+    pub fn close_approver(&self) {
+        self.approver.close();
     }
 
     /// A tunnel slot, or `None` when `max_tunnels` are open.

@@ -84,6 +84,8 @@ pub struct SocketApprover {
     next_id: AtomicU64,
     persist: Persist,
     path: PathBuf,
+    /// Removed already: not again, since the path may be another run's by then.
+    removed: std::sync::atomic::AtomicBool,
 }
 
 impl SocketApprover {
@@ -121,13 +123,22 @@ impl SocketApprover {
             next_id: AtomicU64::new(1),
             persist,
             path: path.to_path_buf(),
+            removed: std::sync::atomic::AtomicBool::new(false),
         }))
+    }
+}
+
+impl SocketApprover {
+    fn remove(&self) {
+        if !self.removed.swap(true, Ordering::SeqCst) {
+            let _ = std::fs::remove_file(&self.path);
+        }
     }
 }
 
 impl Drop for SocketApprover {
     fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.path);
+        self.remove();
     }
 }
 
@@ -229,6 +240,10 @@ async fn client(stream: UnixStream, n: u64, by: String, hub: Arc<Hub>) {
 }
 
 impl Approver for SocketApprover {
+    fn close(&self) {
+        self.remove();
+    }
+
     fn ask(&self, q: Question) -> AnswerFuture<'_> {
         Box::pin(async move {
             let id = self.next_id.fetch_add(1, Ordering::Relaxed).to_string();
