@@ -3,7 +3,7 @@
 //! CONNECT to the sandbox's proxy port, and by connecting to its address
 //! directly (captured). Ratios are captured / explicit.
 //!
-//!     cargo build --release --workspace && ./target/release/bench-capture
+//!     scripts/build-release.sh && ./target/release/bench-capture
 //!
 //! The origin listens on 127.0.0.2 (captured; 127.0.0.1 is the sandbox's
 //! own loopback); nothing leaves the machine.

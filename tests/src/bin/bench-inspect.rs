@@ -3,7 +3,7 @@
 //! against mitmproxy (Debian's `mitmdump`), and the added latency of a
 //! fresh inspected connection against a direct one.
 //!
-//!     cargo build --release --workspace && ./target/release/bench-inspect
+//!     scripts/build-release.sh && ./target/release/bench-inspect
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};

@@ -4,7 +4,7 @@
 //! shapes: public (no token: a CONNECT tunnel, no inspection) and private
 //! (a token in ~/.npmrc: hidden inside, added by the inspecting proxy).
 //!
-//!     cargo build --release --workspace && ./target/release/bench-install [RUNS]
+//!     scripts/build-release.sh && ./target/release/bench-install [RUNS]
 
 use std::process::Command;
 use std::sync::Arc;

@@ -4,7 +4,7 @@
 //! missing one is named as skipped.
 //!
 //!     apt-get install -y squid wrk tinyproxy    # the references (optional)
-//!     cargo build --release -p airlock -p airlock-tests && ./target/release/bench-proxy
+//!     scripts/build-release.sh && ./target/release/bench-proxy
 //!
 //! squid runs from a generated configuration in a temporary directory (see
 //! `airlock_tests::squid`), on a free loopback port; nothing is written to

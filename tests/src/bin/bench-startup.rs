@@ -4,7 +4,7 @@
 //! placed on this program's clock (CLOCK_MONOTONIC) from the moment it
 //! spawns airlock to the moment airlock has exited.
 //!
-//!     cargo build --release --workspace && ./target/release/bench-startup [RUNS]
+//!     scripts/build-release.sh && ./target/release/bench-startup [RUNS]
 
 use std::collections::BTreeMap;
 use std::process::{Command, Stdio};
