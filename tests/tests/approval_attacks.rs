@@ -275,11 +275,14 @@ fn a_stale_question_is_never_shown() {
     let s = setup(Who::Root);
     let policy = s.f.write("~/ask.toml", "[network]\nask_timeout = \"2s\"\n");
     // Two questions at once: the second waits for the terminal, and its
-    // timeout passes while the first is up.
+    // timeout passes while the first is up. One curl makes both requests
+    // together: two processes could start half a second apart on a loaded
+    // machine, and a question asked that much later is rightly shown.
     let script = format!(
-        "{a} & {b} & wait",
-        a = s.curl("unlisted.test"),
-        b = s.curl("other.test")
+        "curl -s --parallel --parallel-immediate \
+         -w '%{{http_code}} %header{{x-airlock-reason}}\\n' \
+         -o /dev/null http://unlisted.test:{p}/ -o /dev/null http://other.test:{p}/",
+        p = s.origin.port()
     );
     let (child, _keys, screen) = s.tty(&["-p", policy.to_str().unwrap()], &script);
     assert!(screen.wait_for(PROMPT), "no prompt:\n{}", screen.text());
