@@ -80,7 +80,46 @@ pub(crate) fn init_tracing_with(filter: &str) {
         .init();
 }
 
+/// The static build (scripts/build-release.sh) looks users and hosts up only
+/// with what libc has built in: /etc/passwd, /etc/group, /etc/hosts and DNS.
+/// Another NSS module (systemd, sss, ldap, mdns, db) would be loaded with
+/// dlopen, which brings a second libc into a static process: it crashes
+/// (`getpwuid` of a uid only systemd knows, for the audit log's user). The
+/// dynamically linked build keeps the system's nsswitch.conf.
+#[cfg(all(target_os = "linux", target_env = "gnu", target_feature = "crt-static"))]
+fn builtin_nss_only() {
+    extern "C" {
+        // <nss.h>: overrides nsswitch.conf for one database.
+        fn __nss_configure_lookup(
+            db: *const std::ffi::c_char,
+            services: *const std::ffi::c_char,
+        ) -> std::ffi::c_int;
+    }
+    for (db, services) in [
+        (c"passwd", c"files"),
+        (c"group", c"files"),
+        (c"shadow", c"files"),
+        (c"gshadow", c"files"),
+        (c"initgroups", c"files"),
+        (c"hosts", c"files dns"),
+        (c"networks", c"files dns"),
+        (c"services", c"files"),
+        (c"protocols", c"files"),
+        (c"rpc", c"files"),
+        (c"ethers", c"files"),
+        (c"aliases", c"files"),
+        (c"netgroup", c"files"),
+        (c"publickey", c"files"),
+    ] {
+        // SAFETY: two NUL-terminated constants; called before any thread
+        // or lookup exists.
+        unsafe { __nss_configure_lookup(db.as_ptr(), services.as_ptr()) };
+    }
+}
+
 fn main() -> ExitCode {
+    #[cfg(all(target_os = "linux", target_env = "gnu", target_feature = "crt-static"))]
+    builtin_nss_only();
     // The sandbox helper is this binary re-executed: it must stay
     // single-threaded, so it branches off before anything else starts.
     #[cfg(target_os = "linux")]

@@ -427,3 +427,60 @@ fn ask_tty_without_a_terminal_says_so() {
     );
     assert!(out.stdout.contains("403 not-allowlisted"), "{}", show(&out));
 }
+
+/// A uid with no entry in /etc/passwd (a container's arbitrary uid, a user
+/// of a directory service): the run works and the audit log names the uid.
+/// The static build must not load an NSS module for it (main.rs): run this
+/// with `AIRLOCK_BIN` set to that build too.
+#[test]
+fn a_user_without_a_passwd_entry_runs_and_is_audited_by_uid() {
+    if !is_root() {
+        return;
+    }
+    let passwd = std::fs::read_to_string("/etc/passwd").unwrap_or_default();
+    let taken = |u: u32| {
+        passwd
+            .lines()
+            .any(|l| l.split(':').nth(2) == Some(&u.to_string()))
+    };
+    let uid = (42_000..43_000).find(|u| !taken(*u)).expect("a free uid");
+    let f = Fixture::new_in(&base());
+    for d in [&f.home, &f.ws] {
+        let st = Command::new("chown")
+            .args(["-R", &format!("{uid}:{uid}")])
+            .arg(d)
+            .status()
+            .unwrap();
+        assert!(st.success());
+    }
+    for d in [f.home.parent(), f.ws.parent()].into_iter().flatten() {
+        let _ = Command::new("chmod").arg("o+rx").arg(d).status();
+    }
+    let audit = f.home.join("audit.jsonl");
+    let cmd = f.command(&["--audit-log", audit.to_str().unwrap()], "echo ran");
+    let mut c = Command::new("setpriv");
+    c.args([
+        &format!("--reuid={uid}"),
+        &format!("--regid={uid}"),
+        "--clear-groups",
+        "--",
+    ])
+    .arg(cmd.get_program())
+    .args(cmd.get_args())
+    .env_clear()
+    .current_dir(&f.ws)
+    .stdin(std::process::Stdio::null());
+    for (k, v) in cmd.get_envs() {
+        if let Some(v) = v {
+            c.env(k, v);
+        }
+    }
+    let out = run(&mut c);
+    assert_eq!(out.code, 0, "{}", show(&out));
+    assert_eq!(out.stdout, "ran\n", "{}", show(&out));
+    let events = audit_events(&audit);
+    let first = &events[0];
+    assert_eq!(first["user"]["uid"], uid, "{first}");
+    assert!(first["user"]["name"].is_null(), "{first}");
+    assert!(events.iter().any(|e| e["event"] == "end"), "{events:?}");
+}

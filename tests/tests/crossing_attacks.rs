@@ -231,21 +231,42 @@ fn unix_datagram_sockets_are_refused() {
     for user in users() {
         for tier in [Tier::Full, Tier::Degraded] {
             let f = fixture();
-            let out = run(&mut command(
-                &f,
-                tier,
-                user,
-                &["--network", "none"],
-                &format!("{} unix-dgram", probe()),
-            ));
+            // A host datagram socket the sandbox can name: bound once the
+            // run has started (so no start-up mask covers it), writable by
+            // anyone.
+            let sock = f.ws.join("host-dgram.sock");
+            let script = format!(
+                "touch started; while [ ! -e bound ]; do sleep 0.05; done; {} unix-dgram {}",
+                probe(),
+                sock.display()
+            );
+            let child = command(&f, tier, user, &["--network", "none"], &script)
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap();
+            let deadline = Instant::now() + Duration::from_secs(20);
+            while !f.ws.join("started").exists() && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            let host = std::os::unix::net::UnixDatagram::bind(&sock).unwrap();
+            std::fs::set_permissions(&sock, std::fs::Permissions::from_mode(0o777)).unwrap();
+            std::fs::write(f.ws.join("bound"), "").unwrap();
+            let out = output(child);
             let ctx = format!("{tier:?} as_user={user}\n{}", show(&out));
             for line in [
                 "unix_dgram_socket: EPERM",
                 "unix_dgram_socketpair: EPERM",
+                "unix_raw_socketpair: EPERM",
                 "unix_stream_socketpair: ok",
+                "unix_seqpacket_socketpair: ok",
             ] {
                 assert!(has_line(&out, line), "{line}\n{ctx}");
             }
+            // Nothing reached the host's socket.
+            host.set_nonblocking(true).unwrap();
+            let mut buf = [0u8; 64];
+            assert!(host.recv(&mut buf).is_err(), "a datagram arrived\n{ctx}");
         }
     }
 }

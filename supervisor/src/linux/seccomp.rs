@@ -204,19 +204,31 @@ fn socket_rules(degraded: bool) -> Result<Vec<SeccompRule>> {
             libc::AF_UNIX as u64,
         )?])?);
     } else {
-        socket.push(unix_dgram()?);
+        socket.extend(unix_addressed(true)?);
     }
     Ok(socket)
 }
 
+/// Every type but SOCK_STREAM (1) and SOCK_SEQPACKET (5), as (mask, value)
+/// pairs over the type's low four bits: {0}, {2, 3}, {4}, {6, 7}, {8..15}.
+const NOT_STREAM_OR_SEQPACKET: [(u64, u64); 5] = [(0xf, 0), (0xe, 2), (0xf, 4), (0xe, 6), (0x8, 8)];
+
 /// A unix datagram socket sends to any path with sendto()/sendmsg(), where
-/// no connect() is made for unixconnect.rs to decide: refused, from socket()
-/// and from socketpair() alike (stream and seqpacket ones ignore addresses).
-fn unix_dgram() -> Result<SeccompRule> {
-    rule(vec![
-        cond(0, Len::Dword, Op::Eq, libc::AF_UNIX as u64)?,
-        sock_type(libc::SOCK_DGRAM as u64)?,
-    ])
+/// no connect() is made for unixconnect.rs to decide, and SOCK_RAW is one
+/// too (the kernel makes it SOCK_DGRAM): so unix sockets are an allowlist,
+/// stream and seqpacket (which ignore addresses), from socket() and from
+/// socketpair() alike. `family`: whether the rules also ask for AF_UNIX.
+fn unix_addressed(family: bool) -> Result<Vec<SeccompRule>> {
+    NOT_STREAM_OR_SEQPACKET
+        .iter()
+        .map(|(mask, value)| {
+            let mut conds = vec![cond(1, Len::Dword, Op::MaskedEq(*mask), *value)?];
+            if family {
+                conds.insert(0, cond(0, Len::Dword, Op::Eq, libc::AF_UNIX as u64)?);
+            }
+            rule(conds)
+        })
+        .collect()
 }
 
 /// The EPERM filter's rules: syscall number to the conditions that refuse it
@@ -227,7 +239,15 @@ fn eperm_rules(degraded: bool) -> Result<BTreeMap<i64, Vec<SeccompRule>>> {
         rules.insert(nr, vec![]);
     }
     rules.insert(libc::SYS_socket, socket_rules(degraded)?);
-    rules.insert(libc::SYS_socketpair, vec![unix_dgram()?]);
+    // socketpair(): only unix stream and seqpacket pairs, in both tiers.
+    let mut pair = vec![rule(vec![cond(
+        0,
+        Len::Dword,
+        Op::Ne,
+        libc::AF_UNIX as u64,
+    )?])?];
+    pair.extend(unix_addressed(false)?);
+    rules.insert(libc::SYS_socketpair, pair);
     // unshare() and clone() with any namespace flag (all in the low 32
     // bits of the flags, so a 32-bit compare is exact and half the size).
     let ns = |arg: u8| -> Result<Vec<SeccompRule>> {
@@ -412,7 +432,9 @@ pub fn describe() -> Vec<String> {
             .into(),
     );
     out.push(
-        "EPERM  socket/socketpair(AF_UNIX, SOCK_DGRAM) (sends to any path without connect())"
+        "EPERM  socket/socketpair(AF_UNIX) of any type but SOCK_STREAM and SOCK_SEQPACKET (a \
+         datagram socket, SOCK_RAW included, sends to any path without connect()); socketpair \
+         of any other family"
             .into(),
     );
     out.push(
@@ -497,7 +519,46 @@ mod tests {
             || (inet
                 && ty == libc::SOCK_DGRAM
                 && (degraded || ![0, libc::IPPROTO_UDP].contains(&protocol)))
-            || (family == libc::AF_UNIX && (degraded || ty == libc::SOCK_DGRAM))
+            || (family == libc::AF_UNIX && (degraded || !unix_pair_type(ty)))
+    }
+
+    /// The unix types that ignore addresses (SOCK_RAW is a datagram one).
+    fn unix_pair_type(ty: i32) -> bool {
+        ty == libc::SOCK_STREAM || ty == libc::SOCK_SEQPACKET
+    }
+
+    #[test]
+    fn socketpair_gives_only_unix_stream_and_seqpacket_pairs() {
+        for degraded in [false, true] {
+            let program = compile(degraded).unwrap().0;
+            for family in [
+                libc::AF_UNIX,
+                libc::AF_INET,
+                libc::AF_INET6,
+                libc::AF_NETLINK,
+                30,
+            ] {
+                for ty in 0..16 {
+                    for flags in [0, libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC, 1 << 20] {
+                        let got = run(
+                            &program,
+                            libc::SYS_socketpair as u32,
+                            AUDIT_ARCH,
+                            [family as u64, (ty | flags) as u64, 0, 0, 0, 0],
+                        );
+                        let want = if family == libc::AF_UNIX && unix_pair_type(ty) {
+                            ALLOW
+                        } else {
+                            EPERM
+                        };
+                        assert_eq!(
+                            got, want,
+                            "degraded={degraded} socketpair({family}, {ty}|{flags:#x})"
+                        );
+                    }
+                }
+            }
+        }
     }
 
     #[test]

@@ -334,17 +334,51 @@ fn inner_unix() {
     io_result("inner_unix", r);
 }
 
-/// Unix datagram sockets, which could send to any path without connect().
-fn unix_dgram() {
+/// Unix datagram sockets, which could send to any path without connect()
+/// (SOCK_RAW is one: the kernel makes it SOCK_DGRAM). With `to`, each one
+/// made sends a datagram there.
+fn unix_dgram(to: Option<&str>) {
+    let send = |name: &str, fd: libc::c_int| {
+        let Some(path) = to else { return };
+        // SAFETY: a zeroed sockaddr_un, filled within its bounds.
+        let r = unsafe {
+            let mut addr: libc::sockaddr_un = std::mem::zeroed();
+            addr.sun_family = libc::AF_UNIX as libc::sa_family_t;
+            for (d, s) in addr.sun_path.iter_mut().zip(path.bytes()) {
+                *d = s as libc::c_char;
+            }
+            let msg = b"from-the-sandbox";
+            libc::sendto(
+                fd,
+                msg.as_ptr().cast(),
+                msg.len(),
+                0,
+                (&addr as *const libc::sockaddr_un).cast(),
+                std::mem::size_of::<libc::sockaddr_un>() as libc::socklen_t,
+            )
+        };
+        report(&format!("{name}_sendto"), r as i64);
+    };
     let mut sv = [0 as libc::c_int; 2];
-    // SAFETY: socket and socketpair with valid arguments; closed right away.
+    // SAFETY: socket and socketpair with valid arguments, on our own table.
     unsafe {
         let fd = libc::socket(libc::AF_UNIX, libc::SOCK_DGRAM, 0);
         report("unix_dgram_socket", fd as i64);
-        let r = libc::socketpair(libc::AF_UNIX, libc::SOCK_DGRAM, 0, sv.as_mut_ptr());
-        report("unix_dgram_socketpair", r as i64);
-        let r = libc::socketpair(libc::AF_UNIX, libc::SOCK_STREAM, 0, sv.as_mut_ptr());
-        report("unix_stream_socketpair", r as i64);
+        if fd >= 0 {
+            send("unix_dgram_socket", fd);
+        }
+        for (name, ty) in [
+            ("unix_dgram_socketpair", libc::SOCK_DGRAM),
+            ("unix_raw_socketpair", libc::SOCK_RAW),
+            ("unix_stream_socketpair", libc::SOCK_STREAM),
+            ("unix_seqpacket_socketpair", libc::SOCK_SEQPACKET),
+        ] {
+            let r = libc::socketpair(libc::AF_UNIX, ty, 0, sv.as_mut_ptr());
+            report(name, r as i64);
+            if r == 0 && ty != libc::SOCK_STREAM && ty != libc::SOCK_SEQPACKET {
+                send(name, sv[0]);
+            }
+        }
     }
 }
 
@@ -382,7 +416,7 @@ fn main() {
         "fastopen" => fastopen(&arg(1)),
         "serve-unix" => serve_unix(&arg(1), &arg(2)),
         "inner-unix" => inner_unix(),
-        "unix-dgram" => unix_dgram(),
+        "unix-dgram" => unix_dgram(args.get(1).map(String::as_str)),
         "listen-unbound" => listen_unbound(),
         "connect-unix" => io_result("connect_unix", UnixStream::connect(arg(1))),
         "connect-abstract" => {
