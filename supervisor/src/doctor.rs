@@ -37,7 +37,7 @@ pub const DEGRADED_RESIDUAL_RISK: &str = concat!(
     "Landlock allows TCP connect by port, not by address: the command can reach any listener ",
     "on the proxy's port at any address (another loopback address, or a remote host); ",
     "without a mount namespace, host unix sockets are kept out only by refusing socket(AF_UNIX) ",
-    "and unix datagram socketpairs (no connect() notification there), ",
+    "and every socketpair but unix stream and seqpacket ones (no connect() notification there), ",
     "and /tmp, /dev/shm and other terminals are withheld (TMPDIR is private), not replaced; ",
     "TMPDIR is capped by [limits] tmp only where airlock may mount (root with CAP_SYS_ADMIN), ",
     "elsewhere its size is not capped and setting tmp is an error; ",

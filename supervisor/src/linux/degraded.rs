@@ -2,8 +2,9 @@
 //! user namespaces are unavailable: no namespaces and no mounts, so
 //! Landlock carries the whole boundary (denied paths carved out, TCP
 //! connect to the proxy's host loopback port only), seccomp refuses UDP,
-//! raw sockets, new unix sockets (and unix datagram socketpairs, which
-//! could send to any path), every other TCP-carrying protocol, TCP Fast
+//! raw sockets, new unix sockets (and every socketpair but unix stream and
+//! seqpacket ones: a datagram one could send to any path), every other
+//! TCP-carrying protocol, TCP Fast
 //! Open (a connect Landlock never sees) and listen() (an unbound socket's
 //! listen picks a port past Landlock's bind rule), and a subreaper kills
 //! leftovers.

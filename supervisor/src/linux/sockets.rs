@@ -22,8 +22,8 @@
 //! relative path (listed as given), one whose directory was renamed, or a
 //! second hard link: `unixconnect.rs` refuses a connect() to any of those
 //! (it lets through only sockets the sandbox bound and granted ones). The
-//! degraded tier (no mounts) refuses `socket(AF_UNIX)` and unix datagram
-//! socketpairs instead.
+//! degraded tier (no mounts) refuses `socket(AF_UNIX)` and every socketpair
+//! but unix stream and seqpacket ones instead.
 
 use std::fs;
 use std::os::fd::{AsRawFd, OwnedFd};

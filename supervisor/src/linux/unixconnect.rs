@@ -599,6 +599,15 @@ fn held_inside(ctx: &Decider, ino: u32) -> bool {
         })
 }
 
+/// Whether sock_diag, which reports the low 32 bits of a socket file's
+/// inode number, names the file numbered `ino` and no other: a file past
+/// 2^32 (XFS over a terabyte, CephFS, NFS, overlayfs with xino) shares its
+/// low bits with others on its filesystem, which the sandbox could bind
+/// until one matches a host socket's.
+fn diag_can_name(ino: u64) -> bool {
+    ino <= u64::from(u32::MAX)
+}
+
 /// Whether the socket bound at `vfs` (a path) or as `name` (abstract) is
 /// the sandbox's: bound in its network namespace and, when that is the
 /// host's, held by one of its processes. No connection is made to find out.
@@ -607,10 +616,27 @@ fn bound_inside(
     vfs: Option<(u64, u64)>,
     name: Option<&[u8]>,
 ) -> std::result::Result<bool, i32> {
+    if let Some((_, ino)) = vfs {
+        if !diag_can_name(ino) {
+            // Once a run: the sandbox chooses how often it tries.
+            static SAID: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+            let said = SAID.swap(true, std::sync::atomic::Ordering::Relaxed);
+            if said {
+                tracing::debug!(ino, "unix socket past 32-bit inode numbers refused");
+                return Ok(false);
+            }
+            tracing::warn!(
+                ino,
+                "a unix socket whose inode number needs more than 32 bits cannot be told from \
+                 another on its filesystem (sock_diag reports 32): refused unless \
+                 [filesystem] unix_sockets grants it"
+            );
+            return Ok(false);
+        }
+    }
     let list = bound(&ctx.diag)?;
-    // sock_diag reports 32 bits of the inode number.
     let matches = |b: &Bound| match (vfs, name) {
-        (Some((dev, ino)), _) => b.vfs == Some((dev, ino & 0xffff_ffff)),
+        (Some(v), _) => b.vfs == Some(v),
         (None, Some(n)) => b.name.as_deref() == Some(n),
         (None, None) => false,
     };
@@ -618,4 +644,18 @@ fn bound_inside(
         .iter()
         .filter(|b| matches(b))
         .any(|b| !ctx.host_net || held_inside(ctx, b.ino)))
+}
+
+#[cfg(test)]
+mod diag_tests {
+    use super::diag_can_name;
+
+    #[test]
+    fn only_inode_numbers_that_fit_in_32_bits_are_matched() {
+        assert!(diag_can_name(1));
+        assert!(diag_can_name(u64::from(u32::MAX)));
+        // 2^32 + 149 shares its low 32 bits with inode 149.
+        assert!(!diag_can_name((1 << 32) + 149));
+        assert!(!diag_can_name(u64::MAX));
+    }
 }
