@@ -68,6 +68,37 @@ pub fn run(cmd: &mut Command) -> Out {
     }
 }
 
+/// Start `cmd` with its output piped, for [`output_of`].
+pub fn spawn_piped(cmd: &mut Command) -> std::process::Child {
+    cmd.stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn")
+}
+
+/// What a child started by [`spawn_piped`] printed, once it has exited.
+pub fn output_of(child: std::process::Child) -> Out {
+    let o = child.wait_with_output().expect("wait");
+    Out {
+        code: o.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&o.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&o.stderr).into_owned(),
+    }
+}
+
+/// Wait up to 20 s for `p` to exist (a marker a sandboxed script writes).
+pub fn wait_for_file(p: &Path) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while !p.exists() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{} never appeared",
+            p.display()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
 /// A home directory for one test, with an empty managed policy so the
 /// host's /etc/airlock never leaks in.
 pub struct Home {

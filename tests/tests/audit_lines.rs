@@ -145,17 +145,27 @@ fn the_report_carries_the_run_id_of_the_audit_log() {
 
 /// Run `cmd` as uid 65534 when `user`, in the fixture's workspace.
 fn as_user(f: &Fixture, cmd: Command, user: bool) -> Out {
-    if !user {
+    as_uid(f, cmd, user.then_some(65534))
+}
+
+/// Run `cmd` as `uid` (and the same gid), or as ourselves.
+fn as_uid(f: &Fixture, cmd: Command, uid: Option<u32>) -> Out {
+    let Some(uid) = uid else {
         let mut cmd = cmd;
         return run(&mut cmd);
-    }
+    };
     let mut c = Command::new("setpriv");
-    c.args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
-        .arg(cmd.get_program())
-        .args(cmd.get_args())
-        .env_clear()
-        .current_dir(&f.ws)
-        .stdin(std::process::Stdio::null());
+    c.args([
+        &format!("--reuid={uid}"),
+        &format!("--regid={uid}"),
+        "--clear-groups",
+        "--",
+    ])
+    .arg(cmd.get_program())
+    .args(cmd.get_args())
+    .env_clear()
+    .current_dir(&f.ws)
+    .stdin(std::process::Stdio::null());
     for (k, v) in cmd.get_envs() {
         if let Some(v) = v {
             c.env(k, v);
@@ -458,24 +468,7 @@ fn a_user_without_a_passwd_entry_runs_and_is_audited_by_uid() {
     }
     let audit = f.home.join("audit.jsonl");
     let cmd = f.command(&["--audit-log", audit.to_str().unwrap()], "echo ran");
-    let mut c = Command::new("setpriv");
-    c.args([
-        &format!("--reuid={uid}"),
-        &format!("--regid={uid}"),
-        "--clear-groups",
-        "--",
-    ])
-    .arg(cmd.get_program())
-    .args(cmd.get_args())
-    .env_clear()
-    .current_dir(&f.ws)
-    .stdin(std::process::Stdio::null());
-    for (k, v) in cmd.get_envs() {
-        if let Some(v) = v {
-            c.env(k, v);
-        }
-    }
-    let out = run(&mut c);
+    let out = as_uid(&f, cmd, Some(uid));
     assert_eq!(out.code, 0, "{}", show(&out));
     assert_eq!(out.stdout, "ran\n", "{}", show(&out));
     let events = audit_events(&audit);

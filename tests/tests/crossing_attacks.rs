@@ -13,7 +13,7 @@ use std::net::TcpListener;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use airlock_tests::tiers::*;
 use airlock_tests::*;
@@ -64,23 +64,6 @@ impl Drop for Service {
     }
 }
 
-fn wait_for(p: &Path) {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while !p.exists() {
-        assert!(Instant::now() < deadline, "{} never appeared", p.display());
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
-fn output(child: Child) -> Out {
-    let o = child.wait_with_output().unwrap();
-    Out {
-        code: o.status.code().unwrap_or(-1),
-        stdout: String::from_utf8_lossy(&o.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&o.stderr).into_owned(),
-    }
-}
-
 #[test]
 fn host_unix_sockets_the_snapshot_cannot_name_are_unreachable() {
     for user in users() {
@@ -123,10 +106,10 @@ fn host_unix_sockets_the_snapshot_cannot_name_are_unreachable() {
                 .spawn()
                 .unwrap();
             // Bound after the sandbox started: in no snapshot.
-            wait_for(&f.ws.join("started"));
+            wait_for_file(&f.ws.join("started"));
             let _late = Service::start(v, "late.sock");
             std::fs::write(f.ws.join("go"), "").unwrap();
-            let out = output(child);
+            let out = output_of(child);
             let ctx = format!("--network {net} as_user={user}\n{}", show(&out));
             let results: Vec<&str> = out
                 .stdout
@@ -240,19 +223,18 @@ fn unix_datagram_sockets_are_refused() {
                 probe(),
                 sock.display()
             );
-            let child = command(&f, tier, user, &["--network", "none"], &script)
-                .stdout(Stdio::piped())
-                .stderr(Stdio::piped())
-                .spawn()
-                .unwrap();
-            let deadline = Instant::now() + Duration::from_secs(20);
-            while !f.ws.join("started").exists() && Instant::now() < deadline {
-                std::thread::sleep(Duration::from_millis(20));
-            }
+            let child = spawn_piped(&mut command(
+                &f,
+                tier,
+                user,
+                &["--network", "none"],
+                &script,
+            ));
+            wait_for_file(&f.ws.join("started"));
             let host = std::os::unix::net::UnixDatagram::bind(&sock).unwrap();
             std::fs::set_permissions(&sock, std::fs::Permissions::from_mode(0o777)).unwrap();
             std::fs::write(f.ws.join("bound"), "").unwrap();
-            let out = output(child);
+            let out = output_of(child);
             let ctx = format!("{tier:?} as_user={user}\n{}", show(&out));
             for line in [
                 "unix_dgram_socket: EPERM",

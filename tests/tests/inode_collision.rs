@@ -9,8 +9,7 @@
 
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::Command;
 
 use airlock_tests::tiers::*;
 use airlock_tests::*;
@@ -150,15 +149,8 @@ fn a_host_socket_past_2_32_cannot_be_reached_by_its_low_bits() {
                 low.display()
             ),
         );
-        let child = cmd
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while !f.ws.join("started").exists() && Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        let child = spawn_piped(&mut cmd);
+        wait_for_file(&f.ws.join("started"));
         // Host files until the host socket's number within its group is
         // past what the first group has used (both groups number their
         // inodes alike, from the start): the sandbox reaches it by making
@@ -179,12 +171,7 @@ fn a_host_socket_past_2_32_cannot_be_reached_by_its_low_bits() {
         std::fs::set_permissions(&sock, std::fs::Permissions::from_mode(0o777)).unwrap();
         assert!(std::fs::metadata(&sock).unwrap().ino() > u64::from(u32::MAX));
         std::fs::write(f.ws.join("bound"), "").unwrap();
-        let o = child.wait_with_output().unwrap();
-        let out = Out {
-            code: o.status.code().unwrap_or(-1),
-            stdout: String::from_utf8_lossy(&o.stdout).into_owned(),
-            stderr: String::from_utf8_lossy(&o.stderr).into_owned(),
-        };
+        let out = output_of(child);
         let ctx = format!("as_user={user}\n{}", show(&out));
         assert!(has_line(&out, "collision"), "no collision made\n{ctx}");
         assert!(has_line(&out, "connect: Connection refused"), "{ctx}");

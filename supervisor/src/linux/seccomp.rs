@@ -527,34 +527,39 @@ mod tests {
         ty == libc::SOCK_STREAM || ty == libc::SOCK_SEQPACKET
     }
 
-    #[test]
-    fn socketpair_gives_only_unix_stream_and_seqpacket_pairs() {
+    /// `nr` (socket or socketpair) over every family, type 0-15, flag set
+    /// and protocol given, in both tiers: refused exactly where `refused`
+    /// (degraded, family, type, protocol) says.
+    fn sweep(
+        nr: i64,
+        families: &[i32],
+        flag_sets: &[i32],
+        protocols: &[i32],
+        refused: impl Fn(bool, i32, i32, i32) -> bool,
+    ) {
         for degraded in [false, true] {
             let program = compile(degraded).unwrap().0;
-            for family in [
-                libc::AF_UNIX,
-                libc::AF_INET,
-                libc::AF_INET6,
-                libc::AF_NETLINK,
-                30,
-            ] {
+            for &family in families {
                 for ty in 0..16 {
-                    for flags in [0, libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC, 1 << 20] {
-                        let got = run(
-                            &program,
-                            libc::SYS_socketpair as u32,
-                            AUDIT_ARCH,
-                            [family as u64, (ty | flags) as u64, 0, 0, 0, 0],
-                        );
-                        let want = if family == libc::AF_UNIX && unix_pair_type(ty) {
-                            ALLOW
-                        } else {
-                            EPERM
-                        };
-                        assert_eq!(
-                            got, want,
-                            "degraded={degraded} socketpair({family}, {ty}|{flags:#x})"
-                        );
+                    for &flags in flag_sets {
+                        for &protocol in protocols {
+                            let args = [family as u64, (ty | flags) as u64, protocol as u64];
+                            let got = run(
+                                &program,
+                                nr as u32,
+                                AUDIT_ARCH,
+                                [args[0], args[1], args[2], 0, 0, 0],
+                            );
+                            let want = if refused(degraded, family, ty, protocol) {
+                                EPERM
+                            } else {
+                                ALLOW
+                            };
+                            assert_eq!(
+                                got, want,
+                                "degraded={degraded} nr {nr}({family}, {ty}|{flags:#x}, {protocol})"
+                            );
+                        }
                     }
                 }
             }
@@ -562,10 +567,27 @@ mod tests {
     }
 
     #[test]
+    fn socketpair_gives_only_unix_stream_and_seqpacket_pairs() {
+        sweep(
+            libc::SYS_socketpair,
+            &[
+                libc::AF_UNIX,
+                libc::AF_INET,
+                libc::AF_INET6,
+                libc::AF_NETLINK,
+                30,
+            ],
+            &[0, libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC, 1 << 20],
+            &[0],
+            |_, family, ty, _| !(family == libc::AF_UNIX && unix_pair_type(ty)),
+        );
+    }
+
+    #[test]
     fn socket_is_refused_exactly_where_the_rules_say() {
-        for degraded in [false, true] {
-            let program = compile(degraded).unwrap().0;
-            for family in [
+        sweep(
+            libc::SYS_socket,
+            &[
                 libc::AF_UNIX,
                 libc::AF_INET,
                 libc::AF_INET6,
@@ -575,30 +597,11 @@ mod tests {
                 libc::AF_VSOCK,
                 43, // AF_SMC
                 44, // AF_XDP
-            ] {
-                for ty in 0..16 {
-                    for flags in [0, libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC] {
-                        for protocol in [0, 1, 6, 17, 33, 58, 132, 136, 256, 262] {
-                            let got = run(
-                                &program,
-                                libc::SYS_socket as u32,
-                                AUDIT_ARCH,
-                                [family as u64, (ty | flags) as u64, protocol as u64, 0, 0, 0],
-                            );
-                            let want = if socket_refused(degraded, family, ty, protocol) {
-                                EPERM
-                            } else {
-                                ALLOW
-                            };
-                            assert_eq!(
-                                got, want,
-                                "degraded={degraded} socket({family}, {ty}|{flags:#x}, {protocol})"
-                            );
-                        }
-                    }
-                }
-            }
-        }
+            ],
+            &[0, libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC],
+            &[0, 1, 6, 17, 33, 58, 132, 136, 256, 262],
+            socket_refused,
+        );
     }
 
     #[test]
