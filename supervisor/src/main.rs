@@ -27,6 +27,7 @@ mod plan;
 mod policy_cmd;
 mod prepare;
 mod probe;
+mod procfs;
 mod proxy_cmd;
 mod report;
 mod resolve;

@@ -789,14 +789,9 @@ fn pid_namespace_of(pid: libc::pid_t) -> Option<std::path::PathBuf> {
 fn wait_namespace_empty(ns: &std::path::Path, limit: Duration) {
     let deadline = Instant::now() + limit;
     while Instant::now() < deadline {
-        let alive = std::fs::read_dir("/proc").is_ok_and(|rd| {
-            rd.flatten().any(|e| {
-                e.file_name()
-                    .to_str()
-                    .is_some_and(|n| n.bytes().all(|b| b.is_ascii_digit()))
-                    && std::fs::read_link(e.path().join("ns/pid")).is_ok_and(|l| l == ns)
-            })
-        });
+        let alive = crate::procfs::pids()
+            .into_iter()
+            .any(|pid| std::fs::read_link(format!("/proc/{pid}/ns/pid")).is_ok_and(|l| l == ns));
         if !alive {
             return;
         }

@@ -23,28 +23,15 @@ pub fn anchor() -> Option<i32> {
     ANCHOR.get().copied()
 }
 
-/// The parent of `pid`, from /proc/PID/stat (the field after the last ')',
-/// since the command name may itself hold parentheses).
-fn parent_of(pid: i32) -> Option<i32> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let rest = &stat[stat.rfind(')')? + 1..];
-    rest.split_whitespace().nth(1)?.parse().ok()
-}
-
 /// The anchor and its descendants, parents before children.
 pub fn members() -> Vec<i32> {
     let Some(anchor) = anchor() else {
         return vec![];
     };
     let mut children: HashMap<i32, Vec<i32>> = HashMap::new();
-    if let Ok(dir) = std::fs::read_dir("/proc") {
-        for e in dir.flatten() {
-            let Some(pid) = e.file_name().to_str().and_then(|n| n.parse::<i32>().ok()) else {
-                continue;
-            };
-            if let Some(ppid) = parent_of(pid) {
-                children.entry(ppid).or_default().push(pid);
-            }
+    for pid in crate::procfs::pids() {
+        if let Some((_, ppid)) = crate::procfs::state_and_parent(pid) {
+            children.entry(ppid as i32).or_default().push(pid as i32);
         }
     }
     let mut out = vec![anchor];
@@ -179,7 +166,9 @@ pub fn stop_all() -> Result<Stopped, NotStopped> {
             let Some(fd) = pidfd_open(pid) else { continue };
             // Still the process we saw: the anchor, or a child of a member.
             let still = Some(pid) == anchor()
-                || parent_of(pid).is_some_and(|pp| set.contains(&pp) || known.contains(&pp));
+                || crate::procfs::state_and_parent(pid as u32).is_some_and(|(_, pp)| {
+                    set.contains(&(pp as i32)) || known.contains(&(pp as i32))
+                });
             if still {
                 stopped.procs.push((pid, fd));
             }

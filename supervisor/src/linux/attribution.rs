@@ -3,7 +3,6 @@
 //! namespace, and the inode to the process holding it.
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
 
 use airlock_proxy::{Client, ClientIdentity};
 
@@ -53,23 +52,13 @@ fn inner_pid(pid: &str) -> Option<u32> {
 impl ClientIdentity for SandboxProcesses {
     fn identify(&self, peer: SocketAddr) -> Option<Client> {
         let inode = socket_inode(self.anchor, peer.port())?;
-        let want = format!("socket:[{inode}]");
         let netns = std::fs::read_link(format!("/proc/{}/ns/net", self.anchor)).ok()?;
-        for entry in std::fs::read_dir("/proc").ok()?.flatten() {
-            let name = entry.file_name().to_string_lossy().into_owned();
-            if !name.bytes().all(|b| b.is_ascii_digit()) {
+        for pid in crate::procfs::pids() {
+            if std::fs::read_link(format!("/proc/{pid}/ns/net")).ok() != Some(netns.clone()) {
                 continue;
             }
-            if std::fs::read_link(format!("/proc/{name}/ns/net")).ok() != Some(netns.clone()) {
-                continue;
-            }
-            let Ok(fds) = std::fs::read_dir(PathBuf::from(format!("/proc/{name}/fd"))) else {
-                continue;
-            };
-            let holds = fds.flatten().any(|fd| {
-                std::fs::read_link(fd.path()).is_ok_and(|l| l.as_os_str() == want.as_str())
-            });
-            if holds {
+            if crate::procfs::holds_socket(pid, &inode) {
+                let name = pid.to_string();
                 return Some(Client {
                     pid: inner_pid(&name)?,
                     argv: read_argv(&name),

@@ -89,11 +89,9 @@ impl Drop for PrivateTmp {
 fn own_tasks() -> u64 {
     // SAFETY: getuid has no preconditions.
     let uid = unsafe { libc::getuid() }.to_string();
-    let Ok(dir) = std::fs::read_dir("/proc") else {
-        return 0;
-    };
-    dir.flatten()
-        .filter_map(|e| std::fs::read_to_string(e.path().join("status")).ok())
+    crate::procfs::pids()
+        .into_iter()
+        .filter_map(|pid| std::fs::read_to_string(format!("/proc/{pid}/status")).ok())
         .filter(|s| {
             s.lines()
                 .find_map(|l| l.strip_prefix("Uid:"))

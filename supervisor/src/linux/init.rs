@@ -50,18 +50,10 @@ pub fn block_signals() -> Result<SigSet> {
 /// Every process below `me`, at any depth, as /proc shows them now, with
 /// its state letter (`T` stopped, `Z` dead).
 fn descendants_of(me: u32) -> Vec<(Pid, char)> {
-    let Ok(dir) = std::fs::read_dir("/proc") else {
-        return vec![];
-    };
-    let procs: Vec<(u32, u32, char)> = dir
-        .flatten()
-        .filter_map(|e| {
-            let pid: u32 = e.file_name().to_str()?.parse().ok()?;
-            let stat = std::fs::read_to_string(e.path().join("stat")).ok()?;
-            // The command name may hold spaces and parentheses: read after the last ')'.
-            let mut fields = stat.rsplit_once(')')?.1.split_whitespace();
-            let state = fields.next()?.chars().next()?;
-            let ppid: u32 = fields.next()?.parse().ok()?;
+    let procs: Vec<(u32, u32, char)> = crate::procfs::pids()
+        .into_iter()
+        .filter_map(|pid| {
+            let (state, ppid) = crate::procfs::state_and_parent(pid)?;
             Some((pid, ppid, state))
         })
         .collect();
@@ -148,17 +140,7 @@ fn reap_all() -> bool {
 /// Whether our PID namespace holds nobody but us, as /proc (its own, which
 /// PID 1 mounted) lists it.
 fn only_init_left() -> bool {
-    let Ok(dir) = std::fs::read_dir("/proc") else {
-        return false;
-    };
-    dir.flatten()
-        .filter(|e| {
-            e.file_name()
-                .as_encoded_bytes()
-                .iter()
-                .all(u8::is_ascii_digit)
-        })
-        .all(|e| e.file_name() == "1")
+    crate::procfs::pids() == [1]
 }
 
 /// Every signal init catches goes back to its default. The kernel delivers

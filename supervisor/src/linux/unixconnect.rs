@@ -577,26 +577,10 @@ fn parse_bound(msg: &[u8]) -> Option<Bound> {
 
 /// Whether a process of the sandbox's PID namespace holds socket `ino`.
 fn held_inside(ctx: &Decider, ino: u32) -> bool {
-    let want = format!("socket:[{ino}]");
-    let Ok(dir) = std::fs::read_dir("/proc") else {
-        return false;
-    };
-    dir.flatten()
-        .filter(|e| {
-            e.file_name()
-                .to_str()
-                .is_some_and(|n| n.parse::<u32>().is_ok())
-        })
-        .filter(|e| {
-            readlink(&format!("{}/ns/pid", e.path().display())).as_deref() == Some(&ctx.sandbox_ns)
-        })
-        .any(|e| {
-            std::fs::read_dir(e.path().join("fd")).is_ok_and(|fds| {
-                fds.flatten().any(|fd| {
-                    std::fs::read_link(fd.path()).is_ok_and(|l| l.as_os_str() == want.as_str())
-                })
-            })
-        })
+    crate::procfs::pids()
+        .into_iter()
+        .filter(|pid| readlink(&format!("/proc/{pid}/ns/pid")).as_deref() == Some(&ctx.sandbox_ns))
+        .any(|pid| crate::procfs::holds_socket(pid, ino))
 }
 
 /// Whether sock_diag, which reports the low 32 bits of a socket file's
