@@ -23,6 +23,7 @@ mod learn;
 mod linux;
 #[cfg(target_os = "macos")]
 mod macos;
+mod paths;
 mod plan;
 mod policy_cmd;
 mod prepare;

@@ -285,12 +285,13 @@ pub fn build(policy: &Policy, o: &Options) -> Plan {
         deny_read: &deny_read,
         airlock_files: &airlock_files,
     });
+    let denied = crate::paths::Prefixes::new(&deny_read);
     for p in &protected {
         let path = p.path();
         let is_git_dir = path.file_name() == Some(std::ffi::OsStr::new(".git"))
             && path.is_dir()
             && !path.is_symlink();
-        let hidden = deny_read.iter().any(|d| path.starts_with(d));
+        let hidden = denied.covers(&path);
         if !is_git_dir && !hidden && std::fs::symlink_metadata(&path).is_ok() {
             deny_write.push(real(path));
         }

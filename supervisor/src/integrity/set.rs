@@ -152,7 +152,7 @@ impl Protected {
 pub fn root_of<'a>(p: &Path, roots: &'a [PathBuf]) -> Option<&'a PathBuf> {
     roots
         .iter()
-        .filter(|r| p.starts_with(r) && p != r.as_path())
+        .filter(|r| crate::paths::below(p, r))
         .max_by_key(|r| r.components().count())
 }
 
@@ -284,7 +284,8 @@ pub struct Inputs<'a> {
 /// Every protected path that lies inside a writable root.
 pub fn compute(i: &Inputs) -> Vec<Protected> {
     let mut candidates: Vec<(PathBuf, bool)> = vec![];
-    let hidden = |p: &Path| i.deny_read.iter().any(|d| p.starts_with(d));
+    let deny_read = crate::paths::Prefixes::new(i.deny_read);
+    let hidden = |p: &Path| deny_read.covers(p);
     for root in i.roots {
         for name in ROOT_SURFACE {
             candidates.push((root.join(name), *name == ".git"));
@@ -455,7 +456,7 @@ fn links_on_the_way(
 /// can write. Renaming a parent would carry a mount-based protection away
 /// with it (SPEC §4.5); an ancestor that is a mount point cannot be renamed.
 pub fn ancestors_to_pin(targets: &[PathBuf], roots: &[PathBuf]) -> Vec<PathBuf> {
-    let writable = |p: &Path| roots.iter().any(|r| p.starts_with(r));
+    let writable = |p: &Path| roots.iter().any(|r| crate::paths::under(p, r));
     let mut out = vec![];
     // Targets share most of their ancestors (HOME, the workspace): a
     // directory seen once had its own ancestors looked at then.

@@ -110,9 +110,10 @@ impl DenyWatch {
         write: &[PathBuf],
     ) -> Result<Option<Self>> {
         let mut paths: Vec<(PathBuf, PathBuf)> = vec![];
+        let mut seen = std::collections::HashSet::new();
         for d in names.iter().chain(deny_read) {
             for p in [d.clone(), super::landlock::resolved(d)] {
-                if p.is_absolute() && !paths.iter().any(|(q, _)| q == &p) {
+                if p.is_absolute() && seen.insert(p.clone()) {
                     paths.push((p, d.clone()));
                 }
             }
@@ -129,8 +130,9 @@ impl DenyWatch {
             cwd: open_dir(None, Path::new(".")).ok(),
             since: None,
         };
+        let write = crate::paths::Prefixes::new(write);
         for (p, shown) in paths {
-            let writable = write.iter().any(|r| p.starts_with(r));
+            let writable = write.covers(&p);
             w.add_path(&p, shown, writable)?;
         }
         Ok(Some(w))
@@ -461,7 +463,7 @@ pub fn arm(pipe: OwnedFd) -> i128 {
 /// Whether the command itself can make a file at a watched name: only
 /// inside a writable root. Then [`settle`] is worth its wait.
 pub fn settle_needed(plan: &crate::plan::Plan) -> bool {
-    let inside = |p: &PathBuf| plan.write.iter().any(|w| p.starts_with(w));
+    let inside = |p: &PathBuf| plan.write.iter().any(|w| crate::paths::under(p, w));
     plan.deny_read_names
         .iter()
         .chain(&plan.deny_read)

@@ -254,7 +254,7 @@ impl Shared {
         let (later_write, write): (Vec<PathBuf>, Vec<PathBuf>) = write
             .iter()
             .cloned()
-            .partition(|p| fresh.iter().any(|f| p.starts_with(f)));
+            .partition(|p| fresh.iter().any(|f| crate::paths::under(p, f)));
         // Rules are built for this kernel's ABI: none may be cut down.
         let mut created = self.created.try_clone().context("Landlock: the ruleset")?;
         if !self.allow_degraded {
@@ -333,7 +333,7 @@ impl Shared {
 pub fn read_splits(deny_read: &[PathBuf], write: &[PathBuf]) -> Vec<PathBuf> {
     deny_read
         .iter()
-        .filter(|d| !write.iter().any(|w| d.starts_with(w)))
+        .filter(|d| !write.iter().any(|w| crate::paths::under(d, w)))
         .map(|d| resolved(d))
         .collect()
 }
@@ -380,27 +380,28 @@ pub fn carve_until(
     stop: &[PathBuf],
 ) -> (Vec<PathBuf>, Vec<PathBuf>, Vec<PathBuf>) {
     let mut c = Carving {
-        denied,
-        stop,
+        denied: crate::paths::Prefixes::new(denied),
+        stop: crate::paths::Prefixes::new(stop),
         out: vec![],
-        split: vec![],
+        split: HashSet::new(),
         stopped: vec![],
     };
     for root in roots {
         c.one(root, 0);
     }
-    for v in [&mut c.out, &mut c.split, &mut c.stopped] {
+    let mut split: Vec<PathBuf> = c.split.into_iter().collect();
+    for v in [&mut c.out, &mut split, &mut c.stopped] {
         v.sort();
         v.dedup();
     }
-    (c.out, c.split, c.stopped)
+    (c.out, split, c.stopped)
 }
 
 struct Carving<'a> {
-    denied: &'a [PathBuf],
-    stop: &'a [PathBuf],
+    denied: crate::paths::Prefixes<'a>,
+    stop: crate::paths::Prefixes<'a>,
     out: Vec<PathBuf>,
-    split: Vec<PathBuf>,
+    split: HashSet<PathBuf>,
     stopped: Vec<PathBuf>,
 }
 
@@ -424,7 +425,7 @@ impl Carving<'_> {
 
     /// Granted whole, or left to the process that sees it as it will be.
     fn grant(&mut self, real: PathBuf) {
-        if self.stop.iter().any(|s| real.starts_with(s)) {
+        if self.stop.covers(&real) {
             self.stopped.push(real);
         } else {
             self.out.push(real);
@@ -434,21 +435,19 @@ impl Carving<'_> {
     /// `one` for a path already resolved: an entry of a resolved directory
     /// that is not a symlink (most of a split HOME) costs no further lookups.
     fn real(&mut self, real: PathBuf, is_dir: bool, depth: usize) {
-        let denied = self.denied;
-        if denied.iter().any(|d| real.starts_with(d)) {
+        if self.denied.covers(&real) {
             return;
         }
-        let inside = denied.iter().any(|d| d.starts_with(&real) && d != &real);
-        if !inside || !is_dir || self.stop.iter().any(|s| real.starts_with(s)) {
+        let inside = self.denied.holds(&real);
+        if !inside || !is_dir || self.stop.covers(&real) {
             self.grant(real);
             return;
         }
         // A link back up the tree (`~/x -> ~`) is split once, not again; past
         // the depth bound nothing is granted (fail closed).
-        if depth > 32 || self.split.contains(&real) {
+        if depth > 32 || !self.split.insert(real.clone()) {
             return;
         }
-        self.split.push(real.clone());
         let entries = match std::fs::read_dir(&real) {
             Ok(entries) => entries,
             // Fail closed: nothing below a directory we cannot list is granted.
@@ -457,17 +456,12 @@ impl Carving<'_> {
                 return;
             }
         };
-        // The names here that lead to a denied path; any other entry that is
-        // not a link is granted whole without comparing it to every one.
-        let leading: std::collections::HashSet<&std::ffi::OsStr> = denied
-            .iter()
-            .filter_map(|d| d.strip_prefix(&real).ok()?.components().next())
-            .map(|c| c.as_os_str())
-            .collect();
+        // An entry that is not a link and not on the way to a denied path
+        // is granted whole.
         for e in entries.flatten() {
             match e.file_type() {
                 Ok(t) if !t.is_symlink() => {
-                    if leading.contains(e.file_name().as_os_str()) {
+                    if self.denied.leads(&real, &e.file_name()) {
                         self.real(e.path(), t.is_dir(), depth + 1);
                     } else {
                         self.grant(e.path());

@@ -1,0 +1,226 @@
+//! Prefix tests on absolute paths, by bytes. `Path::starts_with` and `==`
+//! parse both sides into components on every call; the start-up compares
+//! every entry of a split HOME with every `deny_read` path (landlock.rs),
+//! and every protected path with every root (integrity/set.rs): tens of
+//! thousands of parses, a good part of a millisecond of the helper's and
+//! the supervisor's time. A path that is already in normal form (what
+//! `canonicalize` returns, and a listed entry joined to it) compares the
+//! same way as bytes; anything else falls back to the component test, so
+//! the answer is always `Path::starts_with`'s.
+
+use std::collections::{HashMap, HashSet};
+use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+
+/// Absolute, and written as its components would print it: no empty,
+/// `.` or `..` component, no trailing `/` (but `/` itself).
+pub fn is_normal(p: &Path) -> bool {
+    let b = p.as_os_str().as_bytes();
+    if b.first() != Some(&b'/') {
+        return false;
+    }
+    if b.len() == 1 {
+        return true;
+    }
+    b[1..]
+        .split(|c| *c == b'/')
+        .all(|c| !c.is_empty() && c != b"." && c != b"..")
+}
+
+/// `p.starts_with(base)`: `base` is `p` or one of its ancestors.
+pub fn under(p: &Path, base: &Path) -> bool {
+    if is_normal(p) && is_normal(base) {
+        under_normal(p.as_os_str().as_bytes(), base.as_os_str().as_bytes())
+    } else {
+        p.starts_with(base)
+    }
+}
+
+/// `base` is a strict ancestor of `p`.
+pub fn below(p: &Path, base: &Path) -> bool {
+    if is_normal(p) && is_normal(base) {
+        let (p, base) = (p.as_os_str().as_bytes(), base.as_os_str().as_bytes());
+        p.len() > base.len() && under_normal(p, base)
+    } else {
+        p.starts_with(base) && p != base
+    }
+}
+
+fn under_normal(p: &[u8], base: &[u8]) -> bool {
+    base == b"/" || (p.starts_with(base) && (p.len() == base.len() || p[base.len()] == b'/'))
+}
+
+/// The ancestors of a normal path, nearest first, `/` last (not the path).
+fn ancestors_normal(p: &[u8]) -> impl Iterator<Item = &[u8]> {
+    let mut end = p.len();
+    std::iter::from_fn(move || {
+        if end <= 1 {
+            return None;
+        }
+        end = p[..end].iter().rposition(|c| *c == b'/')?;
+        Some(if end == 0 { &p[..1] } else { &p[..end] })
+    })
+}
+
+/// A set of paths asked about the paths below and above them, in time
+/// proportional to a path's depth rather than to the set's size.
+pub struct Prefixes<'a> {
+    /// Normal members.
+    members: HashSet<&'a [u8]>,
+    /// Strict ancestors of normal members, each with the names of its
+    /// children on the way to them.
+    above: HashMap<&'a [u8], HashSet<&'a [u8]>>,
+    /// Members not in normal form: compared by components.
+    other: Vec<&'a Path>,
+}
+
+impl<'a> Prefixes<'a> {
+    pub fn new(paths: &'a [PathBuf]) -> Self {
+        let mut set = Prefixes {
+            members: HashSet::new(),
+            above: HashMap::new(),
+            other: vec![],
+        };
+        for p in paths {
+            if !is_normal(p) {
+                set.other.push(p);
+                continue;
+            }
+            let b = p.as_os_str().as_bytes();
+            set.members.insert(b);
+            let mut child = b;
+            for a in ancestors_normal(b) {
+                let name = &child[a.len() + usize::from(a != b"/")..];
+                let name = name.split(|c| *c == b'/').next().unwrap_or(name);
+                set.above.entry(a).or_default().insert(name);
+                child = a;
+            }
+        }
+        set
+    }
+
+    /// Some member is `p` or an ancestor of it.
+    pub fn covers(&self, p: &Path) -> bool {
+        if self.other.iter().any(|o| p.starts_with(o)) {
+            return true;
+        }
+        if !is_normal(p) {
+            return self
+                .members
+                .iter()
+                .any(|m| p.starts_with(OsStr::from_bytes(m)));
+        }
+        let b = p.as_os_str().as_bytes();
+        self.members.contains(b) || ancestors_normal(b).any(|a| self.members.contains(a))
+    }
+
+    /// Some member lies strictly below `p`.
+    #[cfg_attr(not(target_os = "linux"), allow(dead_code))] // the Landlock split
+    pub fn holds(&self, p: &Path) -> bool {
+        if self.other.iter().any(|o| o.starts_with(p) && *o != p) {
+            return true;
+        }
+        if !is_normal(p) {
+            return self.members.iter().any(|m| {
+                let m = Path::new(OsStr::from_bytes(m));
+                m.starts_with(p) && m != p
+            });
+        }
+        self.above.contains_key(p.as_os_str().as_bytes())
+    }
+
+    /// Whether `name`, an entry of the directory `dir`, is on the way to
+    /// a member (or is one).
+    #[cfg_attr(not(target_os = "linux"), allow(dead_code))] // the Landlock split
+    pub fn leads(&self, dir: &Path, name: &OsStr) -> bool {
+        let slow = || {
+            let entry = dir.join(name);
+            self.other
+                .iter()
+                .copied()
+                .chain(self.members.iter().map(|m| Path::new(OsStr::from_bytes(m))))
+                .any(|m| m.starts_with(&entry))
+        };
+        if !self.other.is_empty() || !is_normal(dir) {
+            return slow();
+        }
+        self.above
+            .get(dir.as_os_str().as_bytes())
+            .is_some_and(|names| names.contains(name.as_bytes()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn normal_form() {
+        for p in ["/", "/a", "/a/b", "/a/.b", "/a/b..", "/.../x"] {
+            assert!(is_normal(Path::new(p)), "{p}");
+        }
+        for p in [
+            "", "a", "a/b", "//", "/a/", "/a//b", "/a/./b", "/a/..", "/.", "/a/.",
+        ] {
+            assert!(!is_normal(Path::new(p)), "{p}");
+        }
+    }
+
+    #[test]
+    fn ancestors_nearest_first() {
+        let got: Vec<&[u8]> = ancestors_normal(b"/a/bc/d").collect();
+        assert_eq!(got, vec![&b"/a/bc"[..], b"/a", b"/"]);
+        assert_eq!(ancestors_normal(b"/").count(), 0);
+    }
+
+    #[test]
+    fn prefixes_answer_as_components_do() {
+        let members: Vec<PathBuf> = ["/h/.ssh", "/h/.config/gh", "/h//odd/./x", "/e"]
+            .iter()
+            .map(PathBuf::from)
+            .collect();
+        let set = Prefixes::new(&members);
+        assert!(set.covers(Path::new("/h/.ssh")));
+        assert!(set.covers(Path::new("/h/.ssh/id")));
+        assert!(!set.covers(Path::new("/h/.sshx")));
+        assert!(set.covers(Path::new("/h/odd/x/y")));
+        assert!(set.holds(Path::new("/h")));
+        assert!(set.holds(Path::new("/")));
+        assert!(!set.holds(Path::new("/h/.ssh")));
+        assert!(set.holds(Path::new("/h/odd")));
+        assert!(set.leads(Path::new("/h/.config"), OsStr::new("gh")));
+        assert!(!set.leads(Path::new("/h/.config"), OsStr::new("g")));
+    }
+
+    /// Paths over a small alphabet, so that prefixes and near misses are
+    /// common; some in normal form, some not.
+    fn path() -> impl Strategy<Value = PathBuf> {
+        prop::collection::vec(
+            prop::sample::select(vec!["a", "ab", "b", ".", "..", ""]),
+            0..5,
+        )
+        .prop_map(|parts| PathBuf::from(format!("/{}", parts.join("/"))))
+    }
+
+    proptest! {
+        #[test]
+        fn under_is_starts_with(p in path(), base in path()) {
+            prop_assert_eq!(under(&p, &base), p.starts_with(&base));
+            prop_assert_eq!(below(&p, &base), p.starts_with(&base) && p != base);
+        }
+
+        #[test]
+        fn prefixes_are_starts_with(members in prop::collection::vec(path(), 0..6), p in path(), name in prop::sample::select(vec!["a", "ab", "b"])) {
+            let set = Prefixes::new(&members);
+            prop_assert_eq!(set.covers(&p), members.iter().any(|m| p.starts_with(m)));
+            prop_assert_eq!(set.holds(&p), members.iter().any(|m| m.starts_with(&p) && m != &p));
+            let entry = p.join(name);
+            prop_assert_eq!(
+                set.leads(&p, OsStr::new(name)),
+                members.iter().any(|m| m.starts_with(&entry))
+            );
+        }
+    }
+}
