@@ -16,7 +16,6 @@
 //! an allowed name and NXDOMAIN for a refused one.
 
 use std::net::{IpAddr, SocketAddr};
-use std::num::NonZeroUsize;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -44,9 +43,12 @@ const NAMES_PER_ADDRESS: usize = 8;
 pub struct Names(Mutex<lru::LruCache<IpAddr, Vec<Host>>>);
 
 impl Default for Names {
+    /// Unbounded to the `lru` crate, which would otherwise allocate and
+    /// clear a table for all NAMES_CAPACITY entries at every start-up
+    /// (a third of a megabyte, most runs never resolving a name); the
+    /// bound is kept by `remember`.
     fn default() -> Names {
-        let cap = NonZeroUsize::new(NAMES_CAPACITY).unwrap_or(NonZeroUsize::MIN);
-        Names(Mutex::new(lru::LruCache::new(cap)))
+        Names(Mutex::new(lru::LruCache::unbounded()))
     }
 }
 
@@ -54,6 +56,9 @@ impl Names {
     pub fn remember(&self, ip: IpAddr, host: &Host) {
         let ip = airlock_policy::host::canonical_ip(ip);
         let mut map = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        if !map.contains(&ip) && map.len() >= NAMES_CAPACITY {
+            map.pop_lru();
+        }
         let names = map.get_or_insert_mut(ip, Vec::new);
         names.retain(|h| h != host);
         names.push(host.clone());
@@ -264,5 +269,22 @@ mod tests {
             names.remember(ip, &Host::parse(&format!("n{i}.example")).unwrap());
         }
         assert_eq!(names.lookup(ip).len(), NAMES_PER_ADDRESS);
+    }
+
+    #[test]
+    fn at_most_names_capacity_addresses_least_recently_used_first_out() {
+        let names = Names::default();
+        let host = Host::parse("a.example").unwrap();
+        let addr = |i: usize| IpAddr::from([10, 0, (i >> 8) as u8, i as u8]);
+        for i in 0..NAMES_CAPACITY {
+            names.remember(addr(i), &host);
+        }
+        // Address 0 is used again: address 1 is now the oldest.
+        names.remember(addr(0), &host);
+        names.remember(addr(NAMES_CAPACITY), &host);
+        assert_eq!(names.0.lock().unwrap().len(), NAMES_CAPACITY);
+        assert!(names.lookup(addr(1)).is_empty());
+        assert_eq!(names.lookup(addr(0)), vec![host.clone()]);
+        assert_eq!(names.lookup(addr(NAMES_CAPACITY)), vec![host]);
     }
 }

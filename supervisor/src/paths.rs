@@ -134,6 +134,10 @@ impl<'a> Prefixes<'a> {
     /// a member (or is one).
     #[cfg_attr(not(target_os = "linux"), allow(dead_code))] // the Landlock split
     pub fn leads(&self, dir: &Path, name: &OsStr) -> bool {
+        // Never a directory entry's name: not on the way to anything.
+        if name.is_empty() || name == "." || name == ".." || name.as_bytes().contains(&b'/') {
+            return false;
+        }
         let slow = || {
             let entry = dir.join(name);
             self.other
@@ -221,6 +225,171 @@ mod tests {
                 set.leads(&p, OsStr::new(name)),
                 members.iter().any(|m| m.starts_with(&entry))
             );
+        }
+    }
+
+    /// Hostile paths: non-UTF-8 names, names that are only dots or end in
+    /// one, empty and `.` / `..` components, trailing `/` or `/.`, `//`,
+    /// relative paths. Built from bytes.
+    fn hostile() -> impl Strategy<Value = PathBuf> {
+        let seg = prop::sample::select(vec![
+            &b"a"[..],
+            b"ab",
+            b"a.",
+            b".a",
+            b"...",
+            b".",
+            b"..",
+            b"",
+            b"\xff",
+            b"\xffa",
+            b"a\xff",
+        ]);
+        (
+            prop::sample::select(vec![
+                &b"/"[..],
+                b"/",
+                b"/",
+                b"//",
+                b"",
+                b"./",
+                b"/./",
+                b"/../",
+            ]),
+            prop::collection::vec(seg, 0..5),
+            prop::sample::select(vec![&b""[..], b"", b"/", b"/.", b"//", b"/./"]),
+        )
+            .prop_map(|(lead, segs, tail)| {
+                let mut b = lead.to_vec();
+                b.extend(segs.join(&b'/'));
+                b.extend_from_slice(tail);
+                PathBuf::from(OsStr::from_bytes(&b))
+            })
+    }
+
+    /// A name `read_dir` can return: not empty, no `/`, not `.` or `..`.
+    fn entry_name() -> impl Strategy<Value = &'static [u8]> {
+        prop::sample::select(vec![
+            &b"a"[..],
+            b"ab",
+            b"a.",
+            b".a",
+            b"...",
+            b"\xff",
+            b"\xffa",
+            b"a\xff",
+        ])
+    }
+
+    /// Normal paths over hostile names (the byte paths' domain).
+    fn normal_path() -> impl Strategy<Value = PathBuf> {
+        prop::collection::vec(entry_name(), 0..4).prop_map(|segs| {
+            let mut b = b"/".to_vec();
+            b.extend(segs.join(&b'/'));
+            PathBuf::from(OsStr::from_bytes(&b))
+        })
+    }
+
+    /// The `leading` set that `Carving::real` built before `leads`.
+    fn old_leading(denied: &[PathBuf], real: &Path, name: &OsStr) -> bool {
+        let leading: HashSet<&OsStr> = denied
+            .iter()
+            .filter_map(|d| d.strip_prefix(real).ok()?.components().next())
+            .map(|c| c.as_os_str())
+            .collect();
+        leading.contains(name)
+    }
+
+    fn hash_of(p: &Path) -> u64 {
+        use std::hash::{BuildHasher, BuildHasherDefault};
+        BuildHasherDefault::<std::collections::hash_map::DefaultHasher>::default().hash_one(p)
+    }
+
+    #[test]
+    fn hostile_examples() {
+        let m: Vec<PathBuf> = ["/h/.ssh", "/h/a."].iter().map(PathBuf::from).collect();
+        let set = Prefixes::new(&m);
+        // Lexical, as std is: `/h/.ssh/..` is "under" `/h/.ssh`.
+        for p in [
+            "/h/.ssh/.",
+            "/h/./.ssh",
+            "/h//.ssh/",
+            "/h/.ssh/x/",
+            "/h/.ssh/..",
+        ] {
+            assert!(set.covers(Path::new(p)), "{p}");
+            assert!(under(Path::new(p), Path::new("/h/.ssh")), "{p}");
+        }
+        for p in ["/h/.ssh.", "/h/.ss", "/h/a", "/h/a..", "h/.ssh"] {
+            assert!(!set.covers(Path::new(p)), "{p}");
+        }
+        assert!(set.holds(Path::new("/h/.")));
+        assert!(set.holds(Path::new("//h/")));
+        assert!(!set.holds(Path::new("/h/.ssh/.")));
+        assert!(set.leads(Path::new("/h"), OsStr::new("a.")));
+        assert!(!set.leads(Path::new("/h"), OsStr::new("a")));
+        let raw: Vec<PathBuf> = vec![PathBuf::from(OsStr::from_bytes(b"/h/\xff/k"))];
+        let set = Prefixes::new(&raw);
+        assert!(set.leads(Path::new("/h"), OsStr::from_bytes(b"\xff")));
+        assert!(!set.leads(Path::new("/h"), OsStr::from_bytes(b"\xfe")));
+        assert!(set.covers(Path::new(OsStr::from_bytes(b"/h/\xff/k/\x80"))));
+    }
+
+    proptest! {
+        #[test]
+        fn hostile_under_is_starts_with(p in hostile(), base in hostile()) {
+            prop_assert_eq!(under(&p, &base), p.starts_with(&base));
+            prop_assert_eq!(below(&p, &base), p.starts_with(&base) && p != base);
+            // The HashSets of `split` and of the deny_read watch's dedupe
+            // stand for `Vec::contains`: equal paths must hash alike.
+            if p == base {
+                prop_assert_eq!(hash_of(&p), hash_of(&base));
+            }
+        }
+
+        #[test]
+        fn hostile_prefixes(
+            members in prop::collection::vec(hostile(), 0..6),
+            p in hostile(),
+            name in entry_name(),
+        ) {
+            let set = Prefixes::new(&members);
+            prop_assert_eq!(set.covers(&p), members.iter().any(|m| p.starts_with(m)));
+            prop_assert_eq!(set.holds(&p), members.iter().any(|m| m.starts_with(&p) && m != &p));
+            let name = OsStr::from_bytes(name);
+            prop_assert_eq!(set.leads(&p, name), old_leading(&members, &p, name));
+            prop_assert_eq!(set.leads(&p, name), members.iter().any(|m| m.starts_with(p.join(name))));
+        }
+
+        /// Mostly normal members, so that the byte paths are the ones taken.
+        #[test]
+        fn normal_prefixes(
+            members in prop::collection::vec(normal_path(), 0..6),
+            p in prop_oneof![normal_path(), hostile()],
+            name in entry_name(),
+        ) {
+            let set = Prefixes::new(&members);
+            prop_assert_eq!(set.covers(&p), members.iter().any(|m| p.starts_with(m)));
+            prop_assert_eq!(set.holds(&p), members.iter().any(|m| m.starts_with(&p) && m != &p));
+            let name = OsStr::from_bytes(name);
+            prop_assert_eq!(set.leads(&p, name), old_leading(&members, &p, name));
+        }
+
+        /// `DenyWatch::new`'s dedupe: a HashSet keeps what `any(==)` kept.
+        #[test]
+        fn dedupe_by_hash_is_dedupe_by_eq(ps in prop::collection::vec(hostile(), 0..8)) {
+            let mut old: Vec<PathBuf> = vec![];
+            let mut new: Vec<PathBuf> = vec![];
+            let mut seen = HashSet::new();
+            for p in &ps {
+                if !old.iter().any(|q| q == p) {
+                    old.push(p.clone());
+                }
+                if seen.insert(p.clone()) {
+                    new.push(p.clone());
+                }
+            }
+            prop_assert_eq!(old, new);
         }
     }
 }
