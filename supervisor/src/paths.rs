@@ -291,6 +291,18 @@ mod tests {
     }
 
     /// The `leading` set that `Carving::real` built before `leads`.
+    /// `Prefixes` against the expressions it replaced.
+    fn check_prefixes(members: &[PathBuf], p: &Path, name: &OsStr) -> Result<(), TestCaseError> {
+        let set = Prefixes::new(members);
+        prop_assert_eq!(set.covers(p), members.iter().any(|m| p.starts_with(m)));
+        prop_assert_eq!(
+            set.holds(p),
+            members.iter().any(|m| m.starts_with(p) && m != p)
+        );
+        prop_assert_eq!(set.leads(p, name), old_leading(members, p, name));
+        Ok(())
+    }
+
     fn old_leading(denied: &[PathBuf], real: &Path, name: &OsStr) -> bool {
         let leading: HashSet<&OsStr> = denied
             .iter()
@@ -353,12 +365,12 @@ mod tests {
             p in hostile(),
             name in entry_name(),
         ) {
-            let set = Prefixes::new(&members);
-            prop_assert_eq!(set.covers(&p), members.iter().any(|m| p.starts_with(m)));
-            prop_assert_eq!(set.holds(&p), members.iter().any(|m| m.starts_with(&p) && m != &p));
             let name = OsStr::from_bytes(name);
-            prop_assert_eq!(set.leads(&p, name), old_leading(&members, &p, name));
-            prop_assert_eq!(set.leads(&p, name), members.iter().any(|m| m.starts_with(p.join(name))));
+            check_prefixes(&members, &p, name)?;
+            prop_assert_eq!(
+                Prefixes::new(&members).leads(&p, name),
+                members.iter().any(|m| m.starts_with(p.join(name)))
+            );
         }
 
         /// Mostly normal members, so that the byte paths are the ones taken.
@@ -368,11 +380,7 @@ mod tests {
             p in prop_oneof![normal_path(), hostile()],
             name in entry_name(),
         ) {
-            let set = Prefixes::new(&members);
-            prop_assert_eq!(set.covers(&p), members.iter().any(|m| p.starts_with(m)));
-            prop_assert_eq!(set.holds(&p), members.iter().any(|m| m.starts_with(&p) && m != &p));
-            let name = OsStr::from_bytes(name);
-            prop_assert_eq!(set.leads(&p, name), old_leading(&members, &p, name));
+            check_prefixes(&members, &p, OsStr::from_bytes(name))?;
         }
 
         /// `DenyWatch::new`'s dedupe: a HashSet keeps what `any(==)` kept.
