@@ -91,8 +91,8 @@ impl<'a> Prefixes<'a> {
             set.members.insert(b);
             let mut child = b;
             for a in ancestors_normal(b) {
+                // `child` is `a`'s direct child: its last component.
                 let name = &child[a.len() + usize::from(a != b"/")..];
-                let name = name.split(|c| *c == b'/').next().unwrap_or(name);
                 set.above.entry(a).or_default().insert(name);
                 child = a;
             }
