@@ -483,6 +483,60 @@ fn a_memory_limit_is_enforced_or_refused() {
     }
 }
 
+/// A command at its memory limit does not blind the deny_read watch: the
+/// kernel charges the watch's events to the cgroup of whoever made the
+/// watch, and at the limit it drops them (CI saw the run stopped for
+/// "events lost" while other tests made files in a watched directory).
+#[test]
+fn a_command_at_its_memory_limit_leaves_the_deny_read_watch_working() {
+    if !Path::new("/usr/bin/python3").exists() {
+        eprintln!("skipped: no /usr/bin/python3");
+        return;
+    }
+    for tier in [Tier::Full, Tier::Degraded] {
+        for user in users() {
+            let f = fixture();
+            policy(&f, "[limits]\nmemory = \"64M\"\n");
+            let mut cmd = command(
+                &f,
+                tier,
+                user,
+                &["--network", "none"],
+                "/usr/bin/python3 -c 'b = bytearray(512 << 20); print(\"big:\", len(b))'; \
+                 /usr/bin/python3 -c 'b = bytearray(512 << 20); print(\"big:\", len(b))'; \
+                 echo after",
+            );
+            // The host keeps making files in HOME, an ancestor of the
+            // default deny_read paths, all through the run.
+            let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+            let churn = {
+                let (stop, home) = (stop.clone(), f.home.clone());
+                std::thread::spawn(move || {
+                    let mut i = 0u64;
+                    while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                        let p = home.join(format!("churn{}", i % 64));
+                        let _ = std::fs::write(&p, "");
+                        let _ = std::fs::remove_file(&p);
+                        i += 1;
+                    }
+                })
+            };
+            let out = run(&mut cmd);
+            stop.store(true, std::sync::atomic::Ordering::Relaxed);
+            let _ = churn.join();
+            let ctx = format!("tier={tier:?} as_user={user}\n{}", show(&out));
+            if out.code == 125 && out.stderr.contains("limits.memory cannot be enforced") {
+                eprintln!("skipped: {ctx}");
+                continue;
+            }
+            assert!(!out.stderr.contains("events lost"), "{ctx}");
+            assert_eq!(out.code, 0, "{ctx}");
+            assert!(has_line(&out, "after"), "{ctx}");
+            assert!(!out.stdout.contains("big:"), "{ctx}");
+        }
+    }
+}
+
 /// A pty pair the test holds: the slave is "another terminal".
 fn other_terminal() -> Option<(i32, String)> {
     // SAFETY: plain pty calls; the master stays open for the test's life.

@@ -117,6 +117,8 @@ pub fn run(plan: &Plan, channel: &mut UnixStream, proxy_port: Option<u16>) -> Re
     let mask = init::block_signals()?;
     set_parent_death_signal()?;
     subreaper()?;
+    // Made outside the cgroups (denywatch::instance says why).
+    let notify = super::denywatch::instance()?;
     limits::wait_until_placed(channel)?;
     let tmp = PrivateTmp::new()?;
     let mut plan = plan.clone();
@@ -127,8 +129,12 @@ pub fn run(plan: &Plan, channel: &mut UnixStream, proxy_port: Option<u16>) -> Re
     let watcher = unsafe { libc::getpid() };
     // As in the full tier: the names a deny_read path could be moved,
     // linked or made a link to, and init's word that Landlock is in force.
-    let deny =
-        super::denywatch::DenyWatch::new(&plan.deny_read_names, &plan.deny_read, &plan.write)?;
+    let deny = super::denywatch::DenyWatch::new(
+        notify,
+        &plan.deny_read_names,
+        &plan.deny_read,
+        &plan.write,
+    )?;
     // Resolved before the watch existed: init looks them up again.
     crate::resolve::forget();
     let armed = match deny {

@@ -50,6 +50,7 @@ use nix::errno::Errno;
 use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify, WatchDescriptor};
 
 /// One name awaited in one watched directory.
+#[derive(Clone, PartialEq)]
 struct Wait {
     /// The watched directory (host view), for messages.
     dir: PathBuf,
@@ -95,16 +96,38 @@ pub struct DenyWatch {
     /// born before it may carry a rule. `None` until then (every inode
     /// counts as old).
     since: Option<i128>,
+    /// Realtime nanoseconds before the first watch was added: what changed
+    /// after it could have been a rename or a link the watch was for.
+    started: i128,
 }
 
 const MASK: AddWatchFlags = AddWatchFlags::IN_CREATE.union(AddWatchFlags::IN_MOVED_TO);
+
+/// The inotify instance for [`DenyWatch::new`]. Make it before the helper
+/// is placed in the sandbox's cgroups: the kernel charges each queued event
+/// to the memory cgroup of the process that made the instance, and fails to
+/// queue it (an overflow, events lost) when that cgroup is at its limit. A
+/// command that sits at its `limits.memory` would otherwise make the host's
+/// every file event in a watched directory stop the run.
+pub fn instance() -> Result<Inotify> {
+    Inotify::init(InitFlags::IN_NONBLOCK | InitFlags::IN_CLOEXEC).context(
+        "deny_read watch: creating an inotify instance (see sysctl fs.inotify.max_user_instances)",
+    )
+}
+
+/// How far before the watch an entry's last status change must lie for a
+/// rescan to take it as there from the start: file times come from the
+/// coarse clock, up to a tick (10 ms at HZ=100) behind the fine one.
+const UNCHANGED_MARGIN_NS: i128 = 20_000_000;
 
 impl DenyWatch {
     /// Watch the ancestors of `names` (as configured) and of `deny_read`
     /// (resolved), with their resolved forms too. `None` when there is
     /// nothing to watch. Call before PID 1's mounts (in the host's mount
-    /// namespace, or a copy of it that nothing has mounted over yet).
+    /// namespace, or a copy of it that nothing has mounted over yet), with
+    /// an [`instance`] made before the cgroups.
     pub fn new(
+        inotify: Inotify,
         names: &[PathBuf],
         deny_read: &[PathBuf],
         write: &[PathBuf],
@@ -121,14 +144,13 @@ impl DenyWatch {
         if paths.is_empty() {
             return Ok(None);
         }
-        let inotify = Inotify::init(InitFlags::IN_NONBLOCK | InitFlags::IN_CLOEXEC)
-            .context("deny_read watch: creating an inotify instance (see sysctl fs.inotify.max_user_instances)")?;
         let mut w = DenyWatch {
             inotify,
             dirs: HashMap::new(),
             known: HashMap::new(),
             cwd: open_dir(None, Path::new(".")).ok(),
             since: None,
+            started: now_ns(),
         };
         let write = crate::paths::Prefixes::new(write);
         for (p, shown) in paths {
@@ -202,13 +224,17 @@ impl DenyWatch {
         tracing::debug!(
             "deny_read watch: {} for {:?}",
             shown.display(),
-            wait.rest[0]
+            wait.rest.first()
         );
-        self.dirs
+        let waits = &mut self
+            .dirs
             .entry(wd)
             .or_insert(Dir { fd, waits: vec![] })
-            .waits
-            .push(wait);
+            .waits;
+        // A rescan classifies fresh directories again: one wait each.
+        if !waits.contains(&wait) {
+            waits.push(wait);
+        }
         Ok(wd)
     }
 
@@ -273,10 +299,11 @@ impl DenyWatch {
             for ev in events {
                 if ev.mask.contains(AddWatchFlags::IN_Q_OVERFLOW) {
                     // Events were lost: any of them could have been one.
-                    return Some(Appeared {
-                        path: PathBuf::from("(events lost)"),
-                        why: "unknown",
-                    });
+                    tracing::debug!("deny_read watch: events lost, looking at every name again");
+                    if let Some(a) = self.rescan() {
+                        return Some(a);
+                    }
+                    continue;
                 }
                 let Some(name) = ev.name else { continue };
                 if let Some(a) = self.appeared(ev.wd, &name) {
@@ -284,6 +311,81 @@ impl DenyWatch {
                 }
             }
         }
+    }
+
+    /// After lost events: every awaited name is looked at as an event for
+    /// it would have been, unless it is what was there at the start: the
+    /// directory watched at that path since then (same inode), or an entry
+    /// whose status has not changed since well before the ruleset (a rename
+    /// or a link changes the inode's ctime) since well before the watch was
+    /// made. What was moved in and away again while we looked away is not
+    /// there to be read. Where file times cannot be trusted (see
+    /// [`btime_tells_age`]) every name present counts: the run stops (fail
+    /// closed), as it does for a denied file the host wrote to meanwhile.
+    fn rescan(&mut self) -> Option<Appeared> {
+        let lost = || {
+            Some(Appeared {
+                path: PathBuf::from("(events lost)"),
+                why: "unknown",
+            })
+        };
+        let before = self.started - UNCHANGED_MARGIN_NS;
+        let mut all = vec![];
+        for d in self.dirs.values() {
+            let Ok(fd) = d.fd.try_clone() else {
+                return lost();
+            };
+            all.push((fd, d.waits.clone()));
+        }
+        for (fd, waits) in all {
+            let trusted = btime_tells_age(fd.as_fd());
+            for w in waits {
+                // A denied directory made during the run: every name in it.
+                let names = match w.rest.first() {
+                    Some(name) => vec![(w.rest.clone(), w.shown.clone(), name.clone())],
+                    None => match list(fd.as_fd()) {
+                        Ok(names) => names
+                            .into_iter()
+                            .map(|n| (vec![n.clone()], w.shown.join(&n), n))
+                            .collect(),
+                        Err(_) => return lost(),
+                    },
+                };
+                for (rest, shown, name) in names {
+                    let unchanged = match statx(fd.as_fd(), &name) {
+                        Err(Errno::ENOENT) => true,
+                        Err(_) => false,
+                        Ok(st) => {
+                            self.watched_since_start(&w.dir.join(&name), &st)
+                                || (trusted
+                                    && st.stx_mask & libc::STATX_CTIME != 0
+                                    && timestamp(st.stx_ctime) < before)
+                        }
+                    };
+                    if unchanged {
+                        continue;
+                    }
+                    if let Some(a) = self.classify(fd.as_fd(), &w.dir, &rest, shown, w.writable, 0)
+                    {
+                        return Some(a);
+                    }
+                }
+            }
+        }
+        None
+    }
+
+    /// Whether `st` is the directory watched at `path` from the start.
+    fn watched_since_start(&self, path: &Path, st: &libc::statx) -> bool {
+        let Some(dir) = self.known.get(path).and_then(|wd| self.dirs.get(wd)) else {
+            return false;
+        };
+        let Ok(start) = nix::sys::stat::fstat(dir.fd.as_fd()) else {
+            return false;
+        };
+        st.stx_mode as libc::mode_t & libc::S_IFMT == libc::S_IFDIR
+            && st.stx_ino == start.st_ino
+            && libc::makedev(st.stx_dev_major, st.stx_dev_minor) == start.st_dev
     }
 
     fn appeared(&mut self, wd: WatchDescriptor, name: &OsStr) -> Option<Appeared> {
@@ -405,9 +507,12 @@ impl DenyWatch {
         if st.stx_mask & libc::STATX_BTIME == 0 {
             return true;
         }
-        let born = st.stx_btime.tv_sec as i128 * 1_000_000_000 + st.stx_btime.tv_nsec as i128;
-        born < since
+        timestamp(st.stx_btime) < since
     }
+}
+
+fn timestamp(t: libc::statx_timestamp) -> i128 {
+    t.tv_sec as i128 * 1_000_000_000 + t.tv_nsec as i128
 }
 
 /// Whether a birth time on this directory's filesystem tells whether an
@@ -551,7 +656,7 @@ fn statx(dir: BorrowedFd, name: &OsStr) -> nix::Result<libc::statx> {
             dir.as_raw_fd(),
             c.as_ptr(),
             libc::AT_SYMLINK_NOFOLLOW,
-            libc::STATX_TYPE | libc::STATX_BTIME,
+            libc::STATX_TYPE | libc::STATX_INO | libc::STATX_BTIME | libc::STATX_CTIME,
             &mut st,
         )
     };
@@ -565,8 +670,16 @@ fn statx(dir: BorrowedFd, name: &OsStr) -> nix::Result<libc::statx> {
 mod tests {
     use super::*;
 
+    /// Adding a watch changes the process's working directory for a moment
+    /// (the helper is single-threaded): one test at a time.
+    static CWD: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+    fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+        CWD.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
     fn watch(d: &Path) -> DenyWatch {
-        let mut w = DenyWatch::new(&[d.join("a/b/key")], &[], &[])
+        let mut w = DenyWatch::new(instance().unwrap(), &[d.join("a/b/key")], &[], &[])
             .unwrap()
             .unwrap();
         w.armed(None);
@@ -577,6 +690,7 @@ mod tests {
 
     #[test]
     fn a_fresh_file_passes_and_an_old_one_or_a_link_stops() {
+        let _one = one_at_a_time();
         let t = tempfile::tempdir().unwrap();
         let d = t.path();
         std::fs::write(d.join("old"), "x").unwrap();
@@ -597,10 +711,11 @@ mod tests {
 
     #[test]
     fn a_fresh_denied_directory_is_watched_at_any_depth() {
+        let _one = one_at_a_time();
         let t = tempfile::tempdir().unwrap();
         let d = t.path();
         std::fs::write(d.join("old"), "x").unwrap();
-        let mut w = DenyWatch::new(&[d.join("deny")], &[], &[])
+        let mut w = DenyWatch::new(instance().unwrap(), &[d.join("deny")], &[], &[])
             .unwrap()
             .unwrap();
         w.armed(None);
@@ -613,5 +728,87 @@ mod tests {
         std::fs::hard_link(d.join("old"), d.join("deny/a/b/key")).unwrap();
         let a = w.check().unwrap();
         assert_eq!((a.why, a.path), ("existing-file", d.join("deny/a/b/key")));
+    }
+
+    /// Fill the queue of every watch on `dir` until the kernel drops events.
+    fn overflow(dir: &Path) {
+        let max: usize = std::fs::read_to_string("/proc/sys/fs/inotify/max_queued_events")
+            .ok()
+            .and_then(|s| s.trim().parse().ok())
+            .unwrap_or(16384);
+        for i in 0..=max {
+            let f = dir.join(format!("junk{i}"));
+            std::fs::write(&f, "").unwrap();
+            std::fs::remove_file(&f).unwrap();
+        }
+    }
+
+    #[test]
+    fn lost_events_are_looked_at_again_and_only_a_change_stops() {
+        let _one = one_at_a_time();
+        let t = tempfile::tempdir().unwrap();
+        let d = t.path();
+        std::fs::create_dir_all(d.join("a/b")).unwrap();
+        std::fs::create_dir_all(d.join("olddir")).unwrap();
+        std::fs::write(d.join("old"), "x").unwrap();
+        std::fs::write(d.join("old2"), "x").unwrap();
+        // Everything above is older than the ruleset by more than the margin.
+        std::thread::sleep(std::time::Duration::from_millis(60));
+        let mut w = watch(d);
+        // The host works in a watched directory (its ctime moves) and
+        // events are lost: what is there is what was, so the run goes on.
+        std::fs::write(d.join("a/other"), "x").unwrap();
+        overflow(&d.join("a/b"));
+        assert_eq!(w.check(), None);
+        assert_eq!(w.check(), None);
+        // A fresh file at the denied name is no grant, lost or not.
+        overflow(&d.join("a/b"));
+        std::fs::write(d.join("a/b/key"), "x").unwrap();
+        assert_eq!(w.check(), None);
+        std::fs::remove_file(d.join("a/b/key")).unwrap();
+        // An old inode linked in while the events were lost.
+        overflow(&d.join("a/b"));
+        std::fs::hard_link(d.join("old"), d.join("a/b/key")).unwrap();
+        assert_eq!(w.check().map(|a| a.why), Some("existing-file"));
+        std::fs::remove_file(d.join("a/b/key")).unwrap();
+
+        // A watched directory on the way replaced by an older one.
+        let mut w = watch(d);
+        overflow(&d.join("a/b"));
+        std::fs::rename(d.join("a"), d.join("a-gone")).unwrap();
+        std::fs::rename(d.join("olddir"), d.join("a")).unwrap();
+        assert_eq!(w.check().map(|a| a.why), Some("existing-dir"));
+        std::fs::rename(d.join("a"), d.join("olddir")).unwrap();
+        std::fs::rename(d.join("a-gone"), d.join("a")).unwrap();
+
+        // A fresh directory at the denied name, made and filled while the
+        // events were lost: looked into, and the old file in it found.
+        let mut w = watch(d);
+        overflow(&d.join("a/b"));
+        std::fs::create_dir(d.join("a/b/key")).unwrap();
+        std::fs::write(d.join("a/b/key/new"), "x").unwrap();
+        assert_eq!(w.check(), None);
+        overflow(&d.join("a/b"));
+        std::fs::hard_link(d.join("old2"), d.join("a/b/key/x")).unwrap();
+        let a = w.check().unwrap();
+        assert_eq!((a.why, a.path), ("existing-file", d.join("a/b/key/x")));
+    }
+
+    #[test]
+    fn lost_events_before_the_ruleset_count_every_inode_as_old() {
+        let _one = one_at_a_time();
+        let t = tempfile::tempdir().unwrap();
+        let d = t.path();
+        std::fs::create_dir_all(d.join("a/b")).unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(60));
+        let mut w = DenyWatch::new(instance().unwrap(), &[d.join("a/b/key")], &[], &[])
+            .unwrap()
+            .unwrap();
+        overflow(&d.join("a/b"));
+        assert_eq!(w.check(), None);
+        // Not armed yet: even a file made now may carry a rule.
+        overflow(&d.join("a/b"));
+        std::fs::write(d.join("a/b/key"), "x").unwrap();
+        assert_eq!(w.check().map(|a| a.why), Some("existing-file"));
     }
 }

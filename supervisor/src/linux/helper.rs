@@ -217,6 +217,8 @@ fn build_and_run(channel: &mut UnixStream, supervisor: libc::pid_t, ahead: Ahead
     }
     phase("network");
 
+    // Made outside the cgroups (denywatch::instance says why).
+    let notify = super::denywatch::instance()?;
     // Nothing starts before the supervisor has put us in the cgroups.
     limits::wait_until_placed(channel)?;
     phase("cgroups placed");
@@ -246,7 +248,7 @@ fn build_and_run(channel: &mut UnixStream, supervisor: libc::pid_t, ahead: Ahead
     // SAFETY: the helper is single-threaded.
     match unsafe { fork() }.context("starting the sandbox's init")? {
         ForkResult::Child => {
-            drop((ready_w, armed_r, clear_w, done_r));
+            drop((ready_w, armed_r, clear_w, done_r, notify));
             drop((host_view, sandbox_view));
             let code = match pid1(
                 &plan,
@@ -277,7 +279,7 @@ fn build_and_run(channel: &mut UnixStream, supervisor: libc::pid_t, ahead: Ahead
             // link to during the run (denywatch.rs), watched before any
             // rule binds an inode.
             let started = std::time::Instant::now();
-            let deny = DenyWatch::new(&plan.deny_read_names, &plan.deny_read, &plan.write)?;
+            let deny = DenyWatch::new(notify, &plan.deny_read_names, &plan.deny_read, &plan.write)?;
             tracing::debug!(took = ?started.elapsed(), "deny_read names watched");
             // Resolved before the watch existed: looked up again below.
             crate::resolve::forget();
