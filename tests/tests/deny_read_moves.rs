@@ -259,6 +259,59 @@ fn the_commands_own_new_file_at_a_denied_name_does_not_stop_the_run() {
     }
 }
 
+/// The command can make names in its workspace as fast as it likes, and
+/// so fill the watch's queue there until the kernel drops events (red team
+/// round 13). The host's directories are watched in a queue of their own:
+/// a backup the host renames over a denied name in HOME, and away again
+/// 300 ms later, still stops the run while the workspace is flooded.
+#[test]
+fn a_flood_of_the_workspace_hides_nothing_the_host_does() {
+    let probe = probe_in(&base());
+    for (tier, user) in TIERS
+        .into_iter()
+        .flat_map(|t| users().into_iter().map(move |u| (t, u)))
+    {
+        for host in [true, false] {
+            let f = fixture();
+            f.write(
+                "~/.config/airlock/policy.toml",
+                "[filesystem]\ndeny_read = [\".env\", \"~/.netrc\"]\n",
+            );
+            sh(&format!(
+                "cd {} && echo MOVED-IN-SECRET > .netrc.off && chmod 644 .netrc.off",
+                f.home.display()
+            ));
+            let script = format!(
+                "{probe} flood 16 2.5 .env & : > started; while [ ! -e go ]; do sleep 0.05; done; wait; echo ran-on"
+            );
+            let cmd = command(&f, tier, user, &["--network", "none"], &script);
+            let home = f.home.clone();
+            let out = while_it_runs(
+                &f,
+                cmd,
+                || {
+                    if host {
+                        sh(&format!(
+                            "cd {} && mv .netrc.off .netrc && sleep 0.3 && mv .netrc .netrc.off",
+                            home.display()
+                        ))
+                    }
+                },
+                Duration::from_millis(300),
+            );
+            let ctx = format!("{tier:?} as_user={user} host={host}\n{}", show(&out));
+            if host {
+                assert_eq!(out.code, 125, "{ctx}");
+                assert!(out.stderr.contains(".netrc"), "{ctx}");
+                assert!(out.stderr.contains("appeared during the run"), "{ctx}");
+            } else {
+                assert_eq!(out.code, 0, "{ctx}");
+                assert!(has_line(&out, "ran-on"), "{ctx}");
+            }
+        }
+    }
+}
+
 /// On overlayfs (HOME in a container image) a lower-layer file or
 /// directory that the host renames is copied up with a new birth time, yet
 /// stays the inode Landlock's rule is on: birth times tell nothing there,

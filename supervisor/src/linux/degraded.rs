@@ -117,8 +117,8 @@ pub fn run(plan: &Plan, channel: &mut UnixStream, proxy_port: Option<u16>) -> Re
     let mask = init::block_signals()?;
     set_parent_death_signal()?;
     subreaper()?;
-    // Made outside the cgroups (denywatch::instance says why).
-    let notify = super::denywatch::instance()?;
+    // Made outside the cgroups (denywatch::Instances says why).
+    let notify = super::denywatch::instances()?;
     limits::wait_until_placed(channel)?;
     let tmp = PrivateTmp::new()?;
     let mut plan = plan.clone();
@@ -170,6 +170,7 @@ pub fn run(plan: &Plan, channel: &mut UnixStream, proxy_port: Option<u16>) -> Re
         }
         None => None,
     };
+    let mut stopped = false;
     let code = loop {
         let sig = match &mut watch {
             None => mask.wait().context("waiting for signals")?,
@@ -181,6 +182,7 @@ pub fn run(plan: &Plan, channel: &mut UnixStream, proxy_port: Option<u16>) -> Re
                     init::kill_descendants();
                     let _ = channel.write_all(a.line().as_bytes());
                     let _ = waitpid(child, None);
+                    stopped = true;
                     break 125;
                 }
                 match sfd.read_signal() {
@@ -203,6 +205,21 @@ pub fn run(plan: &Plan, channel: &mut UnixStream, proxy_port: Option<u16>) -> Re
             Ok(WaitStatus::Signaled(_, sig, _)) => break 128 + sig as i32,
             _ => {}
         }
+    };
+    // What the host did until init's end is read before the verdict, as
+    // in the full tier: an event still queued could name what the command
+    // read in its last moments.
+    let end = match stopped {
+        true => None,
+        false => watch.as_mut().and_then(|(deny, _, _)| deny.check()),
+    };
+    let code = match end {
+        Some(a) => {
+            init::kill_descendants();
+            let _ = channel.write_all(a.line().as_bytes());
+            125
+        }
+        None => code,
     };
     // Whatever init left behind (if the command killed it) is ours now.
     init::kill_descendants();

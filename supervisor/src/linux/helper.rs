@@ -217,8 +217,8 @@ fn build_and_run(channel: &mut UnixStream, supervisor: libc::pid_t, ahead: Ahead
     }
     phase("network");
 
-    // Made outside the cgroups (denywatch::instance says why).
-    let notify = super::denywatch::instance()?;
+    // Made outside the cgroups (denywatch::Instances says why).
+    let notify = super::denywatch::instances()?;
     // Nothing starts before the supervisor has put us in the cgroups.
     limits::wait_until_placed(channel)?;
     phase("cgroups placed");

@@ -382,11 +382,44 @@ fn unix_dgram(to: Option<&str>) {
     }
 }
 
+/// `threads` threads rename a file of their own onto `name` and back, in
+/// the working directory, for `secs` seconds: as many directory events as
+/// the machine can make (the deny_read watch's queue, red team round 13).
+fn flood(threads: usize, secs: f64, name: &str) {
+    let end = std::time::Instant::now() + std::time::Duration::from_secs_f64(secs);
+    let workers: Vec<_> = (0..threads)
+        .map(|k| {
+            let name = name.to_string();
+            std::thread::spawn(move || {
+                let own = format!("{name}.flood{k}");
+                let _ = std::fs::write(&own, "");
+                let mut n = 0u64;
+                while std::time::Instant::now() < end {
+                    if std::fs::rename(&own, &name).is_ok() {
+                        let _ = std::fs::rename(&name, &own);
+                    } else {
+                        let _ = std::fs::write(&own, "");
+                    }
+                    n += 1;
+                }
+                n
+            })
+        })
+        .collect();
+    let total: u64 = workers.into_iter().filter_map(|w| w.join().ok()).sum();
+    println!("flood: {total}");
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let arg = |i: usize| args.get(i).cloned().unwrap_or_default();
     match arg(0).as_str() {
         "syscalls" => syscalls(),
+        "flood" => flood(
+            arg(1).parse().unwrap_or(8),
+            arg(2).parse().unwrap_or(2.0),
+            &arg(3),
+        ),
         "protocols" => protocols(),
         "setid" => setid(),
         "unknown-syscalls" => {

@@ -1,0 +1,606 @@
+//! `deny_read` against the host's renames and links during the run (SPEC
+//! §4.5, last bullet). Landlock grants by inode: to keep an absent
+//! `deny_read` name unreadable the read grant is split at its nearest
+//! existing ancestor (landlock.rs), so every other entry there carries a
+//! rule of its own, and that rule moves with the inode. When the host
+//! renames or hard-links such an inode to the denied name (`mv
+//! ~/.netrc.bak ~/.netrc`), or puts a symlink on the way (`ln -s
+//! ~/dotfiles/aws ~/.aws`), the sandbox could read it. Landlock cannot say
+//! "never this name", so the helper watches every existing ancestor of
+//! every `deny_read` path for the next component's name, and stops the
+//! sandbox when that name appears as something that can carry a grant:
+//!
+//! - a symlink (it leads wherever its target is granted);
+//! - an inode born before the ruleset was made (statx btime; a
+//!   filesystem without btime counts as before: fail closed), a file
+//!   renamed or hard-linked in, or a directory moved in.
+//!
+//! A new file at the denied name stops nothing: shells save history by
+//! renaming a fresh temp file over `~/.zsh_history`, and that inode has no
+//! rule. A fresh directory on the way (`mkdir ~/.config`) is watched in
+//! turn for the next name; one at or under the denied name (`mkdir ~/.aws`)
+//! for every name, at any depth, by the same two tests.
+//!
+//! Inside writable roots the whole root is granted, whatever the inode, so
+//! a name there is no more readable for being moved in than for being made
+//! (a stated residual, README). The same watch runs there anyway, and
+//! cannot tell the host from the sandbox: a symlink or an old inode put at
+//! a denied name there stops the run even when the sandbox did it. That
+//! costs the sandbox nothing it was allowed (`ln -s`/`mv` onto a name it
+//! must not read), and stopping is the fail-closed side. Fresh directories
+//! it makes at or under a denied name there are not watched (they are its
+//! own).
+//!
+//! This watches and stops; it does not prevent: a command that opens the
+//! name in a tight loop can win the race between the host's rename and
+//! the kill (microseconds). The run then still ends with exit 125. A name
+//! the host makes and removes again before the watch has looked at it (a
+//! busy machine delays us by milliseconds) is not seen at all.
+//!
+//! The kernel queues at most `fs.inotify.max_queued_events` events and then
+//! drops them. The sandbox can make names as fast as it likes in its
+//! writable roots, so directories there are watched in a queue of their
+//! own (`Side`), read after the host's: it cannot make us lose the host's
+//! events, where a loss stops the run. Losses in its own queue are looked
+//! at again.
+//!
+//! Lookups go through directory handles opened before PID 1's mounts: the
+//! helper shares the sandbox's mount namespace, where PID 1 mounts over
+//! the denied paths, so only those handles still see the host's names.
+
+use std::collections::HashMap;
+use std::ffi::{OsStr, OsString};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::path::{Component, Path, PathBuf};
+
+use anyhow::{Context, Result};
+use nix::errno::Errno;
+use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify, WatchDescriptor};
+
+/// One name awaited in one watched directory.
+#[derive(Clone, PartialEq)]
+struct Wait {
+    /// The watched directory (host view), for messages.
+    dir: PathBuf,
+    /// The components still to come, the first being the awaited name.
+    rest: Vec<OsString>,
+    /// The `deny_read` path as configured, for the message.
+    shown: PathBuf,
+    /// Inside a writable root: only links and old inodes count.
+    writable: bool,
+}
+
+struct Dir {
+    fd: OwnedFd,
+    waits: Vec<Wait>,
+}
+
+/// Which inotify instance a directory is watched in. The sandbox can make
+/// names in a directory inside its writable roots, and so fill that
+/// instance's queue until the kernel drops events; it cannot in any other
+/// watched directory. Two instances keep its flood out of the queue of
+/// the host's directories, where lost events stop the run.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
+enum Side {
+    /// Outside the writable roots: only the host makes names here. Lost
+    /// events stop the run (what was moved in and away again while we
+    /// looked away cannot be known).
+    Host,
+    /// Inside a writable root, where every inode is granted anyway (see
+    /// the top): lost events are looked at again (`rescan`).
+    Writable,
+}
+
+type Key = (Side, WatchDescriptor);
+
+/// The two inotify instances, made before the helper is placed in the
+/// sandbox's cgroups: the kernel charges each queued event to the memory
+/// cgroup of the process that made the instance, and fails to queue it (an
+/// overflow, events lost) when that cgroup is at its limit. A command that
+/// sits at its `limits.memory` would otherwise make the host's every file
+/// event in a watched directory stop the run.
+pub struct Instances {
+    host: Inotify,
+    writable: Inotify,
+}
+
+pub fn instances() -> Result<Instances> {
+    let one = || {
+        Inotify::init(InitFlags::IN_NONBLOCK | InitFlags::IN_CLOEXEC).context(
+            "deny_read watch: creating an inotify instance (see sysctl fs.inotify.max_user_instances)",
+        )
+    };
+    Ok(Instances {
+        host: one()?,
+        writable: one()?,
+    })
+}
+
+/// Why the sandbox was stopped: the path and how it appeared.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Appeared {
+    pub path: PathBuf,
+    pub why: &'static str,
+}
+
+impl Appeared {
+    /// The line for the supervisor (run_cmd.rs prints it).
+    pub fn line(&self) -> String {
+        // One line whatever the name holds (run_cmd.rs escapes the rest).
+        let path = self.path.display().to_string();
+        let path = path.replace('\n', "\\n").replace('\r', "\\r");
+        format!("deny-read-appeared: {} {path}\n", self.why)
+    }
+}
+
+pub struct DenyWatch {
+    notify: Instances,
+    dirs: HashMap<Key, Dir>,
+    /// The directories watched at the start, by path: most `deny_read`
+    /// paths share their ancestors (HOME, `~/.config`).
+    known: HashMap<PathBuf, Key>,
+    /// The writable roots: a directory under one is watched on its side.
+    write: Vec<PathBuf>,
+    /// On the writable side, what each awaited name was when its directory
+    /// was first watched (device, inode): a rescan passes over it.
+    first: HashMap<(Key, OsString), (u64, u64)>,
+    /// Our working directory, restored after each watch is added.
+    cwd: Option<OwnedFd>,
+    /// Realtime nanoseconds once PID 1's ruleset is in force: an inode
+    /// born before it may carry a rule. `None` until then (every inode
+    /// counts as old).
+    since: Option<i128>,
+}
+
+const MASK: AddWatchFlags = AddWatchFlags::IN_CREATE.union(AddWatchFlags::IN_MOVED_TO);
+
+impl DenyWatch {
+    /// Watch the ancestors of `names` (as configured) and of `deny_read`
+    /// (resolved), with their resolved forms too. `None` when there is
+    /// nothing to watch. Call before PID 1's mounts (in the host's mount
+    /// namespace, or a copy of it that nothing has mounted over yet), with
+    /// the [`instances`] made before the cgroups.
+    pub fn new(
+        notify: Instances,
+        names: &[PathBuf],
+        deny_read: &[PathBuf],
+        write: &[PathBuf],
+    ) -> Result<Option<Self>> {
+        let mut paths: Vec<(PathBuf, PathBuf)> = vec![];
+        let mut seen = std::collections::HashSet::new();
+        for d in names.iter().chain(deny_read) {
+            for p in [d.clone(), super::landlock::resolved(d)] {
+                if p.is_absolute() && seen.insert(p.clone()) {
+                    paths.push((p, d.clone()));
+                }
+            }
+        }
+        if paths.is_empty() {
+            return Ok(None);
+        }
+        let mut w = DenyWatch {
+            notify,
+            dirs: HashMap::new(),
+            known: HashMap::new(),
+            write: write.to_vec(),
+            first: HashMap::new(),
+            cwd: open_dir(None, Path::new(".")).ok(),
+            since: None,
+        };
+        for (p, shown) in paths {
+            let writable = w.side(&p) == Side::Writable;
+            w.add_path(&p, shown, writable)?;
+        }
+        Ok(Some(w))
+    }
+
+    /// Watch every existing directory on the way to `p`.
+    fn add_path(&mut self, p: &Path, shown: PathBuf, writable: bool) -> Result<()> {
+        let parts: Vec<OsString> = p
+            .components()
+            .filter_map(|c| match c {
+                Component::Normal(n) => Some(n.to_os_string()),
+                _ => None,
+            })
+            .collect();
+        let mut dir = PathBuf::from("/");
+        for i in 0..parts.len() {
+            let wait = Wait {
+                dir: dir.clone(),
+                rest: parts[i..].to_vec(),
+                shown: shown.clone(),
+                writable,
+            };
+            if let Some(&key) = self.known.get(&dir) {
+                if let Some(fd) = self.dirs.get(&key).and_then(|d| d.fd.try_clone().ok()) {
+                    self.remember_first(key, fd.as_fd(), &parts[i]);
+                }
+                if let Some(d) = self.dirs.get_mut(&key) {
+                    d.waits.push(wait);
+                }
+                dir.push(&parts[i]);
+                continue;
+            }
+            // The directory as a path lookup would reach it (links followed).
+            let Ok(fd) = open_dir(None, &dir) else {
+                return Ok(());
+            };
+            match self.watch(fd, &dir, wait) {
+                Ok(wd) => {
+                    self.known.insert(dir.clone(), wd);
+                }
+                // One we may not list: Landlock's split grants nothing below
+                // a directory it cannot list either (landlock.rs, `carve`),
+                // so no entry there carries a rule to move.
+                Err(Errno::EACCES) | Err(Errno::ENOENT) | Err(Errno::ENOTDIR) => {
+                    tracing::warn!("deny_read watch: cannot watch {}", dir.display());
+                    return Ok(());
+                }
+                Err(e) => {
+                    return Err(e).with_context(|| {
+                        format!(
+                            "deny_read watch: watching {} (see sysctl fs.inotify.max_user_watches)",
+                            dir.display()
+                        )
+                    })
+                }
+            }
+            dir.push(&parts[i]);
+        }
+        Ok(())
+    }
+
+    /// On the writable side: what `name` in the directory `dir` is now, for
+    /// a rescan (the first answer stays).
+    fn remember_first(&mut self, key: Key, dir: BorrowedFd, name: &OsStr) {
+        if key.0 != Side::Writable || self.first.contains_key(&(key, name.to_os_string())) {
+            return;
+        }
+        if let Ok(st) = statx(dir, name) {
+            self.first.insert((key, name.to_os_string()), identity(&st));
+        }
+    }
+
+    /// The side a directory at `p` is watched on. By path: a path that
+    /// reaches a writable root through a link is watched on the host's
+    /// side, where a flood stops the run (fail closed); one that leaves a
+    /// writable root through a link (`ws/link -> ~/.ssh`) is watched in
+    /// its resolved form on the host's side too (`new`).
+    fn side(&self, p: &Path) -> Side {
+        match self.write.iter().any(|w| crate::paths::under(p, w)) {
+            true => Side::Writable,
+            false => Side::Host,
+        }
+    }
+
+    fn inotify(&self, side: Side) -> &Inotify {
+        match side {
+            Side::Host => &self.notify.host,
+            Side::Writable => &self.notify.writable,
+        }
+    }
+
+    /// Add `wait` on the directory open as `fd`: through the handle, so
+    /// that a directory made during the run is watched in the host's view.
+    fn watch(&mut self, fd: OwnedFd, shown: &Path, wait: Wait) -> nix::Result<Key> {
+        let side = self.side(shown);
+        nix::unistd::fchdir(&fd)?;
+        let wd = self.inotify(side).add_watch(".", MASK);
+        let _ = match &self.cwd {
+            Some(cwd) => nix::unistd::fchdir(cwd),
+            None => nix::unistd::chdir("/"),
+        };
+        let key = (side, wd?);
+        tracing::debug!(
+            "deny_read watch: {} for {:?} ({side:?})",
+            shown.display(),
+            wait.rest.first()
+        );
+        if let Some(name) = wait.rest.first() {
+            self.remember_first(key, fd.as_fd(), name);
+        }
+        let waits = &mut self
+            .dirs
+            .entry(key)
+            .or_insert(Dir { fd, waits: vec![] })
+            .waits;
+        // A rescan classifies fresh directories again: one wait each.
+        if !waits.contains(&wait) {
+            waits.push(wait);
+        }
+        Ok(key)
+    }
+
+    /// The sandbox's Landlock ruleset was in force at `at` (realtime ns,
+    /// from [`arm`]; now when the sandbox never said): what is born from
+    /// then on carries no rule.
+    pub fn armed(&mut self, at: Option<i128>) {
+        self.since = Some(at.unwrap_or_else(now_ns));
+    }
+
+    /// Wait until `other` is readable, `timeout` passes, or a name
+    /// appeared (returned). `armed` is PID 1's pipe, read first: once it
+    /// says (or closes), inodes born from then on carry no rule.
+    pub fn wait(
+        &mut self,
+        armed: &mut Option<OwnedFd>,
+        other: Option<BorrowedFd>,
+        timeout: nix::poll::PollTimeout,
+    ) -> nix::Result<Option<Appeared>> {
+        use nix::poll::{poll, PollFd, PollFlags};
+        let mut fds = vec![
+            PollFd::new(self.notify.host.as_fd(), PollFlags::POLLIN),
+            PollFd::new(self.notify.writable.as_fd(), PollFlags::POLLIN),
+        ];
+        fds.extend(other.map(|o| PollFd::new(o, PollFlags::POLLIN)));
+        if let Some(a) = armed.as_ref() {
+            fds.push(PollFd::new(a.as_fd(), PollFlags::POLLIN));
+        }
+        match poll(&mut fds, timeout) {
+            Ok(_) | Err(Errno::EINTR) => {}
+            Err(e) => return Err(e),
+        }
+        let ready: Vec<bool> = fds
+            .iter()
+            .map(|f| f.revents().is_some_and(|r| !r.is_empty()))
+            .collect();
+        drop(fds);
+        if let Some(a) = armed.as_ref().filter(|_| ready.last() == Some(&true)) {
+            let mut at = [0u8; 16];
+            let at = match nix::unistd::read(a, &mut at) {
+                Ok(16) => Some(i128::from_le_bytes(at)),
+                _ => None,
+            };
+            *armed = None;
+            self.armed(at);
+        }
+        if !ready[0] && !ready[1] {
+            return Ok(None);
+        }
+        // The host's side first and all of it; then one batch of the
+        // writable side, so that a sandbox flooding it cannot keep us from
+        // the host's events (poll is back at once while more is queued).
+        Ok(self
+            .drain(Side::Host, usize::MAX)
+            .or_else(|| self.drain(Side::Writable, 1)))
+    }
+
+    /// Read everything the kernel reported; the first name that appeared
+    /// as something the sandbox could read through.
+    pub fn check(&mut self) -> Option<Appeared> {
+        self.drain(Side::Host, usize::MAX)
+            .or_else(|| self.drain(Side::Writable, usize::MAX))
+    }
+
+    /// Up to `batches` reads of one side's queue.
+    fn drain(&mut self, side: Side, batches: usize) -> Option<Appeared> {
+        let mut read = 0;
+        while read < batches {
+            let events = match self.inotify(side).read_events() {
+                Ok(ev) => ev,
+                Err(Errno::EAGAIN) => return None,
+                Err(Errno::EINTR) => continue,
+                Err(e) => return stop_unknown(&format!("(the watch failed: {e})")),
+            };
+            read += 1;
+            for ev in events {
+                if ev.mask.contains(AddWatchFlags::IN_Q_OVERFLOW) {
+                    if side == Side::Host {
+                        // Any of them could have been one, and gone again.
+                        return stop_unknown("(events lost)");
+                    }
+                    tracing::debug!("deny_read watch: events lost in the writable roots, looking at every name there again");
+                    if let Some(a) = self.rescan() {
+                        return Some(a);
+                    }
+                    continue;
+                }
+                let Some(name) = ev.name else { continue };
+                if let Some(a) = self.appeared((side, ev.wd), &name) {
+                    return Some(a);
+                }
+            }
+        }
+        None
+    }
+
+    /// After lost events on the writable side: every name awaited there
+    /// is looked at as an event for it would have been, unless it is the
+    /// inode that was there when its directory was first watched. What was
+    /// moved in and away again meanwhile is not seen; there every inode is
+    /// granted anyway.
+    fn rescan(&mut self) -> Option<Appeared> {
+        let mut all = vec![];
+        for (key, d) in &self.dirs {
+            if key.0 != Side::Writable {
+                continue;
+            }
+            let Ok(fd) = d.fd.try_clone() else {
+                return stop_unknown("(events lost)");
+            };
+            all.push((*key, fd, d.waits.clone()));
+        }
+        for (key, fd, waits) in all {
+            for w in waits {
+                // A denied directory made during the run: every name in it.
+                let names = match w.rest.first() {
+                    Some(name) => vec![(w.rest.clone(), w.shown.clone(), name.clone())],
+                    None => match list(fd.as_fd()) {
+                        Ok(names) => names
+                            .into_iter()
+                            .map(|n| (vec![n.clone()], w.shown.join(&n), n))
+                            .collect(),
+                        Err(_) => return stop_unknown("(events lost)"),
+                    },
+                };
+                for (rest, shown, name) in names {
+                    let unchanged = match statx(fd.as_fd(), &name) {
+                        Err(Errno::ENOENT) => true,
+                        Err(_) => false,
+                        Ok(st) => self.first.get(&(key, name.clone())) == Some(&identity(&st)),
+                    };
+                    if unchanged {
+                        continue;
+                    }
+                    if let Some(a) = self.classify(fd.as_fd(), &w.dir, &rest, shown, w.writable, 0)
+                    {
+                        return Some(a);
+                    }
+                }
+            }
+        }
+        None
+    }
+
+    fn appeared(&mut self, key: Key, name: &OsStr) -> Option<Appeared> {
+        let dir = self.dirs.get(&key)?;
+        // A wait with no components left is a denied directory made during
+        // the run: every name in it counts.
+        let hits: Vec<(PathBuf, Vec<OsString>, PathBuf, bool)> = dir
+            .waits
+            .iter()
+            .filter(|w| w.rest.first().is_none_or(|n| n == name))
+            .map(|w| {
+                let (rest, shown) = match w.rest.is_empty() {
+                    true => (vec![name.to_os_string()], w.shown.join(name)),
+                    false => (w.rest.clone(), w.shown.clone()),
+                };
+                (w.dir.clone(), rest, shown, w.writable)
+            })
+            .collect();
+        let fd = dir.fd.try_clone().ok();
+        for (at, rest, shown, writable) in hits {
+            let Some(fd) = fd.as_ref() else {
+                return Some(Appeared {
+                    path: shown,
+                    why: "unknown",
+                });
+            };
+            if let Some(a) = self.classify(fd.as_fd(), &at, &rest, shown, writable, 0) {
+                return Some(a);
+            }
+        }
+        None
+    }
+
+    /// What `rest[0]` in the directory `parent` (at `at`) now is.
+    fn classify(
+        &mut self,
+        parent: BorrowedFd,
+        at: &Path,
+        rest: &[OsString],
+        shown: PathBuf,
+        writable: bool,
+        depth: usize,
+    ) -> Option<Appeared> {
+        let stop = |why| {
+            Some(Appeared {
+                path: shown.clone(),
+                why,
+            })
+        };
+        let (name, after) = rest.split_first()?;
+        let st = match statx(parent, name) {
+            Ok(st) => st,
+            // Gone again: nothing there to read.
+            Err(Errno::ENOENT) => return None,
+            Err(_) => return stop("unknown"),
+        };
+        let kind = st.stx_mode as libc::mode_t & libc::S_IFMT;
+        let old = self.old(&st) || !btime_tells_age(parent);
+        if kind == libc::S_IFLNK {
+            return stop("link");
+        }
+        if kind != libc::S_IFDIR {
+            // A file on the way leads nowhere; at or under the denied name
+            // an old inode is a grant moved or linked in.
+            if after.is_empty() && old {
+                return stop("existing-file");
+            }
+            return None;
+        }
+        if old {
+            return stop("existing-dir");
+        }
+        // Inside a writable root the sandbox makes its own directories, and
+        // the whole root is granted anyway: only the way there matters.
+        if after.is_empty() && writable {
+            return None;
+        }
+        if depth > 32 {
+            return stop("unknown");
+        }
+        // A fresh directory: watched in turn, for the next name or (at or
+        // under the denied name) for any; what is already in it is looked at.
+        let next = at.join(name);
+        let fd = match open_dir(Some(parent), Path::new(name)) {
+            Ok(fd) => fd,
+            // Gone or replaced since the statx: its replacement is an
+            // event of its own.
+            Err(Errno::ENOENT | Errno::ENOTDIR | Errno::ELOOP) => return None,
+            Err(_) => return stop("unknown"),
+        };
+        let probe = fd.try_clone().ok();
+        let wait = Wait {
+            dir: next.clone(),
+            rest: after.to_vec(),
+            shown: shown.clone(),
+            writable,
+        };
+        if self.watch(fd, &next, wait).is_err() {
+            return stop("unknown");
+        }
+        let Some(probe) = probe else {
+            return stop("unknown");
+        };
+        if !after.is_empty() {
+            return self.classify(probe.as_fd(), &next, after, shown, writable, depth + 1);
+        }
+        let Ok(names) = list(probe.as_fd()) else {
+            return stop("unknown");
+        };
+        for n in names {
+            let inner = shown.join(&n);
+            if let Some(a) = self.classify(probe.as_fd(), &next, &[n], inner, writable, depth + 1) {
+                return Some(a);
+            }
+        }
+        None
+    }
+
+    fn old(&self, st: &libc::statx) -> bool {
+        let Some(since) = self.since else {
+            return true;
+        };
+        if st.stx_mask & libc::STATX_BTIME == 0 {
+            return true;
+        }
+        timestamp(st.stx_btime) < since
+    }
+}
+
+fn stop_unknown(path: &str) -> Option<Appeared> {
+    Some(Appeared {
+        path: PathBuf::from(path),
+        why: "unknown",
+    })
+}
+
+/// The words of the stderr message for each `why`.
+pub fn describe(why: &str) -> &'static str {
+    match why {
+        "link" => "a link",
+        "existing-file" => "an existing file moved or linked in",
+        "existing-dir" => "an existing directory moved in",
+        _ => "something the watch could not tell apart",
+    }
+}
+
+mod age;
+mod entries;
+#[cfg(test)]
+mod tests;
+
+pub use age::{arm, settle, settle_needed};
+use age::{btime_tells_age, now_ns, timestamp};
+use entries::{identity, list, open_dir, statx};

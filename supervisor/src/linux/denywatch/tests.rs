@@ -1,0 +1,160 @@
+//! The watch against a real inotify, in temporary directories.
+
+use super::*;
+
+/// Adding a watch changes the process's working directory for a moment
+/// (the helper is single-threaded): one test at a time.
+static CWD: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+    CWD.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn watch(d: &Path) -> DenyWatch {
+    watch_in(&[d.join("a/b/key")], &[])
+}
+
+fn watch_in(names: &[PathBuf], write: &[PathBuf]) -> DenyWatch {
+    let mut w = DenyWatch::new(instances().unwrap(), names, &[], write)
+        .unwrap()
+        .unwrap();
+    w.armed(None);
+    // File times come from the coarse clock, a tick behind `armed`'s.
+    std::thread::sleep(std::time::Duration::from_millis(50));
+    w
+}
+
+#[test]
+fn a_fresh_file_passes_and_an_old_one_or_a_link_stops() {
+    let _one = one_at_a_time();
+    let t = tempfile::tempdir().unwrap();
+    let d = t.path();
+    std::fs::write(d.join("old"), "x").unwrap();
+    let mut w = watch(d);
+    std::fs::create_dir_all(d.join("a/b")).unwrap();
+    std::fs::write(d.join("a/b/key.new"), "x").unwrap();
+    std::fs::rename(d.join("a/b/key.new"), d.join("a/b/key")).unwrap();
+    assert_eq!(w.check(), None);
+    std::fs::hard_link(d.join("old"), d.join("a/b/key2")).unwrap();
+    std::fs::rename(d.join("a/b/key2"), d.join("a/b/key")).unwrap();
+    assert_eq!(w.check().map(|a| a.why), Some("existing-file"));
+    let mut w = watch(d);
+    std::os::unix::fs::symlink("b", d.join("a/l")).unwrap();
+    std::fs::remove_dir_all(d.join("a/b")).unwrap();
+    std::fs::rename(d.join("a/l"), d.join("a/b")).unwrap();
+    assert_eq!(w.check().map(|a| a.why), Some("link"));
+}
+
+#[test]
+fn a_fresh_denied_directory_is_watched_at_any_depth() {
+    let _one = one_at_a_time();
+    let t = tempfile::tempdir().unwrap();
+    let d = t.path();
+    std::fs::write(d.join("old"), "x").unwrap();
+    let mut w = DenyWatch::new(instances().unwrap(), &[d.join("deny")], &[], &[])
+        .unwrap()
+        .unwrap();
+    w.armed(None);
+    std::thread::sleep(std::time::Duration::from_millis(50));
+    std::fs::create_dir_all(d.join("deny/a")).unwrap();
+    std::fs::write(d.join("deny/a/new"), "x").unwrap();
+    assert_eq!(w.check(), None);
+    std::fs::create_dir_all(d.join("deny/a/b")).unwrap();
+    assert_eq!(w.check(), None);
+    std::fs::hard_link(d.join("old"), d.join("deny/a/b/key")).unwrap();
+    let a = w.check().unwrap();
+    assert_eq!((a.why, a.path), ("existing-file", d.join("deny/a/b/key")));
+}
+
+/// Fill the queue of every watch on `dir` until the kernel drops events.
+fn overflow(dir: &Path) {
+    let max: usize = std::fs::read_to_string("/proc/sys/fs/inotify/max_queued_events")
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or(16384);
+    for i in 0..=max {
+        let f = dir.join(format!("junk{i}"));
+        std::fs::write(&f, "").unwrap();
+        std::fs::remove_file(&f).unwrap();
+    }
+}
+
+#[test]
+fn lost_events_on_the_hosts_side_stop_the_run() {
+    let _one = one_at_a_time();
+    let t = tempfile::tempdir().unwrap();
+    let d = t.path();
+    std::fs::create_dir_all(d.join("a/b")).unwrap();
+    let mut w = watch(d);
+    overflow(&d.join("a/b"));
+    let a = w.check().unwrap();
+    assert_eq!((a.why, a.path), ("unknown", PathBuf::from("(events lost)")));
+}
+
+#[test]
+fn lost_events_in_a_writable_root_are_looked_at_again_and_only_a_change_stops() {
+    let _one = one_at_a_time();
+    let t = tempfile::tempdir().unwrap();
+    let d = t.path();
+    let w_root = d.join("w");
+    std::fs::create_dir_all(w_root.join("a/b")).unwrap();
+    std::fs::create_dir_all(w_root.join("olddir")).unwrap();
+    std::fs::write(w_root.join("a/b/key"), "x").unwrap();
+    std::fs::write(d.join("old"), "x").unwrap();
+    let key = w_root.join("a/b/key");
+    let mut w = watch_in(std::slice::from_ref(&key), std::slice::from_ref(&w_root));
+    // The host writes to the denied file and in a directory on the way
+    // (times move, inodes do not), and events are lost: the run goes on.
+    std::fs::write(&key, "more").unwrap();
+    std::fs::write(w_root.join("a/other"), "x").unwrap();
+    overflow(&w_root.join("a/b"));
+    assert_eq!(w.check(), None);
+    // A fresh file renamed over the denied name is no grant.
+    overflow(&w_root.join("a/b"));
+    std::fs::write(w_root.join("a/b/key.new"), "x").unwrap();
+    std::fs::rename(w_root.join("a/b/key.new"), &key).unwrap();
+    assert_eq!(w.check(), None);
+    // An old inode renamed over it while the events were lost.
+    overflow(&w_root.join("a/b"));
+    std::fs::hard_link(d.join("old"), w_root.join("a/b/key2")).unwrap();
+    std::fs::rename(w_root.join("a/b/key2"), &key).unwrap();
+    assert_eq!(w.check().map(|a| a.why), Some("existing-file"));
+
+    // A watched directory on the way replaced by an older one.
+    let mut w = watch_in(std::slice::from_ref(&key), std::slice::from_ref(&w_root));
+    overflow(&w_root.join("a/b"));
+    std::fs::rename(w_root.join("a"), w_root.join("a-gone")).unwrap();
+    std::fs::rename(w_root.join("olddir"), w_root.join("a")).unwrap();
+    assert_eq!(w.check().map(|a| a.why), Some("existing-dir"));
+}
+
+/// The sandbox can flood a directory in its writable roots; the host's
+/// side has a queue of its own, and is read first.
+#[test]
+fn a_flood_in_a_writable_root_hides_nothing_on_the_hosts_side() {
+    let _one = one_at_a_time();
+    let t = tempfile::tempdir().unwrap();
+    let d = t.path();
+    std::fs::create_dir_all(d.join("w")).unwrap();
+    std::fs::create_dir_all(d.join("h")).unwrap();
+    std::fs::write(d.join("old"), "x").unwrap();
+    let names = [d.join("w/.env"), d.join("h/key")];
+    let mut w = watch_in(&names, &[d.join("w")]);
+    overflow(&d.join("w"));
+    assert_eq!(w.check(), None);
+    overflow(&d.join("w"));
+    std::fs::hard_link(d.join("old"), d.join("h/key")).unwrap();
+    let a = w.check().unwrap();
+    assert_eq!((a.why, a.path), ("existing-file", d.join("h/key")));
+    // Through `wait`, which reads one batch of the flooded side a time.
+    std::fs::remove_file(d.join("h/key")).unwrap();
+    let mut w = watch_in(&names, &[d.join("w")]);
+    overflow(&d.join("w"));
+    std::fs::hard_link(d.join("old"), d.join("h/key")).unwrap();
+    let mut armed = None;
+    let a = w
+        .wait(&mut armed, None, nix::poll::PollTimeout::ZERO)
+        .unwrap()
+        .unwrap();
+    assert_eq!((a.why, a.path), ("existing-file", d.join("h/key")));
+}
