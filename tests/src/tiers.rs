@@ -93,7 +93,17 @@ fn in_tier(f: &Fixture, tier: Tier, as_user: bool, mut cmd: Command) -> Command 
 /// Start `cmd`, wait until the sandboxed script has written `started` in
 /// the workspace, run `host` (the host acting during the run), wait
 /// `settle`, then let the script go on (`go`) and collect its output.
-pub fn while_it_runs(f: &Fixture, mut cmd: Command, host: impl FnOnce(), settle: Duration) -> Out {
+pub fn while_it_runs(f: &Fixture, cmd: Command, host: impl FnOnce(), settle: Duration) -> Out {
+    while_it_runs_pid(f, cmd, |_| host(), settle)
+}
+
+/// The same, `host` being told airlock's process id.
+pub fn while_it_runs_pid(
+    f: &Fixture,
+    mut cmd: Command,
+    host: impl FnOnce(u32),
+    settle: Duration,
+) -> Out {
     let mut child = cmd
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -111,7 +121,7 @@ pub fn while_it_runs(f: &Fixture, mut cmd: Command, host: impl FnOnce(), settle:
     // and stops the run (fail closed, linux/denywatch.rs): the host here
     // acts later, as a person would.
     std::thread::sleep(Duration::from_millis(20));
-    host();
+    host(child.id());
     std::thread::sleep(settle);
     let _ = std::fs::write(f.ws.join("go"), "");
     let (mut stdout, mut stderr) = (String::new(), String::new());

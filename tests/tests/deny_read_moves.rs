@@ -312,6 +312,67 @@ fn a_flood_of_the_workspace_hides_nothing_the_host_does() {
     }
 }
 
+/// A command can keep the watch off the CPU for hundreds of milliseconds
+/// (thousands of busy threads; red team round 14). The host's rename onto
+/// a denied name, undone before the watch looks, then leaves nothing to
+/// look at; the watch's helper is stopped (SIGSTOP) here to make that
+/// certain. The name gone, or the next event's inode already seen, stops
+/// the run; a rename the watch sees in time of a fresh file stops nothing.
+#[test]
+fn a_host_change_undone_before_the_watch_looks_stops_the_run() {
+    for (tier, user) in TIERS
+        .into_iter()
+        .flat_map(|t| users().into_iter().map(move |u| (t, u)))
+    {
+        for host in [
+            // Moved in and away again.
+            "mv .netrc.off .netrc && mv .netrc .netrc.off",
+            // Moved in, then a fresh file renamed over it.
+            "mv .netrc.off .netrc && echo fresh > n.tmp && mv n.tmp .netrc",
+        ] {
+            let f = fixture();
+            f.write(
+                "~/.config/airlock/policy.toml",
+                "[filesystem]\ndeny_read = [\"~/.netrc\"]\n",
+            );
+            sh(&format!(
+                "cd {} && echo MOVED-IN-SECRET > .netrc.off && chmod 644 .netrc.off",
+                f.home.display()
+            ));
+            let script = ": > started; while [ ! -e go ]; do sleep 0.05; done; echo ran-on";
+            let cmd = command(&f, tier, user, &["--network", "none"], script);
+            let home = f.home.clone();
+            let out = while_it_runs_pid(
+                &f,
+                cmd,
+                |airlock| {
+                    let helper = String::from_utf8_lossy(
+                        &Command::new("pgrep")
+                            .arg("-P")
+                            .arg(airlock.to_string())
+                            .output()
+                            .expect("pgrep")
+                            .stdout,
+                    )
+                    .split_whitespace()
+                    .filter_map(|p| p.parse::<i32>().ok())
+                    .find(|&p| p > 1)
+                    .expect("the helper");
+                    // SAFETY: signals to the helper this test started.
+                    unsafe { libc::kill(helper, libc::SIGSTOP) };
+                    sh(&format!("cd {} && {host}", home.display()));
+                    unsafe { libc::kill(helper, libc::SIGCONT) };
+                },
+                Duration::from_millis(300),
+            );
+            let ctx = format!("{tier:?} as_user={user} host={host}\n{}", show(&out));
+            assert_eq!(out.code, 125, "{ctx}");
+            assert!(out.stderr.contains(".netrc"), "{ctx}");
+            assert!(out.stderr.contains("before the watch could look"), "{ctx}");
+        }
+    }
+}
+
 /// On overlayfs (HOME in a container image) a lower-layer file or
 /// directory that the host renames is copied up with a new birth time, yet
 /// stays the inode Landlock's rule is on: birth times tell nothing there,

@@ -161,6 +161,7 @@ pub fn run(plan: &Plan, channel: &mut UnixStream, proxy_port: Option<u16>) -> Re
         }
         ForkResult::Parent { child } => child,
     };
+    super::denywatch::raise_nofile();
     let mut watch = match deny {
         Some(deny) => {
             use nix::sys::signalfd::{SfdFlags, SignalFd};

@@ -278,6 +278,7 @@ fn build_and_run(channel: &mut UnixStream, supervisor: libc::pid_t, ahead: Ahead
             // The names a deny_read path could be moved, linked or made a
             // link to during the run (denywatch.rs), watched before any
             // rule binds an inode.
+            super::denywatch::raise_nofile();
             let started = std::time::Instant::now();
             let deny = DenyWatch::new(notify, &plan.deny_read_names, &plan.deny_read, &plan.write)?;
             tracing::debug!(took = ?started.elapsed(), "deny_read names watched");

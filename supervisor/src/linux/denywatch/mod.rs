@@ -33,9 +33,10 @@
 //!
 //! This watches and stops; it does not prevent: a command that opens the
 //! name in a tight loop can win the race between the host's rename and
-//! the kill (microseconds). The run then still ends with exit 125. A name
-//! the host makes and removes again before the watch has looked at it (a
-//! busy machine delays us by milliseconds) is not seen at all.
+//! the kill (microseconds). The run then still ends with exit 125. A
+//! command can make that window long (keeping us off the CPU), so what a
+//! host-side event reported and was replaced or removed before we looked
+//! stops the run too (`unseen`).
 //!
 //! The kernel queues at most `fs.inotify.max_queued_events` events and then
 //! drops them. The sandbox can make names as fast as it likes in its
@@ -144,6 +145,8 @@ pub struct DenyWatch {
     /// On the writable side, what each awaited name was when its directory
     /// was first watched (device, inode): a rescan passes over it.
     first: HashMap<(Key, OsString), (u64, u64)>,
+    /// On the host's side, what the last event for each name showed.
+    seen: HashMap<(Key, OsString), (u64, u64)>,
     /// Our working directory, restored after each watch is added.
     cwd: Option<OwnedFd>,
     /// Realtime nanoseconds once PID 1's ruleset is in force: an inode
@@ -184,6 +187,7 @@ impl DenyWatch {
             known: HashMap::new(),
             write: write.to_vec(),
             first: HashMap::new(),
+            seen: HashMap::new(),
             cwd: open_dir(None, Path::new(".")).ok(),
             since: None,
         };
@@ -469,6 +473,13 @@ impl DenyWatch {
             })
             .collect();
         let fd = dir.fd.try_clone().ok();
+        if key.0 == Side::Host {
+            if let (Some(fd), Some((_, _, shown, _))) = (fd.as_ref(), hits.first()) {
+                if let Some(a) = self.unseen(key, fd.as_fd(), name, shown) {
+                    return Some(a);
+                }
+            }
+        }
         for (at, rest, shown, writable) in hits {
             let Some(fd) = fd.as_ref() else {
                 return Some(Appeared {
@@ -481,6 +492,41 @@ impl DenyWatch {
             }
         }
         None
+    }
+
+    /// On the host's side, whether what the event for `name` reported was
+    /// replaced or removed before we looked: a command that keeps us off
+    /// the CPU (a few thousand busy threads) makes us late by hundreds of
+    /// milliseconds, and a rename onto a denied name undone meanwhile
+    /// (`mv ~/.netrc.bak ~/.netrc; …; mv ~/.netrc ~/.netrc.bak`) would
+    /// leave nothing to classify. Every change at a name is an event of its
+    /// own: the name gone, or the inode the previous event for it already
+    /// showed, means the object of this one was never seen (red team 14).
+    /// The host's side only: the command makes no names there.
+    fn unseen(
+        &mut self,
+        key: Key,
+        dir: BorrowedFd,
+        name: &OsStr,
+        shown: &Path,
+    ) -> Option<Appeared> {
+        let stop = || {
+            Some(Appeared {
+                path: shown.to_path_buf(),
+                why: "unseen",
+            })
+        };
+        match statx(dir, name) {
+            Err(Errno::ENOENT) => stop(),
+            Err(_) => None,
+            Ok(st) => {
+                let id = identity(&st);
+                match self.seen.insert((key, name.to_os_string()), id) {
+                    Some(before) if before == id => stop(),
+                    _ => None,
+                }
+            }
+        }
     }
 
     /// What `rest[0]` in the directory `parent` (at `at`) now is.
@@ -538,6 +584,7 @@ impl DenyWatch {
             // Gone or replaced since the statx: its replacement is an
             // event of its own.
             Err(Errno::ENOENT | Errno::ENOTDIR | Errno::ELOOP) => return None,
+            Err(Errno::EMFILE | Errno::ENFILE) => return stop("limit"),
             Err(_) => return stop("unknown"),
         };
         let probe = fd.try_clone().ok();
@@ -547,17 +594,24 @@ impl DenyWatch {
             shown: shown.clone(),
             writable,
         };
-        if self.watch(fd, &next, wait).is_err() {
-            return stop("unknown");
+        match self.watch(fd, &next, wait) {
+            Ok(_) => {}
+            Err(Errno::EMFILE | Errno::ENFILE | Errno::ENOSPC | Errno::ENOMEM) => {
+                return stop("limit")
+            }
+            Err(_) => return stop("unknown"),
         }
+        // Only the descriptor limit makes a dup fail.
         let Some(probe) = probe else {
-            return stop("unknown");
+            return stop("limit");
         };
         if !after.is_empty() {
             return self.classify(probe.as_fd(), &next, after, shown, writable, depth + 1);
         }
-        let Ok(names) = list(probe.as_fd()) else {
-            return stop("unknown");
+        let names = match list(probe.as_fd()) {
+            Ok(names) => names,
+            Err(Errno::EMFILE | Errno::ENFILE) => return stop("limit"),
+            Err(_) => return stop("unknown"),
         };
         for n in names {
             let inner = shown.join(&n);
@@ -586,12 +640,33 @@ fn stop_unknown(path: &str) -> Option<Appeared> {
     })
 }
 
+/// Raise our soft descriptor limit to the hard one: every fresh directory
+/// at or under a denied name is watched through a descriptor of its own
+/// (a first `gcloud` or Chrome start makes hundreds), and a descriptor we
+/// cannot open stops the run. Called after the sandbox is forked, which
+/// keeps the limit it was given.
+pub fn raise_nofile() {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit and setrlimit on a struct we own.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) == 0 {
+            lim.rlim_cur = lim.rlim_max;
+            libc::setrlimit(libc::RLIMIT_NOFILE, &lim);
+        }
+    }
+}
+
 /// The words of the stderr message for each `why`.
 pub fn describe(why: &str) -> &'static str {
     match why {
         "link" => "a link",
         "existing-file" => "an existing file moved or linked in",
         "existing-dir" => "an existing directory moved in",
+        "unseen" => "something that was replaced or removed again before the watch could look at it",
+        "limit" => "a directory the watch could not follow (the helper's descriptor or inotify watch limit)",
         _ => "something the watch could not tell apart",
     }
 }

@@ -158,3 +158,38 @@ fn a_flood_in_a_writable_root_hides_nothing_on_the_hosts_side() {
         .unwrap();
     assert_eq!((a.why, a.path), ("existing-file", d.join("h/key")));
 }
+
+/// What an event reported, replaced or removed before we read it: never
+/// seen, so the run stops; a fresh file seen in time stops nothing.
+#[test]
+fn a_change_replaced_or_undone_before_we_look_stops_the_run() {
+    let _one = one_at_a_time();
+    let t = tempfile::tempdir().unwrap();
+    let d = t.path();
+    std::fs::create_dir_all(d.join("a/b")).unwrap();
+    std::fs::write(d.join("old"), "x").unwrap();
+    let key = d.join("a/b/key");
+    let fresh = |n: &str| {
+        std::fs::write(d.join(n), "x").unwrap();
+        std::fs::rename(d.join(n), &key).unwrap();
+    };
+    // Fresh files renamed over the name, each seen in time: nothing.
+    let mut w = watch(d);
+    fresh("f1");
+    assert_eq!(w.check(), None);
+    fresh("f2");
+    assert_eq!(w.check(), None);
+    // An old inode moved in and away again before we read the event.
+    std::fs::hard_link(d.join("old"), d.join("a/b/key.old")).unwrap();
+    std::fs::rename(d.join("a/b/key.old"), &key).unwrap();
+    std::fs::remove_file(&key).unwrap();
+    let a = w.check().unwrap();
+    assert_eq!((a.why, a.path), ("unseen", key.clone()));
+    // An old inode moved in, then a fresh file renamed over it.
+    let mut w = watch(d);
+    std::fs::hard_link(d.join("old"), d.join("a/b/key.old")).unwrap();
+    std::fs::rename(d.join("a/b/key.old"), &key).unwrap();
+    fresh("f3");
+    let a = w.check().unwrap();
+    assert_eq!((a.why, a.path), ("unseen", key.clone()));
+}
