@@ -72,14 +72,26 @@ fn init_tracing(verbose: u8) {
 
 /// Also the helper's, from its plan, when it was forked before ours was set.
 pub(crate) fn init_tracing_with(filter: &str) {
-    let filter = tracing_subscriber::EnvFilter::try_new(filter)
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::util::SubscriberInitExt;
+    use tracing_subscriber::Layer;
+    let fmt = tracing_subscriber::fmt::layer()
         .with_writer(std::io::stderr)
         .with_target(false)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .init();
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()));
+    // `level,target=level` lists, ours and most of AIRLOCK_LOG's, parse
+    // without EnvFilter's regular expressions, which every `run` compiled
+    // twice (supervisor and helper); span and field filters still work.
+    let fmt = match filter.parse::<tracing_subscriber::filter::Targets>() {
+        Ok(targets) => fmt.with_filter(targets).boxed(),
+        Err(_) => fmt
+            .with_filter(
+                tracing_subscriber::EnvFilter::try_new(filter)
+                    .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+            )
+            .boxed(),
+    };
+    tracing_subscriber::registry().with(fmt).init();
 }
 
 /// The static build (scripts/build-release.sh) looks users and hosts up only
