@@ -435,16 +435,26 @@ fn pin(pid: u32, path: &[u8]) -> std::result::Result<OwnedFd, i32> {
         // processes, not the caller's.
         resolve: RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS,
     };
-    // SAFETY: openat2 with a valid open_how of its own size.
-    owned(unsafe {
-        libc::syscall(
-            libc::SYS_openat2,
-            root.as_raw_fd(),
-            c.as_ptr(),
-            &how as *const OpenHow,
-            std::mem::size_of::<OpenHow>(),
-        )
-    })
+    // With RESOLVE_IN_ROOT, a `..` resolved while anything on the system
+    // is renamed or mounted fails with EAGAIN (the kernel cannot be sure
+    // it stayed inside): retried, a bounded number of times.
+    let mut tries = 0;
+    loop {
+        // SAFETY: openat2 with a valid open_how of its own size.
+        let r = owned(unsafe {
+            libc::syscall(
+                libc::SYS_openat2,
+                root.as_raw_fd(),
+                c.as_ptr(),
+                &how as *const OpenHow,
+                std::mem::size_of::<OpenHow>(),
+            )
+        });
+        match r {
+            Err(libc::EAGAIN) if tries < 64 => tries += 1,
+            r => return r,
+        }
+    }
 }
 
 #[repr(C)]
