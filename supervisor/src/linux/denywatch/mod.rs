@@ -156,6 +156,12 @@ pub struct DenyWatch {
 }
 
 const MASK: AddWatchFlags = AddWatchFlags::IN_CREATE.union(AddWatchFlags::IN_MOVED_TO);
+/// On the host's side removals too: they put the changes at a name in
+/// order (the kernel merges two identical events in a row, so without
+/// them `ln old .netrc; rm .netrc; : > .netrc` would read as one create).
+const HOST_MASK: AddWatchFlags = MASK
+    .union(AddWatchFlags::IN_DELETE)
+    .union(AddWatchFlags::IN_MOVED_FROM);
 
 impl DenyWatch {
     /// Watch the ancestors of `names` (as configured) and of `deny_read`
@@ -288,8 +294,12 @@ impl DenyWatch {
     /// that a directory made during the run is watched in the host's view.
     fn watch(&mut self, fd: OwnedFd, shown: &Path, wait: Wait) -> nix::Result<Key> {
         let side = self.side(shown);
+        let mask = match side {
+            Side::Host => HOST_MASK,
+            Side::Writable => MASK,
+        };
         nix::unistd::fchdir(&fd)?;
-        let wd = self.inotify(side).add_watch(".", MASK);
+        let wd = self.inotify(side).add_watch(".", mask);
         let _ = match &self.cwd {
             Some(cwd) => nix::unistd::fchdir(cwd),
             None => nix::unistd::chdir("/"),
@@ -376,8 +386,93 @@ impl DenyWatch {
             .or_else(|| self.drain(Side::Writable, usize::MAX))
     }
 
-    /// Up to `batches` reads of one side's queue.
+    /// Everything queued on the host's side, then each name's changes in
+    /// order. A name awaited on the way to a denied path (or the denied
+    /// name itself) that appeared and then changed again before we read
+    /// it was never seen: that stops the run (red team rounds 14 and 15:
+    /// thousands of busy threads keep us off the CPU while the host moves
+    /// an old inode in and out again). Inside a directory the host made
+    /// during the run at or under a denied name (every name counts there)
+    /// only what is there now is looked at: lock files come and go in
+    /// those (a first `kubectl` or `gpg`), and a transient there is a
+    /// stated residual, as is what happened in such a directory before it
+    /// was watched.
+    fn drain_host(&mut self) -> Option<Appeared> {
+        let mut events = vec![];
+        loop {
+            match self.notify.host.read_events() {
+                Ok(ev) => events.extend(ev),
+                Err(Errno::EAGAIN) => break,
+                Err(Errno::EINTR) => continue,
+                Err(e) => return stop_unknown(&format!("(the watch failed: {e})")),
+            }
+        }
+        // Per name, in the order of their first event: whether each event
+        // was an appearance.
+        let mut order: Vec<(Key, OsString)> = vec![];
+        let mut changes: HashMap<(Key, OsString), Vec<bool>> = HashMap::new();
+        for ev in events {
+            if ev.mask.contains(AddWatchFlags::IN_Q_OVERFLOW) {
+                // Any of them could have been one, and gone again.
+                return stop_unknown("(events lost)");
+            }
+            let Some(name) = ev.name else { continue };
+            let appeared = ev
+                .mask
+                .intersects(AddWatchFlags::IN_CREATE | AddWatchFlags::IN_MOVED_TO);
+            let at = ((Side::Host, ev.wd), name);
+            changes
+                .entry(at.clone())
+                .or_insert_with(|| {
+                    order.push(at);
+                    vec![]
+                })
+                .push(appeared);
+        }
+        for at in order {
+            let Some(seq) = changes.remove(&at) else {
+                continue;
+            };
+            let (key, name) = at;
+            let Some(dir) = self.dirs.get(&key) else {
+                continue;
+            };
+            let on_the_way = dir.waits.iter().find(|w| w.rest.first() == Some(&name));
+            if let Some(w) = on_the_way {
+                let shown = w.shown.clone();
+                if seq.iter().any(|&a| !a) {
+                    self.seen.remove(&(key, name.clone()));
+                }
+                if seq[..seq.len() - 1].iter().any(|&a| a) {
+                    return Some(Appeared {
+                        path: shown,
+                        why: "unseen",
+                    });
+                }
+                if seq.last() != Some(&true) {
+                    continue;
+                }
+                let Ok(fd) = dir.fd.try_clone() else {
+                    return stop_unknown("(the watch's descriptor limit)");
+                };
+                if let Some(a) = self.unseen(key, fd.as_fd(), &name, &shown) {
+                    return Some(a);
+                }
+            } else if !seq.contains(&true) {
+                continue;
+            }
+            if let Some(a) = self.appeared(key, &name) {
+                return Some(a);
+            }
+        }
+        None
+    }
+
+    /// Up to `batches` reads of the writable side's queue.
     fn drain(&mut self, side: Side, batches: usize) -> Option<Appeared> {
+        if side == Side::Host {
+            return self.drain_host();
+        }
         let mut read = 0;
         while read < batches {
             let events = match self.inotify(side).read_events() {
@@ -473,13 +568,6 @@ impl DenyWatch {
             })
             .collect();
         let fd = dir.fd.try_clone().ok();
-        if key.0 == Side::Host {
-            if let (Some(fd), Some((_, _, shown, _))) = (fd.as_ref(), hits.first()) {
-                if let Some(a) = self.unseen(key, fd.as_fd(), name, shown) {
-                    return Some(a);
-                }
-            }
-        }
         for (at, rest, shown, writable) in hits {
             let Some(fd) = fd.as_ref() else {
                 return Some(Appeared {
@@ -494,15 +582,12 @@ impl DenyWatch {
         None
     }
 
-    /// On the host's side, whether what the event for `name` reported was
-    /// replaced or removed before we looked: a command that keeps us off
-    /// the CPU (a few thousand busy threads) makes us late by hundreds of
-    /// milliseconds, and a rename onto a denied name undone meanwhile
-    /// (`mv ~/.netrc.bak ~/.netrc; …; mv ~/.netrc ~/.netrc.bak`) would
-    /// leave nothing to classify. Every change at a name is an event of its
-    /// own: the name gone, or the inode the previous event for it already
-    /// showed, means the object of this one was never seen (red team 14).
-    /// The host's side only: the command makes no names there.
+    /// On the host's side, for a name whose last queued change was an
+    /// appearance: whether that object is gone already (its removal is
+    /// still to be read), or is the inode an earlier appearance already
+    /// showed with no removal in between (so that earlier one was looked
+    /// at only after this one had replaced it). Either way one object was
+    /// never seen.
     fn unseen(
         &mut self,
         key: Key,

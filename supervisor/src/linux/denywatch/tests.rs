@@ -193,3 +193,65 @@ fn a_change_replaced_or_undone_before_we_look_stops_the_run() {
     let a = w.check().unwrap();
     assert_eq!((a.why, a.path), ("unseen", key.clone()));
 }
+
+/// The kernel merges two identical events in a row: a hard link removed
+/// and a fresh file made in its place would read as one create. With
+/// removals in the queue the link's appearance is seen to be replaced.
+#[test]
+fn a_link_removed_and_replaced_before_we_look_is_not_merged_away() {
+    let _one = one_at_a_time();
+    let t = tempfile::tempdir().unwrap();
+    let d = t.path();
+    std::fs::create_dir_all(d.join("a/b")).unwrap();
+    std::fs::write(d.join("old"), "x").unwrap();
+    let key = d.join("a/b/key");
+    let mut w = watch(d);
+    std::fs::hard_link(d.join("old"), &key).unwrap();
+    std::fs::remove_file(&key).unwrap();
+    std::fs::write(&key, "fresh").unwrap();
+    let a = w.check().unwrap();
+    assert_eq!((a.why, a.path), ("unseen", key.clone()));
+}
+
+/// The host rewriting a denied file by removing and making it again may
+/// get the same inode number back: each change read in time stops nothing.
+#[test]
+fn a_file_removed_and_made_again_in_time_stops_nothing() {
+    let _one = one_at_a_time();
+    let t = tempfile::tempdir().unwrap();
+    let d = t.path();
+    std::fs::create_dir_all(d.join("a/b")).unwrap();
+    let key = d.join("a/b/key");
+    let mut w = watch(d);
+    for _ in 0..3 {
+        std::fs::write(&key, "v1").unwrap();
+        assert_eq!(w.check(), None);
+        std::fs::remove_file(&key).unwrap();
+        assert_eq!(w.check(), None);
+    }
+    std::fs::write(&key, "v2").unwrap();
+    assert_eq!(w.check(), None);
+}
+
+/// Lock files come and go in a denied directory the host makes during the
+/// run (a first `kubectl` or `gpg`): only what is there is looked at.
+#[test]
+fn lock_files_in_a_fresh_denied_directory_stop_nothing() {
+    let _one = one_at_a_time();
+    let t = tempfile::tempdir().unwrap();
+    let d = t.path();
+    let mut w = DenyWatch::new(instances().unwrap(), &[d.join("deny")], &[], &[])
+        .unwrap()
+        .unwrap();
+    w.armed(None);
+    std::thread::sleep(std::time::Duration::from_millis(50));
+    std::fs::create_dir(d.join("deny")).unwrap();
+    assert_eq!(w.check(), None);
+    for _ in 0..3 {
+        std::fs::write(d.join("deny/config.lock"), "").unwrap();
+        std::fs::write(d.join("deny/config.new"), "c").unwrap();
+        std::fs::rename(d.join("deny/config.new"), d.join("deny/config")).unwrap();
+        std::fs::remove_file(d.join("deny/config.lock")).unwrap();
+    }
+    assert_eq!(w.check(), None);
+}
