@@ -70,3 +70,48 @@ pub(super) fn statx(dir: BorrowedFd, name: &OsStr) -> nix::Result<libc::statx> {
     }
     Ok(st)
 }
+
+/// The symlinks met while resolving `p`, each as the path of the link
+/// itself (its parent resolved), at any depth: `~/.aws ->
+/// .profiles/current/aws` with `~/.profiles/current -> work` gives both.
+/// Re-pointing any of them changes what the denied name leads to, so each
+/// is watched like a denied name (a link appearing there stops the run).
+/// At most 40 links, as the kernel follows.
+pub(super) fn links_on_the_way(p: &Path) -> Vec<std::path::PathBuf> {
+    use std::collections::VecDeque;
+    use std::path::{Component, PathBuf};
+    fn parts(p: &Path) -> Vec<OsString> {
+        p.components()
+            .filter_map(|c| match c {
+                Component::Normal(n) => Some(n.to_os_string()),
+                Component::ParentDir => Some(OsString::from("..")),
+                _ => None,
+            })
+            .collect()
+    }
+    let mut out = vec![];
+    let mut todo: VecDeque<OsString> = parts(p).into();
+    let mut cur = PathBuf::from("/");
+    let mut budget = 40;
+    while let Some(c) = todo.pop_front() {
+        if c == ".." {
+            cur.pop();
+            continue;
+        }
+        let next = cur.join(&c);
+        match std::fs::read_link(&next) {
+            Ok(target) if budget > 0 => {
+                budget -= 1;
+                out.push(next);
+                if target.is_absolute() {
+                    cur = PathBuf::from("/");
+                }
+                for t in parts(&target).into_iter().rev() {
+                    todo.push_front(t);
+                }
+            }
+            _ => cur = next,
+        }
+    }
+    out
+}

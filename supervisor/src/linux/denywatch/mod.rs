@@ -178,7 +178,14 @@ impl DenyWatch {
         let mut paths: Vec<(PathBuf, PathBuf)> = vec![];
         let mut seen = std::collections::HashSet::new();
         for d in names.iter().chain(deny_read) {
-            for p in [d.clone(), super::landlock::resolved(d)] {
+            let real = super::landlock::resolved(d);
+            // Links on the way, intermediate ones too (red team 16): only
+            // where resolving went through one.
+            let links = match real == *d {
+                true => vec![],
+                false => links_on_the_way(d),
+            };
+            for p in [d.clone(), real].into_iter().chain(links) {
                 if p.is_absolute() && seen.insert(p.clone()) {
                     paths.push((p, d.clone()));
                 }
@@ -398,74 +405,91 @@ impl DenyWatch {
     /// stated residual, as is what happened in such a directory before it
     /// was watched.
     fn drain_host(&mut self) -> Option<Appeared> {
-        let mut events = vec![];
+        // The names looked at (statx) in the previous round: a change to
+        // one read now may have come between our read and our look, so
+        // what we judged was not what the event reported (red team 16).
+        let mut looked: Vec<(Key, OsString, PathBuf)> = vec![];
         loop {
-            match self.notify.host.read_events() {
-                Ok(ev) => events.extend(ev),
-                Err(Errno::EAGAIN) => break,
-                Err(Errno::EINTR) => continue,
-                Err(e) => return stop_unknown(&format!("(the watch failed: {e})")),
-            }
-        }
-        // Per name, in the order of their first event: whether each event
-        // was an appearance.
-        let mut order: Vec<(Key, OsString)> = vec![];
-        let mut changes: HashMap<(Key, OsString), Vec<bool>> = HashMap::new();
-        for ev in events {
-            if ev.mask.contains(AddWatchFlags::IN_Q_OVERFLOW) {
-                // Any of them could have been one, and gone again.
-                return stop_unknown("(events lost)");
-            }
-            let Some(name) = ev.name else { continue };
-            let appeared = ev
-                .mask
-                .intersects(AddWatchFlags::IN_CREATE | AddWatchFlags::IN_MOVED_TO);
-            let at = ((Side::Host, ev.wd), name);
-            changes
-                .entry(at.clone())
-                .or_insert_with(|| {
-                    order.push(at);
-                    vec![]
-                })
-                .push(appeared);
-        }
-        for at in order {
-            let Some(seq) = changes.remove(&at) else {
-                continue;
-            };
-            let (key, name) = at;
-            let Some(dir) = self.dirs.get(&key) else {
-                continue;
-            };
-            let on_the_way = dir.waits.iter().find(|w| w.rest.first() == Some(&name));
-            if let Some(w) = on_the_way {
-                let shown = w.shown.clone();
-                if seq.iter().any(|&a| !a) {
-                    self.seen.remove(&(key, name.clone()));
+            let mut events = vec![];
+            loop {
+                match self.notify.host.read_events() {
+                    Ok(ev) => events.extend(ev),
+                    Err(Errno::EAGAIN) => break,
+                    Err(Errno::EINTR) => continue,
+                    Err(e) => return stop_unknown(&format!("(the watch failed: {e})")),
                 }
-                if seq[..seq.len() - 1].iter().any(|&a| a) {
+            }
+            if events.is_empty() {
+                return None;
+            }
+            // Per name, in the order of their first event: whether each
+            // event was an appearance.
+            let mut order: Vec<(Key, OsString)> = vec![];
+            let mut changes: HashMap<(Key, OsString), Vec<bool>> = HashMap::new();
+            for ev in events {
+                if ev.mask.contains(AddWatchFlags::IN_Q_OVERFLOW) {
+                    // Any of them could have been one, and gone again.
+                    return stop_unknown("(events lost)");
+                }
+                let Some(name) = ev.name else { continue };
+                let appeared = ev
+                    .mask
+                    .intersects(AddWatchFlags::IN_CREATE | AddWatchFlags::IN_MOVED_TO);
+                let at = ((Side::Host, ev.wd), name);
+                changes
+                    .entry(at.clone())
+                    .or_insert_with(|| {
+                        order.push(at);
+                        vec![]
+                    })
+                    .push(appeared);
+            }
+            for (key, name, shown) in looked.drain(..) {
+                if changes.contains_key(&(key, name)) {
                     return Some(Appeared {
                         path: shown,
                         why: "unseen",
                     });
                 }
-                if seq.last() != Some(&true) {
+            }
+            for at in order {
+                let Some(seq) = changes.remove(&at) else {
+                    continue;
+                };
+                let (key, name) = at;
+                let Some(dir) = self.dirs.get(&key) else {
+                    continue;
+                };
+                let on_the_way = dir.waits.iter().find(|w| w.rest.first() == Some(&name));
+                if let Some(w) = on_the_way {
+                    let shown = w.shown.clone();
+                    if seq.iter().any(|&a| !a) {
+                        self.seen.remove(&(key, name.clone()));
+                    }
+                    if seq[..seq.len() - 1].iter().any(|&a| a) {
+                        return Some(Appeared {
+                            path: shown,
+                            why: "unseen",
+                        });
+                    }
+                    if seq.last() != Some(&true) {
+                        continue;
+                    }
+                    let Ok(fd) = dir.fd.try_clone() else {
+                        return stop_unknown("(the watch's descriptor limit)");
+                    };
+                    if let Some(a) = self.unseen(key, fd.as_fd(), &name, &shown) {
+                        return Some(a);
+                    }
+                    looked.push((key, name.clone(), shown));
+                } else if !seq.contains(&true) {
                     continue;
                 }
-                let Ok(fd) = dir.fd.try_clone() else {
-                    return stop_unknown("(the watch's descriptor limit)");
-                };
-                if let Some(a) = self.unseen(key, fd.as_fd(), &name, &shown) {
+                if let Some(a) = self.appeared(key, &name) {
                     return Some(a);
                 }
-            } else if !seq.contains(&true) {
-                continue;
-            }
-            if let Some(a) = self.appeared(key, &name) {
-                return Some(a);
             }
         }
-        None
     }
 
     /// Up to `batches` reads of the writable side's queue.
@@ -763,4 +787,4 @@ mod tests;
 
 pub use age::{arm, settle, settle_needed};
 use age::{btime_tells_age, now_ns, timestamp};
-use entries::{identity, list, open_dir, statx};
+use entries::{identity, links_on_the_way, list, open_dir, statx};

@@ -255,3 +255,33 @@ fn lock_files_in_a_fresh_denied_directory_stop_nothing() {
     }
     assert_eq!(w.check(), None);
 }
+
+/// A link in the middle of the chain a denied name resolves through (a
+/// profile switcher's `current`) is watched too: re-pointed, it changes
+/// what the denied name leads to.
+#[test]
+fn a_link_in_the_middle_of_the_chain_is_watched() {
+    let _one = one_at_a_time();
+    let t = tempfile::tempdir().unwrap();
+    let d = &t.path().canonicalize().unwrap();
+    std::fs::create_dir_all(d.join(".profiles/work/aws")).unwrap();
+    std::fs::create_dir_all(d.join(".profiles/personal/aws")).unwrap();
+    std::os::unix::fs::symlink(".profiles/current/aws", d.join(".aws")).unwrap();
+    std::os::unix::fs::symlink("work", d.join(".profiles/current")).unwrap();
+    assert_eq!(
+        links_on_the_way(&d.join(".aws/credentials")),
+        vec![d.join(".aws"), d.join(".profiles/current")]
+    );
+    assert_eq!(
+        links_on_the_way(&d.join(".profiles/work/aws")),
+        Vec::<PathBuf>::new()
+    );
+    let mut w = DenyWatch::new(instances().unwrap(), &[d.join(".aws")], &[], &[])
+        .unwrap()
+        .unwrap();
+    w.armed(None);
+    std::os::unix::fs::symlink("personal", d.join(".profiles/next")).unwrap();
+    std::fs::rename(d.join(".profiles/next"), d.join(".profiles/current")).unwrap();
+    let a = w.check().unwrap();
+    assert_eq!((a.why, a.path), ("link", d.join(".aws")));
+}
