@@ -147,6 +147,8 @@ pub struct DenyWatch {
     first: HashMap<(Key, OsString), (u64, u64)>,
     /// On the host's side, what the last event for each name showed.
     seen: HashMap<(Key, OsString), (u64, u64)>,
+    /// Host-side events read but left for the next call (`HOST_ROUNDS`).
+    pending: Vec<nix::sys::inotify::InotifyEvent>,
     /// Our working directory, restored after each watch is added.
     cwd: Option<OwnedFd>,
     /// Realtime nanoseconds once PID 1's ruleset is in force: an inode
@@ -159,6 +161,8 @@ const MASK: AddWatchFlags = AddWatchFlags::IN_CREATE.union(AddWatchFlags::IN_MOV
 /// On the host's side removals too: they put the changes at a name in
 /// order (the kernel merges two identical events in a row, so without
 /// them `ln old .netrc; rm .netrc; : > .netrc` would read as one create).
+/// Reads of the host's queue in one call, each after judging the last.
+const HOST_ROUNDS: usize = 64;
 const HOST_MASK: AddWatchFlags = MASK
     .union(AddWatchFlags::IN_DELETE)
     .union(AddWatchFlags::IN_MOVED_FROM);
@@ -201,6 +205,7 @@ impl DenyWatch {
             write: write.to_vec(),
             first: HashMap::new(),
             seen: HashMap::new(),
+            pending: vec![],
             cwd: open_dir(None, Path::new(".")).ok(),
             since: None,
         };
@@ -357,6 +362,12 @@ impl DenyWatch {
         if let Some(a) = armed.as_ref() {
             fds.push(PollFd::new(a.as_fd(), PollFlags::POLLIN));
         }
+        // Host events read but not yet judged: no waiting for more.
+        let held = !self.pending.is_empty();
+        let timeout = match held {
+            true => nix::poll::PollTimeout::ZERO,
+            false => timeout,
+        };
         match poll(&mut fds, timeout) {
             Ok(_) | Err(Errno::EINTR) => {}
             Err(e) => return Err(e),
@@ -375,7 +386,7 @@ impl DenyWatch {
             *armed = None;
             self.armed(at);
         }
-        if !ready[0] && !ready[1] {
+        if !held && !ready[0] && !ready[1] {
             return Ok(None);
         }
         // The host's side first and all of it; then one batch of the
@@ -389,8 +400,17 @@ impl DenyWatch {
     /// Read everything the kernel reported; the first name that appeared
     /// as something the sandbox could read through.
     pub fn check(&mut self) -> Option<Appeared> {
-        self.drain(Side::Host, usize::MAX)
-            .or_else(|| self.drain(Side::Writable, usize::MAX))
+        for _ in 0..1000 {
+            if let Some(a) = self.drain(Side::Host, usize::MAX) {
+                return Some(a);
+            }
+            if self.pending.is_empty() {
+                return self.drain(Side::Writable, usize::MAX);
+            }
+        }
+        // Before the command starts or after it ended: everything up to
+        // then must be judged, and the host never stopped.
+        stop_unknown("(the host kept changing watched names)")
     }
 
     /// Everything queued on the host's side, then each name's changes in
@@ -409,8 +429,8 @@ impl DenyWatch {
         // one read now may have come between our read and our look, so
         // what we judged was not what the event reported (red team 16).
         let mut looked: Vec<(Key, OsString, PathBuf)> = vec![];
-        loop {
-            let mut events = vec![];
+        for round in 0.. {
+            let mut events = std::mem::take(&mut self.pending);
             loop {
                 match self.notify.host.read_events() {
                     Ok(ev) => events.extend(ev),
@@ -420,6 +440,23 @@ impl DenyWatch {
                 }
             }
             if events.is_empty() {
+                return None;
+            }
+            for (key, name, shown) in looked.drain(..) {
+                let changed = events
+                    .iter()
+                    .any(|ev| ev.wd == key.1 && ev.name.as_ref() == Some(&name));
+                if changed {
+                    return Some(Appeared {
+                        path: shown,
+                        why: "unseen",
+                    });
+                }
+            }
+            // A host that never stops making names in a watched directory
+            // must not keep us here: the rest waits for the next call.
+            if round >= HOST_ROUNDS {
+                self.pending = events;
                 return None;
             }
             // Per name, in the order of their first event: whether each
@@ -443,14 +480,6 @@ impl DenyWatch {
                         vec![]
                     })
                     .push(appeared);
-            }
-            for (key, name, shown) in looked.drain(..) {
-                if changes.contains_key(&(key, name)) {
-                    return Some(Appeared {
-                        path: shown,
-                        why: "unseen",
-                    });
-                }
             }
             for at in order {
                 let Some(seq) = changes.remove(&at) else {
@@ -490,6 +519,7 @@ impl DenyWatch {
                 }
             }
         }
+        None
     }
 
     /// Up to `batches` reads of the writable side's queue.
