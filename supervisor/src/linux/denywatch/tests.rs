@@ -10,6 +10,16 @@ fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
     CWD.lock().unwrap_or_else(|e| e.into_inner())
 }
 
+/// A temporary directory holding `a/b` and an old file `old`, the test
+/// holding the working-directory lock.
+fn setup() -> (std::sync::MutexGuard<'static, ()>, tempfile::TempDir) {
+    let one = one_at_a_time();
+    let t = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(t.path().join("a/b")).unwrap();
+    std::fs::write(t.path().join("old"), "x").unwrap();
+    (one, t)
+}
+
 fn watch(d: &Path) -> DenyWatch {
     watch_in(&[d.join("a/b/key")], &[])
 }
@@ -81,10 +91,8 @@ fn overflow(dir: &Path) {
 
 #[test]
 fn lost_events_on_the_hosts_side_stop_the_run() {
-    let _one = one_at_a_time();
-    let t = tempfile::tempdir().unwrap();
+    let (_one, t) = setup();
     let d = t.path();
-    std::fs::create_dir_all(d.join("a/b")).unwrap();
     let mut w = watch(d);
     overflow(&d.join("a/b"));
     let a = w.check().unwrap();
@@ -163,11 +171,8 @@ fn a_flood_in_a_writable_root_hides_nothing_on_the_hosts_side() {
 /// seen, so the run stops; a fresh file seen in time stops nothing.
 #[test]
 fn a_change_replaced_or_undone_before_we_look_stops_the_run() {
-    let _one = one_at_a_time();
-    let t = tempfile::tempdir().unwrap();
+    let (_one, t) = setup();
     let d = t.path();
-    std::fs::create_dir_all(d.join("a/b")).unwrap();
-    std::fs::write(d.join("old"), "x").unwrap();
     let key = d.join("a/b/key");
     let fresh = |n: &str| {
         std::fs::write(d.join(n), "x").unwrap();
@@ -199,11 +204,8 @@ fn a_change_replaced_or_undone_before_we_look_stops_the_run() {
 /// removals in the queue the link's appearance is seen to be replaced.
 #[test]
 fn a_link_removed_and_replaced_before_we_look_is_not_merged_away() {
-    let _one = one_at_a_time();
-    let t = tempfile::tempdir().unwrap();
+    let (_one, t) = setup();
     let d = t.path();
-    std::fs::create_dir_all(d.join("a/b")).unwrap();
-    std::fs::write(d.join("old"), "x").unwrap();
     let key = d.join("a/b/key");
     let mut w = watch(d);
     std::fs::hard_link(d.join("old"), &key).unwrap();
@@ -217,10 +219,8 @@ fn a_link_removed_and_replaced_before_we_look_is_not_merged_away() {
 /// get the same inode number back: each change read in time stops nothing.
 #[test]
 fn a_file_removed_and_made_again_in_time_stops_nothing() {
-    let _one = one_at_a_time();
-    let t = tempfile::tempdir().unwrap();
+    let (_one, t) = setup();
     let d = t.path();
-    std::fs::create_dir_all(d.join("a/b")).unwrap();
     let key = d.join("a/b/key");
     let mut w = watch(d);
     for _ in 0..3 {
