@@ -71,8 +71,9 @@ pub(super) fn statx(dir: BorrowedFd, name: &OsStr) -> nix::Result<libc::statx> {
     Ok(st)
 }
 
-/// The symlinks met while resolving `p`, each as the path of the link
-/// itself (its parent resolved), at any depth: `~/.aws ->
+/// The symlinks met while resolving `p`, and the directories entered and
+/// left again by `..`, each as its own path (its parent resolved), at any
+/// depth: `~/.aws ->
 /// .profiles/current/aws` with `~/.profiles/current -> work` gives both.
 /// Re-pointing any of them changes what the denied name leads to, so each
 /// is watched like a denied name (a link appearing there stops the run).
@@ -95,6 +96,12 @@ pub(super) fn links_on_the_way(p: &Path) -> Vec<std::path::PathBuf> {
     let mut budget = 40;
     while let Some(c) = todo.pop_front() {
         if c == ".." {
+            // A directory entered and left again by `..` decides where
+            // `..` leads: replaced by a link, it moves the denied name
+            // elsewhere (red team 17). Watched like a link.
+            if cur.parent().is_some() {
+                out.push(cur.clone());
+            }
             cur.pop();
             continue;
         }

@@ -139,7 +139,7 @@ pub struct DenyWatch {
     dirs: HashMap<Key, Dir>,
     /// The directories watched at the start, by path: most `deny_read`
     /// paths share their ancestors (HOME, `~/.config`).
-    known: HashMap<PathBuf, Key>,
+    known: HashMap<(PathBuf, Side), Key>,
     /// The writable roots: a directory under one is watched on its side.
     write: Vec<PathBuf>,
     /// On the writable side, what each awaited name was when its directory
@@ -179,7 +179,7 @@ impl DenyWatch {
         deny_read: &[PathBuf],
         write: &[PathBuf],
     ) -> Result<Option<Self>> {
-        let mut paths: Vec<(PathBuf, PathBuf)> = vec![];
+        let mut paths: Vec<(PathBuf, PathBuf, bool)> = vec![];
         let mut seen = std::collections::HashSet::new();
         for d in names.iter().chain(deny_read) {
             let real = super::landlock::resolved(d);
@@ -189,9 +189,14 @@ impl DenyWatch {
                 true => vec![],
                 false => links_on_the_way(d),
             };
+            // Host rules for every form of a denied path that is not wholly
+            // inside the writable roots, in whatever directory its names
+            // are (a link on the way inside the workspace leads out of it:
+            // red team 17).
+            let writable = under_any(d, write) && under_any(&real, write);
             for p in [d.clone(), real].into_iter().chain(links) {
-                if p.is_absolute() && seen.insert(p.clone()) {
-                    paths.push((p, d.clone()));
+                if p.is_absolute() && seen.insert((p.clone(), writable)) {
+                    paths.push((p, d.clone(), writable));
                 }
             }
         }
@@ -209,8 +214,7 @@ impl DenyWatch {
             cwd: open_dir(None, Path::new(".")).ok(),
             since: None,
         };
-        for (p, shown) in paths {
-            let writable = w.side(&p) == Side::Writable;
+        for (p, shown, writable) in paths {
             w.add_path(&p, shown, writable)?;
         }
         Ok(Some(w))
@@ -233,7 +237,8 @@ impl DenyWatch {
                 shown: shown.clone(),
                 writable,
             };
-            if let Some(&key) = self.known.get(&dir) {
+            let side = self.side_of(&dir, writable);
+            if let Some(&key) = self.known.get(&(dir.clone(), side)) {
                 if let Some(fd) = self.dirs.get(&key).and_then(|d| d.fd.try_clone().ok()) {
                     self.remember_first(key, fd.as_fd(), &parts[i]);
                 }
@@ -249,7 +254,7 @@ impl DenyWatch {
             };
             match self.watch(fd, &dir, wait) {
                 Ok(wd) => {
-                    self.known.insert(dir.clone(), wd);
+                    self.known.insert((dir.clone(), side), wd);
                 }
                 // One we may not list: Landlock's split grants nothing below
                 // a directory it cannot list either (landlock.rs, `carve`),
@@ -283,13 +288,14 @@ impl DenyWatch {
         }
     }
 
-    /// The side a directory at `p` is watched on. By path: a path that
+    /// The side a directory at `dir` is watched on for a wait: the
+    /// writable side only for a denied path wholly inside the writable
+    /// roots (`writable`) and a directory inside one. By path: a path that
     /// reaches a writable root through a link is watched on the host's
-    /// side, where a flood stops the run (fail closed); one that leaves a
-    /// writable root through a link (`ws/link -> ~/.ssh`) is watched in
-    /// its resolved form on the host's side too (`new`).
-    fn side(&self, p: &Path) -> Side {
-        match self.write.iter().any(|w| crate::paths::under(p, w)) {
+    /// side, where a flood stops the run (fail closed). A directory with
+    /// waits of both kinds is watched on both sides.
+    fn side_of(&self, dir: &Path, writable: bool) -> Side {
+        match writable && under_any(dir, &self.write) {
             true => Side::Writable,
             false => Side::Host,
         }
@@ -305,7 +311,7 @@ impl DenyWatch {
     /// Add `wait` on the directory open as `fd`: through the handle, so
     /// that a directory made during the run is watched in the host's view.
     fn watch(&mut self, fd: OwnedFd, shown: &Path, wait: Wait) -> nix::Result<Key> {
-        let side = self.side(shown);
+        let side = self.side_of(shown, wait.writable);
         let mask = match side {
             Side::Host => HOST_MASK,
             Side::Writable => MASK,
@@ -770,6 +776,10 @@ impl DenyWatch {
         }
         timestamp(st.stx_btime) < since
     }
+}
+
+fn under_any(p: &Path, roots: &[PathBuf]) -> bool {
+    roots.iter().any(|w| crate::paths::under(p, w))
 }
 
 fn stop_unknown(path: &str) -> Option<Appeared> {

@@ -285,3 +285,51 @@ fn a_link_in_the_middle_of_the_chain_is_watched() {
     let a = w.check().unwrap();
     assert_eq!((a.why, a.path), ("link", d.join(".aws")));
 }
+
+/// A directory a link's target enters and leaves with `..` decides where
+/// the denied name leads, and so does a link on the way that lies in a
+/// writable root: both are judged as the host's.
+#[test]
+fn a_dotdot_directory_and_a_link_in_a_writable_root_on_the_way_are_watched() {
+    let (_one, t) = setup();
+    let d = &t.path().canonicalize().unwrap();
+    std::fs::create_dir_all(d.join("mid")).unwrap();
+    std::fs::create_dir_all(d.join(".profiles/work/aws")).unwrap();
+    std::fs::create_dir_all(d.join("alt/sub")).unwrap();
+    std::os::unix::fs::symlink("mid/../.profiles/work/aws", d.join(".aws")).unwrap();
+    assert_eq!(
+        links_on_the_way(&d.join(".aws")),
+        vec![d.join(".aws"), d.join("mid")]
+    );
+    let mut w = DenyWatch::new(instances().unwrap(), &[d.join(".aws")], &[], &[])
+        .unwrap()
+        .unwrap();
+    w.armed(None);
+    std::fs::rename(d.join("mid"), d.join("mid.old")).unwrap();
+    std::os::unix::fs::symlink("alt/sub", d.join("mid")).unwrap();
+    let a = w.check().unwrap();
+    assert_eq!((a.why, a.path), ("link", d.join(".aws")));
+
+    // `~/.aws -> ws/cfg/aws`, `ws/cfg -> .profiles/work`, ws writable: the
+    // link in the workspace is on the host's side, removals and all.
+    let ws = d.join("ws");
+    std::fs::create_dir_all(&ws).unwrap();
+    std::fs::remove_file(d.join(".aws")).unwrap();
+    std::os::unix::fs::symlink("ws/cfg/aws", d.join(".aws")).unwrap();
+    std::os::unix::fs::symlink(d.join(".profiles/work"), ws.join("cfg")).unwrap();
+    let mut w = DenyWatch::new(
+        instances().unwrap(),
+        &[d.join(".aws")],
+        &[],
+        std::slice::from_ref(&ws),
+    )
+    .unwrap()
+    .unwrap();
+    w.armed(None);
+    std::fs::remove_file(ws.join("cfg")).unwrap();
+    std::os::unix::fs::symlink(d.join(".profiles"), ws.join("cfg")).unwrap();
+    std::fs::remove_file(ws.join("cfg")).unwrap();
+    std::fs::create_dir(ws.join("cfg")).unwrap();
+    let a = w.check().unwrap();
+    assert_eq!((a.why, a.path), ("unseen", d.join(".aws")));
+}
