@@ -398,20 +398,18 @@ impl DenyWatch {
         // The host's side first and all of it; then one batch of the
         // writable side, so that a sandbox flooding it cannot keep us from
         // the host's events (poll is back at once while more is queued).
-        Ok(self
-            .drain(Side::Host, usize::MAX)
-            .or_else(|| self.drain(Side::Writable, 1)))
+        Ok(self.drain_host().or_else(|| self.drain_writable(1)))
     }
 
     /// Read everything the kernel reported; the first name that appeared
     /// as something the sandbox could read through.
     pub fn check(&mut self) -> Option<Appeared> {
         for _ in 0..1000 {
-            if let Some(a) = self.drain(Side::Host, usize::MAX) {
+            if let Some(a) = self.drain_host() {
                 return Some(a);
             }
             if self.pending.is_empty() {
-                return self.drain(Side::Writable, usize::MAX);
+                return self.drain_writable(usize::MAX);
             }
         }
         // Before the command starts or after it ended: everything up to
@@ -529,13 +527,10 @@ impl DenyWatch {
     }
 
     /// Up to `batches` reads of the writable side's queue.
-    fn drain(&mut self, side: Side, batches: usize) -> Option<Appeared> {
-        if side == Side::Host {
-            return self.drain_host();
-        }
+    fn drain_writable(&mut self, batches: usize) -> Option<Appeared> {
         let mut read = 0;
         while read < batches {
-            let events = match self.inotify(side).read_events() {
+            let events = match self.notify.writable.read_events() {
                 Ok(ev) => ev,
                 Err(Errno::EAGAIN) => return None,
                 Err(Errno::EINTR) => continue,
@@ -544,10 +539,6 @@ impl DenyWatch {
             read += 1;
             for ev in events {
                 if ev.mask.contains(AddWatchFlags::IN_Q_OVERFLOW) {
-                    if side == Side::Host {
-                        // Any of them could have been one, and gone again.
-                        return stop_unknown("(events lost)");
-                    }
                     tracing::debug!("deny_read watch: events lost in the writable roots, looking at every name there again");
                     if let Some(a) = self.rescan() {
                         return Some(a);
@@ -555,7 +546,7 @@ impl DenyWatch {
                     continue;
                 }
                 let Some(name) = ev.name else { continue };
-                if let Some(a) = self.appeared((side, ev.wd), &name) {
+                if let Some(a) = self.appeared((Side::Writable, ev.wd), &name) {
                     return Some(a);
                 }
             }
