@@ -126,3 +126,59 @@ fn nothing_of_the_sandbox_outlives_its_reported_end() {
         }
     }
 }
+
+/// The degraded tier has no PID namespace whose end kills everything at
+/// once. A fork storm that replaces itself faster than /proc can be read
+/// (at most 1000 members, each forking two successors and exiting; red team
+/// round 10) kept the run going past `--timeout` and outlived the walk
+/// that killed it. Where Landlock scopes signals (Linux 6.12+), init's one
+/// `kill(-1)` ends it: the run ends with its timeout and nothing is left.
+#[test]
+fn a_fork_storm_ends_with_the_degraded_tier_timeout() {
+    if !landlock_scopes_signals() {
+        eprintln!("skipped: this kernel's Landlock cannot scope signals (ABI < 6)");
+        return;
+    }
+    let probe = probe_in(&base());
+    for user in users() {
+        let f = fixture();
+        let name = format!("al-storm-{}", std::process::id() % 10000);
+        let started = std::time::Instant::now();
+        let out = run(&mut command(
+            &f,
+            Tier::Degraded,
+            user,
+            &["--network", "none", "--timeout", "2s"],
+            // Its members hold a file, not airlock's output pipe.
+            &format!("{probe} storm 1000 25 {name} >storm.out 2>&1; cat storm.out; sleep 60"),
+        ));
+        let took = started.elapsed();
+        let left = named(&name);
+        let ctx = format!("as_user={user} took={took:?}\n{}", show(&out));
+        assert!(has_line(&out, "storm: started"), "{ctx}");
+        assert_eq!(out.code, 124, "{ctx}");
+        assert!(
+            took < std::time::Duration::from_secs(15),
+            "the storm kept the run going past its timeout: {ctx}"
+        );
+        assert!(
+            left.is_empty(),
+            "{} members of the storm outlived the run: {ctx}",
+            left.len()
+        );
+    }
+}
+
+/// Whether this kernel's Landlock has ABI 6 (signal scoping).
+fn landlock_scopes_signals() -> bool {
+    // SAFETY: the version query of landlock_create_ruleset takes no attribute.
+    let abi = unsafe {
+        libc::syscall(
+            libc::SYS_landlock_create_ruleset,
+            std::ptr::null::<u8>(),
+            0usize,
+            1u32,
+        )
+    };
+    abi >= 6
+}

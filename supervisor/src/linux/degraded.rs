@@ -30,12 +30,13 @@ use std::io::Write;
 use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use nix::mount::{mount, MsFlags};
 use nix::sys::signal::kill;
 use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
-use nix::unistd::{fork, ForkResult};
+use nix::unistd::{fork, ForkResult, Pid};
 
 use super::{caps, init, landlock, limits, seccomp};
 use crate::plan::{Limits, Plan};
@@ -178,11 +179,18 @@ pub fn run(plan: &Plan, channel: &mut UnixStream, proxy_port: Option<u16>) -> Re
             Some((deny, armed, sfd)) => {
                 let timeout = nix::poll::PollTimeout::NONE;
                 if let Some(a) = deny.wait(armed, Some(sfd.as_fd()), timeout)? {
-                    // No PID namespace: init, then everything below it.
-                    let _ = kill(child, nix::sys::signal::Signal::SIGKILL);
+                    // No PID namespace: init tears the sandbox down (at
+                    // once where signals are scoped, scope.rs); one that
+                    // has not within a second never started the command
+                    // (it takes the signal only once it has) and is
+                    // killed. Then whatever is left below us.
+                    let _ = kill(child, init::TEARDOWN);
+                    if !exits_within(child, Duration::from_secs(1)) {
+                        let _ = kill(child, nix::sys::signal::Signal::SIGKILL);
+                        let _ = waitpid(child, None);
+                    }
                     init::kill_descendants();
                     let _ = channel.write_all(a.line().as_bytes());
-                    let _ = waitpid(child, None);
                     stopped = true;
                     break 125;
                 }
@@ -226,6 +234,22 @@ pub fn run(plan: &Plan, channel: &mut UnixStream, proxy_port: Option<u16>) -> Re
     init::kill_descendants();
     drop(tmp);
     Ok(code)
+}
+
+/// Whether `child` exits (and is reaped) within `limit`.
+fn exits_within(child: Pid, limit: Duration) -> bool {
+    let deadline = Instant::now() + limit;
+    loop {
+        match waitpid(child, Some(WaitPidFlag::WNOHANG)) {
+            Ok(WaitStatus::StillAlive) | Err(nix::errno::Errno::EINTR) => {}
+            Ok(WaitStatus::Exited(..) | WaitStatus::Signaled(..)) | Err(_) => return true,
+            Ok(_) => {}
+        }
+        if Instant::now() > deadline {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
 }
 
 fn set_parent_death_signal() -> Result<()> {
@@ -374,6 +398,11 @@ fn sandbox_init(
     write.extend(DEVICES.iter().map(PathBuf::from));
     write.extend(own_terminals());
     landlock::restrict_degraded(&read, &listable, &read_denied, &write, proxy_port)?;
+    // A layer of our own that scopes signals, and the command one below
+    // it (scope.rs): the teardown's kill(-1) then reaches exactly the
+    // sandbox, and the command cannot signal us.
+    let scoped = super::scope::enter_for_init();
+    tracing::debug!(scoped, "degraded tier: signals scoped to the sandbox");
     // The watcher's deny_read watch: inodes born from now on carry no rule.
     let armed = armed.map(super::denywatch::arm);
     seccomp::install(true)?;
@@ -381,5 +410,5 @@ fn sandbox_init(
     if let Some(at) = armed.filter(|_| super::denywatch::settle_needed(plan)) {
         super::denywatch::settle(at);
     }
-    init::run(plan, channel, init::Reap::Subreaper, None)
+    init::run(plan, channel, init::Reap::Subreaper { scoped }, None)
 }

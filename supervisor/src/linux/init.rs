@@ -27,9 +27,12 @@ const FORWARDED: &[Signal] = &[
 pub enum Reap {
     /// PID 1 of a PID namespace: `kill(-1)` reaches exactly the sandbox.
     Namespace,
-    /// The degraded tier's subreaper: kill our children until none are
-    /// left (orphans are reparented to us). SIGUSR1 means tear down now.
-    Subreaper,
+    /// The degraded tier's subreaper (orphans are reparented to us).
+    /// SIGUSR1 means tear down now. `scoped`: init sits in a Landlock
+    /// domain that scopes signals and the command goes one below it
+    /// (`scope.rs`), so `kill(-1)` reaches exactly the sandbox, at once;
+    /// else our descendants are found in /proc until none is left.
+    Subreaper { scoped: bool },
 }
 
 /// The signal that asks a subreaper to tear the sandbox down.
@@ -81,7 +84,8 @@ fn descendants_of(me: u32) -> Vec<(Pid, char)> {
 /// look at /proc finds all of it stopped (a stopped process cannot fork,
 /// nor wake one that is), then killed whole: a chain that regrows as its
 /// head dies cannot outrun that; a storm that replaces itself faster than
-/// /proc can be read still can (README, the degraded tier).
+/// /proc can be read still can (README, the degraded tier): the fallback
+/// where Landlock cannot scope signals (`scope.rs`).
 pub fn kill_descendants() {
     let me = std::process::id();
     // A process in a killable wait (a vfork parent whose child is stopped)
@@ -119,6 +123,29 @@ pub fn kill_descendants() {
         std::thread::sleep(std::time::Duration::from_millis(1));
     }
     reap_all();
+}
+
+/// Whether the teardown signal waits for us (it is blocked).
+fn teardown_pending() -> bool {
+    // SAFETY: sigpending fills the set we own.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigpending(&mut set) == 0 && libc::sigismember(&set, TEARDOWN as libc::c_int) == 1
+    }
+}
+
+/// Everything the degraded sandbox still runs, killed and reaped.
+fn end_subreaped(reap: Reap) {
+    match reap {
+        // Our domain scopes signals: this reaches the sandbox and nothing
+        // else, and no fork escapes it. The dead are ours to reap, orphans
+        // included (we are their subreaper).
+        Reap::Subreaper { scoped: true } => {
+            let _ = kill(Pid::from_raw(-1), Signal::SIGKILL);
+            reap_all();
+        }
+        _ => kill_descendants(),
+    }
 }
 
 /// Wait for every child (of any kind: `__WALL` takes those cloned with
@@ -206,6 +233,8 @@ struct Prepared {
     envp: Vec<*const libc::c_char>,
     /// The errno of the step that failed in the child, set before it exits.
     failed: std::sync::atomic::AtomicI32,
+    /// The Landlock layer the command enters below init's (`scope.rs`).
+    scope: Option<std::os::fd::OwnedFd>,
 }
 
 /// In init, before the command's process exists: enter its directory (the
@@ -234,6 +263,7 @@ fn prepare(plan: &Plan) -> Result<Prepared> {
         _argv: argv,
         _envp: envp,
         failed: std::sync::atomic::AtomicI32::new(0),
+        scope: None,
     })
 }
 
@@ -263,6 +293,17 @@ extern "C" fn exec_child(arg: *mut libc::c_void) -> libc::c_int {
         // Anything init opened without O_CLOEXEC stays out too (the
         // helper already closed what the caller passed down).
         libc::syscall(libc::SYS_close_range, 3, libc::c_uint::MAX, 4);
+        // Below init's domain: unable to signal it (fail closed: a command
+        // that could would outlive the teardown, see `scope.rs`).
+        if let Some(r) = &p.scope {
+            if super::scope::enter(r).is_err() {
+                p.failed.store(
+                    *libc::__errno_location(),
+                    std::sync::atomic::Ordering::SeqCst,
+                );
+                libc::_exit(127)
+            }
+        }
         libc::execve(p.path.as_ptr(), p.argv.as_ptr(), p.envp.as_ptr());
         p.failed.store(
             *libc::__errno_location(),
@@ -276,7 +317,11 @@ extern "C" fn exec_child(arg: *mut libc::c_void) -> libc::c_int {
 /// (no copy of init's page tables to make, and none for execve to tear
 /// down), init waiting meanwhile. An error is reported on the channel and
 /// the process exits 127, as a shell's would.
-fn spawn_command(plan: &Plan, channel: &mut UnixStream) -> Result<Pid> {
+fn spawn_command(
+    plan: &Plan,
+    channel: &mut UnixStream,
+    scope: Option<std::os::fd::OwnedFd>,
+) -> Result<Pid> {
     let failed = |channel: &mut UnixStream, e: anyhow::Error| -> Result<Pid> {
         super::helper::send_line(channel, "exec-error", &format!("{e:#}"));
         // The exit status is the child's: one that only exits.
@@ -287,7 +332,7 @@ fn spawn_command(plan: &Plan, channel: &mut UnixStream) -> Result<Pid> {
         }
     };
     let prepared = match prepare(plan) {
-        Ok(p) => p,
+        Ok(p) => Prepared { scope, ..p },
         Err(e) => return failed(channel, e),
     };
     let mut stack = vec![0u8; 64 * 1024];
@@ -352,18 +397,33 @@ pub fn run(
     wait_for_go(channel)?;
     super::helper::phase_now(channel, "supervisor said go");
     let mask = block_signals()?;
-    let command = spawn_command(plan, channel)?;
+    let scope = match reap {
+        Reap::Subreaper { scoped: true } => Some(
+            super::scope::signal_ruleset()
+                .context("the kernel scoped init's signals but not the command's")?,
+        ),
+        _ => None,
+    };
+    let command = spawn_command(plan, channel, scope)?;
     loop {
         let sig = mask.wait().context("waiting for signals")?;
-        if sig == TEARDOWN && reap == Reap::Subreaper {
-            kill_descendants();
+        if sig == TEARDOWN && matches!(reap, Reap::Subreaper { .. }) {
+            end_subreaped(reap);
             return Ok(124);
         }
         if sig != Signal::SIGCHLD {
             let _ = kill(command, sig);
             continue;
         }
+        // A storm of orphans can keep this loop reaping for ever: the
+        // teardown signal is looked for as it goes.
+        let mut reaped = 0u32;
         loop {
+            reaped = reaped.wrapping_add(1);
+            if reaped % 64 == 0 && matches!(reap, Reap::Subreaper { .. }) && teardown_pending() {
+                end_subreaped(reap);
+                return Ok(124);
+            }
             match waitpid(Pid::from_raw(-1), Some(WaitPidFlag::WNOHANG)) {
                 Ok(WaitStatus::StillAlive) | Err(_) => break,
                 Ok(status) if status.pid() == Some(command) => {
@@ -375,8 +435,8 @@ pub fn run(
                             let _ = kill(Pid::from_raw(-1), Signal::SIGKILL);
                             reap_all() && only_init_left()
                         }
-                        Reap::Subreaper => {
-                            kill_descendants();
+                        Reap::Subreaper { .. } => {
+                            end_subreaped(reap);
                             false
                         }
                     };

@@ -13,6 +13,7 @@ pub mod limits;
 pub mod mounts;
 pub mod netlink;
 pub mod netns;
+pub mod scope;
 pub mod seccomp;
 pub mod sockets;
 pub mod unixconnect;

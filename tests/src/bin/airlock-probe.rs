@@ -410,6 +410,77 @@ fn flood(threads: usize, secs: f64, name: &str) {
     println!("flood: {total}");
 }
 
+/// A fork storm that replaces itself (red team round 10's F6): at most
+/// `cap` members live at once, each forks two successors while under the
+/// cap and exits at once, for `secs` seconds; every member is named
+/// `name` (its `comm`). Returns at once, leaving the storm behind.
+fn storm(cap: i32, secs: f64, name: &str) {
+    use std::sync::atomic::{AtomicI32, Ordering};
+    let Ok(cname) = std::ffi::CString::new(name) else {
+        return;
+    };
+    // SAFETY: an anonymous shared mapping of one page, for one counter.
+    let page = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            4096,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        )
+    };
+    if page == libc::MAP_FAILED {
+        return;
+    }
+    // SAFETY: the page is zeroed, aligned and shared by every member.
+    let alive = unsafe { &*(page as *const AtomicI32) };
+    alive.store(1, Ordering::SeqCst);
+    let end = std::time::Instant::now() + std::time::Duration::from_secs_f64(secs);
+    // SAFETY: single-threaded here; the child only runs the loop below.
+    if unsafe { libc::fork() } != 0 {
+        println!("storm: started");
+        return;
+    }
+    loop {
+        // SAFETY: naming ourselves, with a NUL-terminated name.
+        unsafe { libc::prctl(libc::PR_SET_NAME, cname.as_ptr(), 0, 0, 0) };
+        if std::time::Instant::now() > end {
+            alive.fetch_sub(1, Ordering::SeqCst);
+            // SAFETY: leaving without running anything of the parent's.
+            unsafe { libc::_exit(0) };
+        }
+        let mut made = 0;
+        let mut child = false;
+        for _ in 0..2 {
+            if alive.fetch_add(1, Ordering::SeqCst) >= cap {
+                alive.fetch_sub(1, Ordering::SeqCst);
+                continue;
+            }
+            // SAFETY: the member is single-threaded.
+            match unsafe { libc::fork() } {
+                0 => {
+                    child = true;
+                    break;
+                }
+                p if p < 0 => {
+                    alive.fetch_sub(1, Ordering::SeqCst);
+                }
+                _ => made += 1,
+            }
+        }
+        if child {
+            continue;
+        }
+        if made > 0 {
+            alive.fetch_sub(1, Ordering::SeqCst);
+            // SAFETY: as above.
+            unsafe { libc::_exit(0) };
+        }
+        std::thread::sleep(std::time::Duration::from_micros(100));
+    }
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let arg = |i: usize| args.get(i).cloned().unwrap_or_default();
@@ -418,6 +489,11 @@ fn main() {
         "flood" => flood(
             arg(1).parse().unwrap_or(8),
             arg(2).parse().unwrap_or(2.0),
+            &arg(3),
+        ),
+        "storm" => storm(
+            arg(1).parse().unwrap_or(64),
+            arg(2).parse().unwrap_or(5.0),
             &arg(3),
         ),
         "protocols" => protocols(),

@@ -3,7 +3,9 @@
 //! random order each round, both binaries read back from disk first),
 //! medians compared; then where the time goes: the `-vv` phases of further runs,
 //! placed on this program's clock (CLOCK_MONOTONIC) from the moment it
-//! spawns airlock to the moment airlock has exited.
+//! spawns airlock to the moment airlock has exited. Where bubblewrap is
+//! installed, two `bwrap --unshare-all` runs join the rounds as a reference
+//! sandbox (no Landlock, seccomp, proxy or policy).
 //!
 //!     scripts/build-release.sh && ./target/release/bench-startup [RUNS]
 
@@ -144,6 +146,35 @@ fn main() {
     {
         from_disk(&bin);
     }
+    // bubblewrap, where installed, as a reference sandbox: with no mounts
+    // of its own, and with the fewest any sandbox needs (a read-only root,
+    // its own /proc, a minimal /dev, a private /tmp); it does no Landlock,
+    // seccomp, proxy or policy.
+    let bwrap = on_path("bwrap");
+    let bwrap_runs: [(&str, &[&str]); 2] = [
+        (
+            "bwrap --unshare-all --dev-bind / /",
+            &["--dev-bind", "/", "/"],
+        ),
+        (
+            "bwrap --unshare-all --ro-bind / / --proc /proc --dev /dev --tmpfs /tmp",
+            &[
+                "--ro-bind",
+                "/",
+                "/",
+                "--proc",
+                "/proc",
+                "--dev",
+                "/dev",
+                "--tmpfs",
+                "/tmp",
+            ],
+        ),
+    ];
+    if let Some(b) = &bwrap {
+        from_disk(b);
+    }
+    let mut refs: Vec<Vec<f64>> = vec![vec![]; bwrap_runs.len()];
     let (mut base, mut proxy, mut none) = (vec![], vec![], vec![]);
     // Each round runs the three in a new order: whichever runs right
     // after another one's exit pays for its teardown (measured: 0.5 ms).
@@ -151,7 +182,7 @@ fn main() {
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(1, |d| d.as_nanos() as u64 | 1);
     for i in 0..n + 5 {
-        let mut order = [0usize, 1, 2];
+        let mut order: Vec<usize> = (0..3 + bwrap.as_ref().map_or(0, |_| refs.len())).collect();
         for k in (1..order.len()).rev() {
             // xorshift64: enough to vary the order, no dependency.
             seed ^= seed << 13;
@@ -159,18 +190,27 @@ fn main() {
             seed ^= seed << 17;
             order.swap(k, (seed % (k as u64 + 1)) as usize);
         }
-        let mut t = [0.0; 3];
+        let mut t = vec![0.0; order.len()];
         for which in order {
             t[which] = match which {
                 0 => time(Command::new("unshare").args(["-Urn", "/bin/true"])),
                 1 => time(&mut f.command_argv(&[], &["/bin/true"])),
-                _ => time(&mut f.command_argv(&["--network", "none"], &["/bin/true"])),
+                2 => time(&mut f.command_argv(&["--network", "none"], &["/bin/true"])),
+                k => time(
+                    Command::new(bwrap.as_ref().expect("bwrap"))
+                        .arg("--unshare-all")
+                        .args(bwrap_runs[k - 3].1)
+                        .arg("/bin/true"),
+                ),
             };
         }
         if i >= 5 {
             base.push(t[0]);
             proxy.push(t[1]);
             none.push(t[2]);
+            for (r, v) in refs.iter_mut().zip(t.iter().skip(3)) {
+                r.push(*v);
+            }
         }
     }
     let (b, p, nn) = (median(base), median(proxy), median(none));
@@ -184,6 +224,15 @@ fn main() {
         "  airlock run --network none -- /bin/true: {nn:.2} ms  ratio {:.2}x",
         nn / b
     );
+    if bwrap.is_some() {
+        println!("  reference (not airlock):");
+        for ((name, _), v) in bwrap_runs.iter().zip(refs) {
+            let m = median(v);
+            println!("  {name:<72} {m:.2} ms  ratio {:.2}x", m / b);
+        }
+    } else {
+        println!("  (install bubblewrap for a reference sandbox in the same run)");
+    }
 
     // Where the time goes: medians of each phase's offset over `-vv` runs.
     let mut table: BTreeMap<String, Vec<f64>> = BTreeMap::new();

@@ -239,8 +239,13 @@ impl DenyWatch {
             };
             let side = self.side_of(&dir, writable);
             if let Some(&key) = self.known.get(&(dir.clone(), side)) {
-                if let Some(fd) = self.dirs.get(&key).and_then(|d| d.fd.try_clone().ok()) {
-                    self.remember_first(key, fd.as_fd(), &parts[i]);
+                // Only the writable side keeps first inodes: no descriptor
+                // is duplicated for the host's (a dup and a close for every
+                // directory every denied path shares with another).
+                if key.0 == Side::Writable {
+                    if let Some(d) = self.dirs.get(&key) {
+                        remember_first(&mut self.first, key, d.fd.as_fd(), &parts[i]);
+                    }
                 }
                 if let Some(d) = self.dirs.get_mut(&key) {
                     d.waits.push(wait);
@@ -275,17 +280,6 @@ impl DenyWatch {
             dir.push(&parts[i]);
         }
         Ok(())
-    }
-
-    /// On the writable side: what `name` in the directory `dir` is now, for
-    /// a rescan (the first answer stays).
-    fn remember_first(&mut self, key: Key, dir: BorrowedFd, name: &OsStr) {
-        if key.0 != Side::Writable || self.first.contains_key(&(key, name.to_os_string())) {
-            return;
-        }
-        if let Ok(st) = statx(dir, name) {
-            self.first.insert((key, name.to_os_string()), identity(&st));
-        }
     }
 
     /// The side a directory at `dir` is watched on for a wait: the
@@ -329,7 +323,7 @@ impl DenyWatch {
             wait.rest.first()
         );
         if let Some(name) = wait.rest.first() {
-            self.remember_first(key, fd.as_fd(), name);
+            remember_first(&mut self.first, key, fd.as_fd(), name);
         }
         let waits = &mut self
             .dirs
@@ -766,6 +760,22 @@ impl DenyWatch {
             return true;
         }
         timestamp(st.stx_btime) < since
+    }
+}
+
+/// On the writable side: what `name` in the directory `dir` is when that
+/// directory is first watched for it, for a rescan (the first answer stays).
+fn remember_first(
+    first: &mut HashMap<(Key, OsString), (u64, u64)>,
+    key: Key,
+    dir: BorrowedFd,
+    name: &OsStr,
+) {
+    if key.0 != Side::Writable || first.contains_key(&(key, name.to_os_string())) {
+        return;
+    }
+    if let Ok(st) = statx(dir, name) {
+        first.insert((key, name.to_os_string()), identity(&st));
     }
 }
 
