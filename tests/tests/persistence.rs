@@ -1333,3 +1333,233 @@ fn airlocks_own_journal_is_not_taken_for_a_plant_when_home_is_the_workspace() {
         }
     }
 }
+
+/// A git directory assembled from parts (red team round 19): `HEAD` and a
+/// `commondir` file in one directory, the configuration and hooks in
+/// another that holds no `HEAD` (so neither looks like a repository by
+/// itself); at the workspace root, or below it.
+const COMMONDIR_PLANT: &str = r#"
+git init -q --bare data/y
+mkdir -p tmpwt && echo hello > tmpwt/README
+git --git-dir=data/y --work-tree=tmpwt add README
+git --git-dir=data/y --work-tree=tmpwt -c user.name=a -c user.email=a@b commit -qm init
+rm -rf tmpwt data/y/HEAD data/y/hooks/*.sample
+git config --file data/y/config core.pager "touch $MARKER; cat"
+git config --file data/y/config core.fsmonitor "touch $MARKER; false"
+for h in reference-transaction pre-commit post-checkout; do
+  printf '#!/bin/sh\ntouch %s\n' "$MARKER" > data/y/hooks/$h; chmod +x data/y/hooks/$h
+done
+echo 'ref: refs/heads/master' > "$AT/HEAD"; echo "$UP"data/y > "$AT/commondir"
+echo planted
+"#;
+
+/// What a user runs in a repository they find: status, log, a branch,
+/// a commit (each may run a hook, the pager or fsmonitor).
+fn host_git_in(f: &Fixture, who: Who, dir: &Path) {
+    for args in [
+        &["status"][..],
+        &["-c", "core.pager=cat", "log", "-1"],
+        &["-c", "pager.log=true", "log", "-1"],
+        &["branch", "host-branch"],
+        &[
+            "-c",
+            "user.email=t@t",
+            "-c",
+            "user.name=t",
+            "commit",
+            "-q",
+            "--allow-empty",
+            "-m",
+            "host",
+        ],
+    ] {
+        let _ = host(f, who, dir, "git", args);
+    }
+}
+
+#[test]
+fn a_repository_assembled_from_parts_runs_nothing_later() {
+    if !git_available() {
+        eprintln!("skipped: git is not installed");
+        return;
+    }
+    for who in Who::all() {
+        // Below the workspace (a repository as the workspace), and the
+        // workspace root itself (no repository).
+        for (at, up, is_repo) in [("sub/x", "../../", true), (".", "", false)] {
+            let f = if is_repo {
+                repo(who)
+            } else {
+                let f = Fixture::new_in(&base());
+                who.prepare(&f);
+                f
+            };
+            let marker = f.home.join("PWNED");
+            let script = format!(
+                "export MARKER={m} AT={at} UP={up}; mkdir -p {at}; {COMMONDIR_PLANT}",
+                m = marker.display()
+            );
+            let out = sandboxed(&f, who, &["--network", "none"], &script);
+            assert!(
+                out.stdout.contains("planted"),
+                "{who:?} {at}: {}",
+                show(&out)
+            );
+            host_git_in(&f, who, &f.ws.join(at));
+            assert!(
+                !marker.exists(),
+                "{who:?} {at}: git on the host ran what the sandbox planted\n{}",
+                show(&out)
+            );
+            assert!(
+                out.stderr.contains("protected path"),
+                "{who:?} {at}: {}",
+                show(&out)
+            );
+            // The workspace's own files are untouched.
+            assert!(f.ws.join("data/y/objects").is_dir(), "{who:?} {at}");
+        }
+    }
+}
+
+/// One run writes a repository's hooks and configuration while it is no
+/// repository (no `HEAD`, under another name); a later run only gives it
+/// its `HEAD` and name back. Every file it then uses is older than the
+/// second run, and was still written by a sandbox (SPEC §3.5).
+#[test]
+fn a_repository_completed_by_a_later_run_runs_nothing() {
+    if !git_available() {
+        eprintln!("skipped: git is not installed");
+        return;
+    }
+    for who in Who::all() {
+        let f = repo(who);
+        let marker = f.home.join("PWNED");
+        let first = format!(
+            r#"set -e; M={m}
+               git init -q sub/r && cd sub/r
+               git -c user.name=a -c user.email=a@b commit -q --allow-empty -m inner
+               git config core.fsmonitor "touch $M; false"
+               printf '#!/bin/sh\ntouch %s\n' "$M" > .git/hooks/pre-commit; chmod +x .git/hooks/pre-commit
+               rm .git/HEAD && mv .git .gitstash && echo first-done"#,
+            m = marker.display()
+        );
+        let out = sandboxed(&f, who, &["--network", "none"], &first);
+        assert!(out.stdout.contains("first-done"), "{who:?}: {}", show(&out));
+        // The second run starts on a later tick of the ctime clock.
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        let out = sandboxed(
+            &f,
+            who,
+            &["--network", "none"],
+            "cd sub/r && mv .gitstash .git && echo 'ref: refs/heads/master' > .git/HEAD && echo second-done",
+        );
+        assert!(
+            out.stdout.contains("second-done"),
+            "{who:?}: {}",
+            show(&out)
+        );
+        host_git_runs_nothing(&f, who, &f.ws.join("sub/r"), &marker);
+        assert!(
+            out.stderr.contains("protected path"),
+            "{who:?}: {}",
+            show(&out)
+        );
+        // A repository used inside, with nothing planted, is left as it is.
+        let out = sandboxed(
+            &f,
+            who,
+            &["--network", "none"],
+            "cd sub/r && git -c user.name=a -c user.email=a@b commit -q --allow-empty -m clean && git checkout -q -b topic && echo clean-done",
+        );
+        assert!(out.stdout.contains("clean-done"), "{who:?}: {}", show(&out));
+        assert!(
+            !out.stderr.contains("protected path"),
+            "{who:?}: a clean repository was judged: {}",
+            show(&out)
+        );
+    }
+}
+
+/// A submodule's git directory made inside the workspace's own `.git`
+/// (`.git/modules/<name>`), which the user's `git submodule update --init`
+/// then takes as it is, hooks included.
+#[test]
+fn a_git_directory_planted_in_dot_git_modules_runs_nothing() {
+    if !git_available() {
+        eprintln!("skipped: git is not installed");
+        return;
+    }
+    for who in Who::all() {
+        let f = repo(who);
+        let marker = f.home.join("PWNED");
+        // A submodule recorded but not initialised, from a source repository
+        // in HOME.
+        let src = f.home.join("subsrc");
+        std::fs::create_dir_all(&src).unwrap();
+        if who == Who::Nobody {
+            airlock_tests::who::chown(&f.home);
+        }
+        let g = |dir: &Path, args: &[&str]| {
+            let o = host(&f, who, dir, "git", args);
+            assert_eq!(o.code, 0, "git {args:?}: {}", show(&o));
+        };
+        let id = ["-c", "user.email=t@t", "-c", "user.name=t"];
+        g(&src, &["init", "-q", "."]);
+        g(
+            &src,
+            &[&id[..], &["commit", "-q", "--allow-empty", "-m", "s"]].concat(),
+        );
+        let s = src.display().to_string();
+        g(
+            &f.ws,
+            &[
+                "-c",
+                "protocol.file.allow=always",
+                "submodule",
+                "add",
+                "-q",
+                &s,
+                "lib",
+            ],
+        );
+        g(&f.ws, &[&id[..], &["commit", "-q", "-m", "add"]].concat());
+        g(&f.ws, &["submodule", "deinit", "-q", "-f", "lib"]);
+        let _ = std::fs::remove_dir_all(f.ws.join(".git/modules/lib"));
+        let script = format!(
+            r#"set -e
+               git clone -q --bare {s} .git/modules/lib
+               git config --file .git/modules/lib/config core.bare false
+               git config --file .git/modules/lib/config core.worktree ../../../lib
+               printf '#!/bin/sh\ntouch {m}\n' > .git/modules/lib/hooks/post-checkout
+               chmod +x .git/modules/lib/hooks/post-checkout && echo planted"#,
+            m = marker.display()
+        );
+        let out = sandboxed(&f, who, &["--network", "none"], &script);
+        assert!(out.stdout.contains("planted"), "{who:?}: {}", show(&out));
+        let _ = host(
+            &f,
+            who,
+            &f.ws,
+            "git",
+            &[
+                "-c",
+                "protocol.file.allow=always",
+                "submodule",
+                "update",
+                "-q",
+                "--init",
+            ],
+        );
+        assert!(
+            !marker.exists(),
+            "{who:?}: git submodule update ran a hook the sandbox planted\n{}",
+            show(&out)
+        );
+        assert!(
+            out.stderr.contains("protected path"),
+            "{who:?}: {}",
+            show(&out)
+        );
+    }
+}

@@ -64,13 +64,12 @@ fn safe_git_key(key: &str) -> bool {
         )
 }
 
-/// A git config text holding only the safe keys of `quarantined`, read by
-/// git itself (no includes) when it is installed.
-fn sanitised_git_config(quarantined: &Path) -> String {
-    let mut out = String::new();
+/// The keys and values of the git config file at `path`, as git itself
+/// reads them (no includes); None when git cannot read it.
+fn git_config_entries(path: &Path) -> Option<Vec<(String, String)>> {
     let listed = std::process::Command::new("git")
         .args(["config", "--no-includes", "--null", "--list", "--file"])
-        .arg(quarantined)
+        .arg(path)
         .current_dir("/")
         .env_clear()
         .env("GIT_CONFIG_NOSYSTEM", "1")
@@ -79,12 +78,35 @@ fn sanitised_git_config(quarantined: &Path) -> String {
         .stdin(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
         .output();
+    let o = listed.ok().filter(|o| o.status.success())?;
+    Some(
+        o.stdout
+            .split(|b| *b == 0)
+            .map(|item| {
+                let item = String::from_utf8_lossy(item);
+                let (key, value) = item.split_once('\n').unwrap_or((&item, "true"));
+                (key.to_string(), value.to_string())
+            })
+            .filter(|(k, _)| !k.is_empty())
+            .collect(),
+    )
+}
+
+/// Whether every key of the git config at `path` is one that names no
+/// program and no other file. One git cannot read is not.
+pub fn git_config_is_safe(path: &Path) -> bool {
+    git_config_entries(path).is_some_and(|e| e.iter().all(|(k, _)| safe_git_key(k)))
+}
+
+/// A git config text holding only the safe keys of `quarantined`, read by
+/// git itself (no includes) when it is installed.
+fn sanitised_git_config(quarantined: &Path) -> String {
+    let mut out = String::new();
     let mut sections: Vec<(String, Vec<(String, String)>)> = vec![];
-    if let Some(o) = listed.ok().filter(|o| o.status.success()) {
-        for item in o.stdout.split(|b| *b == 0) {
-            let item = String::from_utf8_lossy(item);
-            let (key, value) = item.split_once('\n').unwrap_or((&item, "true"));
-            if key.is_empty() || !safe_git_key(key) {
+    if let Some(entries) = git_config_entries(quarantined) {
+        for (key, value) in &entries {
+            let (key, value) = (key.as_str(), value.as_str());
+            if !safe_git_key(key) {
                 continue;
             }
             let (Some((section, _)), Some((head, name))) =

@@ -424,7 +424,13 @@ pub fn run(
                 end_subreaped(reap);
                 return Ok(124);
             }
-            match waitpid(Pid::from_raw(-1), Some(WaitPidFlag::WNOHANG)) {
+            // `__WALL`: children that exit with another signal than
+            // SIGCHLD (a raw clone's choice, 0 included) are reaped here
+            // too, not left as zombies for the teardown to find.
+            match waitpid(
+                Pid::from_raw(-1),
+                Some(WaitPidFlag::WNOHANG | WaitPidFlag::__WALL),
+            ) {
                 Ok(WaitStatus::StillAlive) | Err(_) => break,
                 Ok(status) if status.pid() == Some(command) => {
                     super::helper::phase_now(channel, "command exited");
