@@ -1563,3 +1563,48 @@ fn a_git_directory_planted_in_dot_git_modules_runs_nothing() {
         );
     }
 }
+
+/// An interactive rebase left stopped, whose remaining steps run a
+/// command: the user's `git rebase --continue` would run it. A stopped
+/// rebase without such a step is left as it is.
+#[test]
+fn a_rebase_left_with_a_command_to_run_runs_nothing() {
+    if !git_available() {
+        eprintln!("skipped: git is not installed");
+        return;
+    }
+    for who in Who::all() {
+        for plant in [true, false] {
+            let f = repo(who);
+            let marker = f.home.join("PWNED");
+            let steps = if plant {
+                r"break\nexec ./lint.sh\n"
+            } else {
+                r"break\n"
+            };
+            let script = format!(
+                r#"id="-c user.name=a -c user.email=a@b"
+                   git $id commit -q --allow-empty -m one && git $id commit -q --allow-empty -m two
+                   printf '#!/bin/sh\nprintf "{steps}" > "$1"\n' > /tmp/ed.sh; chmod +x /tmp/ed.sh
+                   printf '#!/bin/sh\ntouch {m}\n' > lint.sh; chmod +x lint.sh
+                   GIT_SEQUENCE_EDITOR=/tmp/ed.sh git $id rebase -q -i HEAD~1; echo stopped"#,
+                m = marker.display()
+            );
+            let out = sandboxed(&f, who, &["--network", "none"], &script);
+            assert!(out.stdout.contains("stopped"), "{who:?}: {}", show(&out));
+            let todo = f.ws.join(".git/rebase-merge/git-rebase-todo");
+            if plant {
+                let _ = host(&f, who, &f.ws, "git", &["rebase", "--continue"]);
+                assert!(
+                    !marker.exists(),
+                    "{who:?}: git rebase --continue ran the sandbox's step\n{}",
+                    show(&out)
+                );
+                assert!(out.stderr.contains("protected path"), "{who:?}: {}", show(&out));
+            } else {
+                assert!(todo.exists(), "{who:?}: a plain rebase was undone: {}", show(&out));
+                assert!(!out.stderr.contains("protected path"), "{who:?}: {}", show(&out));
+            }
+        }
+    }
+}

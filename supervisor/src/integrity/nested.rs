@@ -231,6 +231,35 @@ fn runs_something(abs: &Path) -> bool {
     false
 }
 
+/// A rebase or sequencer in progress whose remaining steps run a command
+/// (`exec`/`x`): the user's `git rebase --continue` would run it. Judged
+/// when the list or its directory changed during the run (one written
+/// elsewhere and moved in changes its directory), or the repository
+/// became one then.
+fn pending_exec(git_dir: &Path, since: SystemTime, fresh: bool) -> Vec<PathBuf> {
+    ["rebase-merge/git-rebase-todo", "sequencer/todo"]
+        .iter()
+        .map(|rel| git_dir.join(rel))
+        .filter(|todo| {
+            let dir = todo.parent().unwrap_or(git_dir);
+            (fresh || changed_since(todo, since) || changed_since(dir, since))
+                && std::fs::read(todo).is_ok_and(|text| runs_a_command(&text))
+        })
+        .collect()
+}
+
+/// Whether a rebase todo list holds a step that runs a command.
+fn runs_a_command(todo: &[u8]) -> bool {
+    todo.split(|b| *b == b'\n').any(|line| {
+        let line = line.trim_ascii_start();
+        let word = line
+            .split(|b| b.is_ascii_whitespace())
+            .next()
+            .unwrap_or_default();
+        word == b"exec" || word == b"x"
+    })
+}
+
 /// The surface items (absolute paths) of one found candidate: a `.git`
 /// file or link is its own item; a git directory has its surface, and
 /// that of its common directory, which holds the configuration and hooks
@@ -309,7 +338,11 @@ pub fn changes(
                 continue;
             }
             let fresh = repository && became_repository(&found, common.as_deref(), since);
-            for abs in items_of(&found, common.as_deref()) {
+            let mut items = items_of(&found, common.as_deref());
+            if repository {
+                items.extend(pending_exec(&found, since, fresh));
+            }
+            for abs in items {
                 // The common directory can lie in another writable root;
                 // outside every one, the sandbox could not write it.
                 let Some(item_root) = super::set::root_of(&abs, roots) else {
@@ -327,7 +360,10 @@ pub fn changes(
                 if (name == "hooks" || name == "info") && abs.is_dir() && !abs.is_symlink() {
                     continue;
                 }
-                let judged = changed_since(&abs, since) || (fresh && runs_something(&abs));
+                let judged = changed_since(&abs, since)
+                    || (fresh && runs_something(&abs))
+                    || abs.ends_with("rebase-merge/git-rebase-todo")
+                    || abs.ends_with("sequencer/todo");
                 if !judged
                     || out
                         .iter()
@@ -349,4 +385,18 @@ pub fn changes(
         }
     }
     (out, failed)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::runs_a_command;
+
+    #[test]
+    fn todo_lists_that_run_a_command() {
+        assert!(runs_a_command(b"pick 1234 one\nexec make test\n"));
+        assert!(runs_a_command(b"break\n  x ./lint.sh\n"));
+        assert!(runs_a_command(b"x\tsh -c true"));
+        assert!(!runs_a_command(b"pick 1234 exec is a word here\n# exec in a comment\n"));
+        assert!(!runs_a_command(b"pick 1 a\nreword 2 b\nbreak\n"));
+    }
 }
