@@ -60,6 +60,9 @@ pub struct Policy {
     pub macos_dnssd: Option<Located<bool>>,
     /// What each requested preset resolved to on this machine.
     pub presets: Vec<Resolved>,
+    /// Registry secrets of tools whose preset is off: hidden, with copies
+    /// of their configuration to write before the run.
+    pub secrets: Resolved,
     /// Lower layers that tried to loosen the managed policy.
     pub conflicts: Vec<Conflict>,
 }
@@ -115,6 +118,15 @@ impl Policy {
                     presets.push(resolved);
                 }
             }
+        }
+        // Registry secrets of tools without their preset stay outside too.
+        let secrets = preset::secrets_outside(probe, &presets);
+        if !secrets.hide.is_empty() {
+            let mut sf = Fragment::empty(Layer::BuiltIn, "registry secrets".to_string());
+            sf.deny_read = secrets.deny_read_entries(Layer::BuiltIn);
+            sf.env_set = secrets.env_entries(Layer::BuiltIn);
+            sf.preset = true;
+            preset_frags.push(sf);
         }
         frags.extend(preset_frags);
         frags.sort_by_key(|f| f.layer);
@@ -295,6 +307,7 @@ impl Policy {
             macos_keychain: last(&frags, |f| &f.macos_keychain),
             macos_dnssd: last(&frags, |f| &f.macos_dnssd),
             presets,
+            secrets,
             conflicts,
         }
     }

@@ -53,6 +53,14 @@ pub fn before_run(
             })?;
         }
     }
+    for copy in &policy.secrets.files {
+        write_copy(&copy.path, &copy.text).with_context(|| {
+            format!(
+                "writing the copy of {} without its secrets",
+                copy.from.display()
+            )
+        })?;
+    }
     Ok(())
 }
 

@@ -331,6 +331,62 @@ fn mirror_variables_pass_without_secrets() {
     }
 }
 
+/// Without any preset, registry secrets in the user's package-manager
+/// configuration still never enter the sandbox (red team 19 F5): npm's
+/// and pip's files are replaced by copies without them (their other
+/// settings still apply), cargo's credentials and a `.yarnrc.yml` holding a
+/// token are hidden. Files without a secret are untouched.
+#[test]
+fn registry_secrets_stay_outside_without_their_preset() {
+    for who in Who::all() {
+        let f = Fixture::new_in(&base());
+        f.write(
+            "~/.npmrc",
+            &format!("//registry.test/:_authToken={TOKEN}\nfund=false\n"),
+        );
+        f.write(
+            "~/.config/pip/pip.conf",
+            &format!(
+                "[global]\nindex-url = https://me:{PASSWORD}@pypi.corp.test/simple\ntimeout = 77\n"
+            ),
+        );
+        f.write(
+            "~/.cargo/credentials.toml",
+            &format!("[registries.corp]\ntoken = \"{TOKEN}-cargo\"\n"),
+        );
+        f.write("~/.cargo/config.toml", "[net]\nretry = 9\n");
+        f.write(
+            "~/.yarnrc.yml",
+            &format!("npmAuthToken: \"{TOKEN}-yarn\"\n"),
+        );
+        who.prepare(&f);
+        let script = format!(
+            "{LOOK_FOR_SECRETS}; echo \"fund=$(npm config get fund 2>/dev/null)\"; \
+             cat \"$PIP_CONFIG_FILE\"; cat ~/.cargo/config.toml"
+        );
+        let out = run(&mut who.wrap(f.command(&["--network", "none"], &script)));
+        assert_eq!(out.code, 0, "{who:?}: {}", show(&out));
+        for never in [TOKEN, PASSWORD] {
+            assert!(
+                !out.stdout.contains(never),
+                "{who:?}: a registry secret entered the sandbox\n{}",
+                show(&out)
+            );
+        }
+        if have(&["npm", "--version"]) {
+            assert!(out.stdout.contains("fund=false"), "{who:?}: {}", show(&out));
+        }
+        assert!(
+            out.stdout
+                .contains("index-url = https://pypi.corp.test/simple")
+                && out.stdout.contains("timeout = 77"),
+            "{who:?}: pip's copy lost its settings\n{}",
+            show(&out)
+        );
+        assert!(out.stdout.contains("retry = 9"), "{who:?}: {}", show(&out));
+    }
+}
+
 /// A writable path the user names that does not exist is an error naming
 /// it (not silently dropped); contradicting flags are errors too.
 #[test]

@@ -1600,10 +1600,22 @@ fn a_rebase_left_with_a_command_to_run_runs_nothing() {
                     "{who:?}: git rebase --continue ran the sandbox's step\n{}",
                     show(&out)
                 );
-                assert!(out.stderr.contains("protected path"), "{who:?}: {}", show(&out));
+                assert!(
+                    out.stderr.contains("protected path"),
+                    "{who:?}: {}",
+                    show(&out)
+                );
             } else {
-                assert!(todo.exists(), "{who:?}: a plain rebase was undone: {}", show(&out));
-                assert!(!out.stderr.contains("protected path"), "{who:?}: {}", show(&out));
+                assert!(
+                    todo.exists(),
+                    "{who:?}: a plain rebase was undone: {}",
+                    show(&out)
+                );
+                assert!(
+                    !out.stderr.contains("protected path"),
+                    "{who:?}: {}",
+                    show(&out)
+                );
             }
         }
     }

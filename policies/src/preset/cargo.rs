@@ -55,10 +55,7 @@ pub(super) fn resolve(p: &dyn Probe, r: &mut Resolved) {
     for var in PASS {
         r.pass_env(p, var);
     }
-    let cargo_home = p
-        .env("CARGO_HOME")
-        .map(PathBuf::from)
-        .or_else(|| p.home().map(|h| h.join(".cargo")));
+    let cargo_home = host_cargo_home(p);
     let mut files = vec![];
     let mut dir = Some(p.workspace());
     while let Some(d) = dir {
@@ -119,6 +116,39 @@ pub(super) fn resolve(p: &dyn Probe, r: &mut Resolved) {
                     r.add_url(&url, format!("{}", cfg.display()));
                 }
             }
+        }
+    }
+}
+
+/// The host's `CARGO_HOME`.
+fn host_cargo_home(p: &dyn Probe) -> Option<PathBuf> {
+    p.env("CARGO_HOME")
+        .map(PathBuf::from)
+        .or_else(|| p.home().map(|h| h.join(".cargo")))
+}
+
+/// Without the preset: the host's credentials files, and a `config.toml`
+/// that holds a token, are hidden (nothing adds the tokens back).
+pub(super) fn secrets_only(p: &dyn Probe, r: &mut Resolved) {
+    let Some(home) = host_cargo_home(p) else {
+        return;
+    };
+    let config = home.join("config.toml");
+    if p.read(&config)
+        .is_some_and(|t| !registry_tokens(&t, &config).is_empty())
+    {
+        r.hide(
+            &config,
+            "holds registry tokens (--preset cargo adds them)".into(),
+        );
+    }
+    for name in ["credentials.toml", "credentials"] {
+        let file = home.join(name);
+        if p.read(&file).is_some() {
+            r.hide(
+                &file,
+                "cargo's registry tokens (--preset cargo adds them)".into(),
+            );
         }
     }
 }

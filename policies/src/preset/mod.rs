@@ -368,6 +368,48 @@ impl Preset {
     }
 }
 
+/// Registry secrets in the user's package-manager configuration, kept out
+/// of every sandbox whether or not the tool's preset is on (SPEC §3.4: a
+/// token in `~/.npmrc`, pip's configuration or cargo's credentials never
+/// enters the sandbox). The files that hold one are hidden, and npm's and
+/// pip's are replaced by copies without it; a tool whose preset is in
+/// `active` is left to it. Without the preset nothing adds the secret back
+/// on the way out: the notes say `--preset NAME` does.
+pub fn secrets_outside(probe: &dyn Probe, active: &[Resolved]) -> Resolved {
+    let mut r = Resolved {
+        name: "secrets".to_string(),
+        hosts: vec![],
+        writes: vec![],
+        caches: vec![],
+        env: vec![],
+        hide: vec![],
+        credentials: vec![],
+        files: vec![],
+        notes: vec![],
+    };
+    type Keep = fn(&dyn Probe, &mut Resolved);
+    let tools: [(&str, Keep); 4] = [
+        ("npm", npm::secrets_only),
+        ("yarn", npm::yarn_secrets),
+        ("pypi", pypi::secrets_only),
+        ("cargo", cargo::secrets_only),
+    ];
+    for (name, keep) in tools {
+        if active.iter().any(|a| a.name == name) {
+            continue;
+        }
+        let hidden = r.hide.len();
+        keep(probe, &mut r);
+        if r.hide.len() > hidden {
+            r.notes.push(format!(
+                "{name}: registry secrets are hidden from the sandbox; --preset {name} has the proxy add them"
+            ));
+        }
+    }
+    r.credentials.clear();
+    r
+}
+
 pub const PRESETS: &[Preset] = &[
     Preset {
         name: "npm",
@@ -488,6 +530,55 @@ pub(crate) mod tests {
 
     fn hosts(r: &Resolved) -> Vec<&str> {
         r.hosts.iter().map(|(h, _)| h.as_str()).collect()
+    }
+
+    #[test]
+    fn registry_secrets_are_hidden_without_their_preset() {
+        let mut p = FakeProbe::default();
+        p.files.insert(
+            "/home/u/.npmrc".into(),
+            "//reg.corp.test/:_authToken=tok\nfund=false\n".into(),
+        );
+        p.files.insert(
+            "/home/u/.config/pip/pip.conf".into(),
+            "[global]\nindex-url = https://me:pw@pypi.corp.test/simple\n".into(),
+        );
+        p.files.insert(
+            "/home/u/.cargo/credentials.toml".into(),
+            "token = \"t\"\n".into(),
+        );
+        p.files.insert(
+            "/home/u/.cargo/config.toml".into(),
+            "[net]\nretry = 2\n".into(),
+        );
+        p.files
+            .insert("/home/u/.yarnrc.yml".into(), "npmAuthToken: x\n".into());
+        let r = secrets_outside(&p, &[]);
+        let hidden: Vec<&str> = r.hide.iter().map(|(h, _)| h.as_str()).collect();
+        for h in [
+            "/home/u/.npmrc",
+            "/home/u/.yarnrc.yml",
+            "/home/u/.config/pip/pip.conf",
+            "/home/u/.cargo/credentials.toml",
+        ] {
+            assert!(hidden.contains(&h), "{h} not hidden: {hidden:?}");
+        }
+        assert!(!hidden.contains(&"/home/u/.cargo/config.toml"));
+        assert!(
+            r.credentials.is_empty(),
+            "nothing adds them without the preset"
+        );
+        assert!(r
+            .files
+            .iter()
+            .all(|c| !c.text.contains("tok") && !c.text.contains("pw")));
+        assert!(r.files.iter().any(|c| c.text.contains("fund=false")));
+        // A tool whose preset is on is left to it.
+        let npm = find("npm").unwrap().resolve(&p);
+        let r = secrets_outside(&p, &[npm]);
+        assert!(r.hide.iter().all(|(h, _)| !h.ends_with(".npmrc")));
+        assert!(r.hide.iter().any(|(h, _)| h.ends_with(".yarnrc.yml")));
+        assert!(r.hide.iter().any(|(h, _)| h.ends_with("pip.conf")));
     }
 
     #[test]

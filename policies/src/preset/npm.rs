@@ -39,13 +39,7 @@ pub(super) fn resolve(p: &dyn Probe, r: &mut Resolved) {
             }
         }
     }
-    let user = match p
-        .env("NPM_CONFIG_USERCONFIG")
-        .or_else(|| p.env("npm_config_userconfig"))
-    {
-        Some(u) => Some(PathBuf::from(u)),
-        None => p.home().map(|h| h.join(".npmrc")),
-    };
+    let user = user_config(p);
     let mut files = vec![p.workspace().join(".npmrc")];
     files.extend(user.clone());
     if let Some(g) = p.env("NPM_CONFIG_GLOBALCONFIG") {
@@ -79,6 +73,39 @@ pub(super) fn resolve(p: &dyn Probe, r: &mut Resolved) {
     r.own_cache(p, "NPM_CONFIG_CACHE", "npm");
     if let Some(user) = user {
         keep_tokens_outside(p, r, &user, default_registry.as_deref());
+    }
+}
+
+/// The user's `.npmrc`, where npm reads it.
+fn user_config(p: &dyn Probe) -> Option<PathBuf> {
+    match p
+        .env("NPM_CONFIG_USERCONFIG")
+        .or_else(|| p.env("npm_config_userconfig"))
+    {
+        Some(u) => Some(PathBuf::from(u)),
+        None => p.home().map(|h| h.join(".npmrc")),
+    }
+}
+
+/// Without the preset: the user's `.npmrc` with its tokens is hidden and
+/// replaced by a copy without them (the caller drops the credentials:
+/// nothing adds them back).
+pub(super) fn secrets_only(p: &dyn Probe, r: &mut Resolved) {
+    if let Some(user) = user_config(p) {
+        keep_tokens_outside(p, r, &user, None);
+    }
+}
+
+/// Yarn's `~/.yarnrc.yml` holding a token: hidden, preset or not (the npm
+/// preset reads npm's configuration, not yarn's).
+pub(super) fn yarn_secrets(p: &dyn Probe, r: &mut Resolved) {
+    if let Some(yarnrc) = p.home().map(|h| h.join(".yarnrc.yml")) {
+        let secret = ["npmAuthToken", "npmAuthIdent", "npmAuthPassword"];
+        if p.read(&yarnrc)
+            .is_some_and(|t| secret.iter().any(|k| t.contains(k)))
+        {
+            r.hide(&yarnrc, "holds registry tokens".into());
+        }
     }
 }
 

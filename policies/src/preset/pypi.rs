@@ -45,7 +45,53 @@ pub(super) fn resolve(p: &dyn Probe, r: &mut Resolved) {
             _ => {}
         }
     }
-    // pip's order; the last one it reads wins, and so does its copy.
+    let (pip_files, uv_files) = config_files(p);
+    let workspace_uv = p.workspace().join("uv.toml");
+    r.own_cache(p, "PIP_CACHE_DIR", "pip");
+    r.own_cache(p, "UV_CACHE_DIR", "uv");
+    for file in pip_files.iter().chain(&uv_files).chain([&workspace_uv]) {
+        let Some(text) = p.read(file) else { continue };
+        for key in ["index-url", "index_url", "default-index"] {
+            for (line, v) in ini_values(&text, key) {
+                r.add_url(v, format!("{}:{line}", file.display()));
+                found_index = true;
+            }
+        }
+        for key in ["extra-index-url", "extra_index_url", "url"] {
+            for (line, v) in ini_values(&text, key) {
+                for url in v.split_whitespace() {
+                    r.add_url(url, format!("{}:{line}", file.display()));
+                }
+            }
+        }
+    }
+    keep_passwords_outside(p, r, &pip_files, &uv_files);
+    if !found_index {
+        // pip's own default index and file host, as pip itself defines them.
+        let script = "from pip._internal.models.index import PyPI\nprint(PyPI.url)\nprint('https://' + PyPI.file_storage_domain + '/')";
+        let out = ["python3", "python"]
+            .iter()
+            .find_map(|py| p.output(&[py, "-I", "-c", script]));
+        match out {
+            Some(out) => {
+                for line in out.lines() {
+                    r.add_url(
+                        line,
+                        "pip's built-in default (pip._internal.models.index)".into(),
+                    );
+                }
+            }
+            None => r.notes.push(
+                "pypi: no index configured and pip's default could not be read (is pip installed?)"
+                    .into(),
+            ),
+        }
+    }
+}
+
+/// pip's and uv's configuration files, in the order they read them (the
+/// last one read wins, and so does its copy).
+fn config_files(p: &dyn Probe) -> (Vec<PathBuf>, Vec<PathBuf>) {
     let mut pip_files: Vec<PathBuf> = vec![
         PathBuf::from("/etc/xdg/pip/pip.conf"),
         PathBuf::from("/etc/pip.conf"),
@@ -68,32 +114,28 @@ pub(super) fn resolve(p: &dyn Probe, r: &mut Resolved) {
     if let Some(f) = p.env("UV_CONFIG_FILE") {
         uv_files.push(PathBuf::from(f));
     }
-    let workspace_uv = p.workspace().join("uv.toml");
-    r.own_cache(p, "PIP_CACHE_DIR", "pip");
-    r.own_cache(p, "UV_CACHE_DIR", "uv");
+    (pip_files, uv_files)
+}
+
+/// Each configuration file outside the workspace that holds an index
+/// password is hidden, and the last of pip's and of uv's is copied
+/// without it for the tool to read; the passwords become credentials.
+fn keep_passwords_outside(
+    p: &dyn Probe,
+    r: &mut Resolved,
+    pip_files: &[PathBuf],
+    uv_files: &[PathBuf],
+) {
     let mut secret_pip = None;
     let mut secret_uv = None;
-    for file in pip_files.iter().chain(&uv_files).chain([&workspace_uv]) {
-        let Some(text) = p.read(file) else { continue };
-        for key in ["index-url", "index_url", "default-index"] {
-            for (line, v) in ini_values(&text, key) {
-                r.add_url(v, format!("{}:{line}", file.display()));
-                found_index = true;
-            }
-        }
-        for key in ["extra-index-url", "extra_index_url", "url"] {
-            for (line, v) in ini_values(&text, key) {
-                for url in v.split_whitespace() {
-                    r.add_url(url, format!("{}:{line}", file.display()));
-                }
-            }
-        }
-        if *file == workspace_uv || file.starts_with(p.workspace()) {
-            // A project file: the sandbox reads the workspace anyway.
+    for file in pip_files.iter().chain(uv_files) {
+        // A project file: the sandbox reads the workspace anyway.
+        if file.starts_with(p.workspace()) {
             continue;
         }
+        let Some(text) = p.read(file) else { continue };
         if let Some(clean) = without_url_secrets(r, file, &text) {
-            r.hide(file, "holds an index password; the proxy adds it".into());
+            r.hide(file, "holds an index password".into());
             let slot = if uv_files.contains(file) {
                 &mut secret_uv
             } else {
@@ -123,27 +165,13 @@ pub(super) fn resolve(p: &dyn Probe, r: &mut Resolved) {
         );
         r.files.push(ConfigCopy { path, text, from });
     }
-    if !found_index {
-        // pip's own default index and file host, as pip itself defines them.
-        let script = "from pip._internal.models.index import PyPI\nprint(PyPI.url)\nprint('https://' + PyPI.file_storage_domain + '/')";
-        let out = ["python3", "python"]
-            .iter()
-            .find_map(|py| p.output(&[py, "-I", "-c", script]));
-        match out {
-            Some(out) => {
-                for line in out.lines() {
-                    r.add_url(
-                        line,
-                        "pip's built-in default (pip._internal.models.index)".into(),
-                    );
-                }
-            }
-            None => r.notes.push(
-                "pypi: no index configured and pip's default could not be read (is pip installed?)"
-                    .into(),
-            ),
-        }
-    }
+}
+
+/// Without the preset: the same files hidden and copied (the caller drops
+/// the credentials: nothing adds them back).
+pub(super) fn secrets_only(p: &dyn Probe, r: &mut Resolved) {
+    let (pip_files, uv_files) = config_files(p);
+    keep_passwords_outside(p, r, &pip_files, &uv_files);
 }
 
 /// The text with `user:password@` removed from every http(s) URL, each

@@ -396,7 +396,9 @@ mod tests {
         assert!(runs_a_command(b"pick 1234 one\nexec make test\n"));
         assert!(runs_a_command(b"break\n  x ./lint.sh\n"));
         assert!(runs_a_command(b"x\tsh -c true"));
-        assert!(!runs_a_command(b"pick 1234 exec is a word here\n# exec in a comment\n"));
+        assert!(!runs_a_command(
+            b"pick 1234 exec is a word here\n# exec in a comment\n"
+        ));
         assert!(!runs_a_command(b"pick 1 a\nreword 2 b\nbreak\n"));
     }
 }
