@@ -354,7 +354,13 @@ async fn forward(
                 .response(),
         );
     }
-    match crate::rules::check(&engine, &target, req.method().as_str(), &path) {
+    match crate::rules::check(
+        &engine,
+        &target,
+        req.method().as_str(),
+        &path,
+        req.headers(),
+    ) {
         Ok(None) => {}
         Ok(Some(normalised)) => path = normalised,
         Err(refusal) => {

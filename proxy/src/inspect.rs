@@ -345,7 +345,9 @@ async fn handle(
     // Upgrade headers are dropped below (hop-by-hop), so only the body
     // needs checking here.
     let checked = crate::rules::check_framing(&engine, &target, method.as_str(), had_body, None)
-        .and_then(|()| crate::rules::check(&engine, &target, method.as_str(), &path));
+        .and_then(|()| {
+            crate::rules::check(&engine, &target, method.as_str(), &path, req.headers())
+        });
     match checked {
         Ok(None) => {}
         Ok(Some(normalised)) => path = normalised,

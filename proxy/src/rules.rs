@@ -16,6 +16,7 @@ pub fn check(
     target: &Target,
     method: &str,
     path_and_query: &str,
+    headers: &http::HeaderMap,
 ) -> Result<Option<String>, Box<Refusal>> {
     let policy = engine.policy();
     let rules: Vec<_> = policy
@@ -27,6 +28,16 @@ pub fn check(
         return Ok(None);
     };
     let shown = crate::escape::line(path_and_query, 200);
+    if let Some(how) = method_override(headers, path_and_query) {
+        return Err(Box::new(Refusal::new(
+            Reason::RequestRule,
+            target,
+            format!(
+                "{method} {shown} carries {how}: the origin may apply another method than the request rules for {} saw",
+                first.host.text
+            ),
+        )));
+    }
     let path = normalize_path(path_and_query).map_err(|why| {
         Box::new(Refusal::new(
             Reason::RequestRule,
@@ -51,6 +62,32 @@ pub fn check(
             first.host.text, first.origin.origin
         ),
     )))
+}
+
+/// Headers with which frameworks let a request stand for another method.
+const METHOD_OVERRIDE: [&str; 3] = [
+    "x-http-method-override",
+    "x-http-method",
+    "x-method-override",
+];
+
+/// How a request asks the origin to take it as another method than its
+/// own: one of the override headers, or a `_method` query parameter (read
+/// by Rails, Laravel, Symfony and others). A rule that allows `POST` must
+/// not let through what the origin runs as `DELETE`.
+fn method_override(headers: &http::HeaderMap, path_and_query: &str) -> Option<String> {
+    if let Some(h) = METHOD_OVERRIDE.iter().find(|h| headers.contains_key(**h)) {
+        return Some(format!("a {h} header"));
+    }
+    let query = path_and_query.split_once('?')?.1;
+    query
+        .split('&')
+        .map(|kv| kv.split('=').next().unwrap_or_default())
+        .any(|k| {
+            let k = k.to_ascii_lowercase();
+            k == "_method" || k == "%5fmethod"
+        })
+        .then(|| "a _method query parameter".to_string())
 }
 
 /// Whether any `[[network.request]]` rule names this target (a port-less
@@ -118,4 +155,23 @@ pub fn check_framing(
 /// Whether a request body has anything in it, as far as its framing says.
 pub fn has_body<B: http_body::Body>(body: &B) -> bool {
     !body.is_end_stream() && body.size_hint().exact() != Some(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::method_override;
+
+    #[test]
+    fn method_overrides_are_seen() {
+        let mut h = http::HeaderMap::new();
+        assert!(method_override(&h, "/repos/acme/x/pulls?page=2").is_none());
+        assert!(method_override(&h, "/a?x=1&_method=DELETE").is_some());
+        assert!(method_override(&h, "/a?%5Fmethod=DELETE").is_some());
+        assert!(method_override(&h, "/a?not_method=1").is_none());
+        h.insert(
+            "X-HTTP-Method-Override",
+            http::HeaderValue::from_static("DELETE"),
+        );
+        assert!(method_override(&h, "/a").is_some());
+    }
 }

@@ -180,6 +180,43 @@ fn plain_http_requests_obey_the_rules_on_any_port() {
     check(&out, "plain", false);
 }
 
+/// A request that asks the origin to take it as another method (an
+/// override header, a `_method` parameter) is refused on a rule host: the
+/// rule saw `GET`, the origin would run `DELETE`. Inspected and plain.
+#[test]
+fn method_overrides_are_refused_on_rule_hosts() {
+    let s = setup();
+    for (url, proto, name) in [
+        (
+            format!("https://api.test:{}", s.tls.port()),
+            "--http1.1",
+            "origin",
+        ),
+        (format!("http://plain.test:{}", s.plain.port()), "", "plain"),
+    ] {
+        let header = format!("{proto} -H 'X-HTTP-Method-Override: DELETE'");
+        let out = s.run(&format!(
+            "{}{}",
+            script(&url, &header, &["/repos/acme/h"]),
+            script(
+                &url,
+                proto,
+                &["/repos/acme/q?_method=DELETE", "/repos/acme/ok?page=2"]
+            )
+        ));
+        for p in ["/repos/acme/h", "/repos/acme/q?_method=DELETE"] {
+            let l = line(&out, p);
+            assert!(l.contains("-> 403 request-rule |"), "{l}\n{}", out.stderr);
+            assert!(
+                !l.contains(&format!("{name} GET")),
+                "the origin was reached: {l}"
+            );
+        }
+        let ok = line(&out, "/repos/acme/ok?page=2");
+        assert!(ok.contains("-> 200"), "{ok}\n{}", out.stderr);
+    }
+}
+
 #[test]
 fn policy_check_warns_about_rules_that_never_apply() {
     let home = Home::new();
