@@ -69,8 +69,10 @@ pub fn start(plan: &Plan, proxy_port: Option<u16>) -> Result<Running> {
             if libc::isatty(0) == 1 {
                 libc::signal(libc::SIGTTOU, libc::SIG_IGN);
                 libc::tcsetpgrp(0, libc::getpid());
-                libc::signal(libc::SIGTTOU, libc::SIG_DFL);
             }
+            // airlock ignores terminal stops (main.rs); the command does not.
+            libc::signal(libc::SIGTTOU, libc::SIG_DFL);
+            libc::signal(libc::SIGTTIN, libc::SIG_DFL);
             // SPEC §4.6: only 0, 1 and 2 cross. Close-on-exec rather than
             // close, so the standard library's own exec-error pipe keeps
             // working; exec closes them all.

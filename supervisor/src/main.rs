@@ -131,9 +131,27 @@ fn builtin_nss_only() {
     }
 }
 
+/// The terminal cannot stop airlock. The kernel stops a whole process
+/// group with SIGTTIN or SIGTTOU when a member reads the terminal (or
+/// writes it, with `tostop`) from the background, and those signals pass
+/// every sandbox (they are the kernel's, not a process's): a command that
+/// shares airlock's group, or joins it, could otherwise freeze the
+/// supervisor, the helper and init, and with them `--timeout` and the
+/// post-run check (red team round 19). Ignored, they leave a background
+/// read to fail with EIO instead; the command gets them back (init.rs).
+#[cfg(unix)]
+fn ignore_terminal_stops() {
+    for sig in [libc::SIGTTIN, libc::SIGTTOU] {
+        // SAFETY: setting a disposition, before any thread exists.
+        unsafe { libc::signal(sig, libc::SIG_IGN) };
+    }
+}
+
 fn main() -> ExitCode {
     #[cfg(all(target_os = "linux", target_env = "gnu", target_feature = "crt-static"))]
     builtin_nss_only();
+    #[cfg(unix)]
+    ignore_terminal_stops();
     // The sandbox helper is this binary re-executed: it must stay
     // single-threaded, so it branches off before anything else starts.
     #[cfg(target_os = "linux")]

@@ -288,8 +288,10 @@ extern "C" fn exec_child(arg: *mut libc::c_void) -> libc::c_int {
             libc::setpgid(0, 0);
             libc::signal(libc::SIGTTOU, libc::SIG_IGN);
             libc::tcsetpgrp(0, libc::getpid());
-            libc::signal(libc::SIGTTOU, libc::SIG_DFL);
         }
+        // airlock ignores terminal stops (main.rs); the command does not.
+        libc::signal(libc::SIGTTOU, libc::SIG_DFL);
+        libc::signal(libc::SIGTTIN, libc::SIG_DFL);
         // Anything init opened without O_CLOEXEC stays out too (the
         // helper already closed what the caller passed down).
         libc::syscall(libc::SYS_close_range, 3, libc::c_uint::MAX, 4);

@@ -300,6 +300,9 @@ fn eperm_rules(degraded: bool) -> Result<BTreeMap<i64, Vec<SeccompRule>>> {
     // socket(AF_UNIX) too, so listen() has no other use.
     if degraded {
         rules.insert(libc::SYS_listen, vec![]);
+        for (nr, conds) in degraded_process_rules()? {
+            rules.insert(nr, conds);
+        }
     }
     // No setuid or setgid bits: a file the sandbox makes setuid would give
     // its owner's uid (root, when airlock runs as root) to any local user.
@@ -322,6 +325,70 @@ fn eperm_rules(degraded: bool) -> Result<BTreeMap<i64, Vec<SeccompRule>>> {
         rules.insert(nr, list);
     }
     Ok(rules)
+}
+
+/// The degraded tier has no PID or IPC namespace: the host's processes
+/// of the same user are there to name, and Landlock scopes their signals
+/// but not these calls, which the kernel allows between processes of one
+/// user (red team round 19: init's RLIMIT_CPU lowered until it died, the
+/// watcher's RLIMIT_NOFILE set to 0 so its teardown saw no process left,
+/// and the run outlived its timeout). So each may act on the caller only
+/// (pid 0: glibc's setrlimit, nice, and the rest use it), or only read.
+/// System V IPC and POSIX message queues are the host's (a segment of the
+/// user's read and rewritten, one left behind): refused outright.
+fn degraded_process_rules() -> Result<Vec<(i64, Vec<SeccompRule>)>> {
+    let not_zero = |arg: u8| cond(arg, Len::Dword, Op::Ne, 0);
+    let mut out = vec![
+        // prlimit64(pid, resource, new, old): another's limits, only read.
+        (
+            libc::SYS_prlimit64,
+            vec![rule(vec![not_zero(0)?, cond(2, Len::Qword, Op::Ne, 0)?])?],
+        ),
+        // setpriority(which, who, prio): PRIO_PROCESS (0) of ourselves only;
+        // PRIO_USER would renice every process of the user.
+        (
+            libc::SYS_setpriority,
+            vec![rule(vec![not_zero(0)?])?, rule(vec![not_zero(1)?])?],
+        ),
+        // ioprio_set(which, who, ioprio): IOPRIO_WHO_PROCESS (1) of ourselves.
+        (
+            libc::SYS_ioprio_set,
+            vec![
+                rule(vec![cond(0, Len::Dword, Op::Ne, 1)?])?,
+                rule(vec![not_zero(1)?])?,
+            ],
+        ),
+    ];
+    for nr in [
+        libc::SYS_sched_setaffinity,
+        libc::SYS_sched_setscheduler,
+        libc::SYS_sched_setparam,
+        libc::SYS_sched_setattr,
+    ] {
+        out.push((nr, vec![rule(vec![not_zero(0)?])?]));
+    }
+    for nr in [
+        libc::SYS_shmget,
+        libc::SYS_shmat,
+        libc::SYS_shmctl,
+        libc::SYS_semget,
+        libc::SYS_semop,
+        libc::SYS_semtimedop,
+        libc::SYS_semctl,
+        libc::SYS_msgget,
+        libc::SYS_msgsnd,
+        libc::SYS_msgrcv,
+        libc::SYS_msgctl,
+        libc::SYS_mq_open,
+        libc::SYS_mq_unlink,
+        libc::SYS_mq_timedsend,
+        libc::SYS_mq_timedreceive,
+        libc::SYS_mq_notify,
+        libc::SYS_mq_getsetattr,
+    ] {
+        out.push((nr, vec![]));
+    }
+    Ok(out)
 }
 
 fn program_of(rules: BTreeMap<i64, Vec<SeccompRule>>, errno: i32) -> Result<BpfProgram> {
@@ -499,6 +566,10 @@ pub fn describe() -> Vec<String> {
     out.push(
         "degraded tier only: EPERM socket(AF_UNIX) (stream socketpairs stay), no connect() notification, socket(AF_INET/AF_INET6, SOCK_DGRAM), \
          listen (it would bind an ephemeral port past Landlock's bind rule)"
+            .into(),
+    );
+    out.push(
+        "degraded tier only: EPERM prlimit64 setting another process's limits, setpriority          and ioprio_set of anything but the caller, sched_setaffinity/setscheduler/setparam/setattr          of another pid (the host's processes of the same user are there to name), System V IPC          (shm*, sem*, msg*) and POSIX message queues (mq_*), which are the host's"
             .into(),
     );
     out
@@ -721,6 +792,49 @@ mod tests {
             (libc::SYS_mkdirat as u32, [0, 0, 0o2775, 0, 0, 0], EPERM),
         ] {
             assert_eq!(run(&program, nr, AUDIT_ARCH, args), want, "{nr} {args:?}");
+        }
+    }
+
+    #[test]
+    fn the_degraded_tier_acts_on_no_other_process() {
+        let degraded = compile(true).unwrap().0;
+        let full = compile(false).unwrap().0;
+        let nr = |n: i64| n as u32;
+        for (n, args, want) in [
+            // setrlimit (pid 0) and reading another's limits pass.
+            (libc::SYS_prlimit64, [0, 7, 0x7000, 0, 0, 0], ALLOW),
+            (libc::SYS_prlimit64, [42, 7, 0, 0x7000, 0, 0], ALLOW),
+            (libc::SYS_prlimit64, [42, 7, 0x7000, 0, 0, 0], EPERM),
+            (libc::SYS_prlimit64, [42, 7, 1 << 40, 0, 0, 0], EPERM),
+            (libc::SYS_setpriority, [0, 0, 10, 0, 0, 0], ALLOW),
+            (libc::SYS_setpriority, [0, 42, 10, 0, 0, 0], EPERM),
+            (libc::SYS_setpriority, [2, 0, 10, 0, 0, 0], EPERM),
+            (libc::SYS_ioprio_set, [1, 0, 0, 0, 0, 0], ALLOW),
+            (libc::SYS_ioprio_set, [3, 0, 0, 0, 0, 0], EPERM),
+            (libc::SYS_ioprio_set, [1, 42, 0, 0, 0, 0], EPERM),
+            (libc::SYS_sched_setaffinity, [0, 8, 0x7000, 0, 0, 0], ALLOW),
+            (
+                libc::SYS_sched_setscheduler,
+                [42, 5, 0x7000, 0, 0, 0],
+                EPERM,
+            ),
+            (libc::SYS_sched_setattr, [42, 0x7000, 0, 0, 0, 0], EPERM),
+            (libc::SYS_shmget, [0, 4096, 0o1600, 0, 0, 0], EPERM),
+            (libc::SYS_mq_open, [0x7000, 0o100, 0o600, 0, 0, 0], EPERM),
+        ] {
+            assert_eq!(
+                run(&degraded, nr(n), AUDIT_ARCH, args),
+                want,
+                "{n} {args:?}"
+            );
+        }
+        // The full tier's PID and IPC namespaces hold only the sandbox.
+        for (n, args) in [
+            (libc::SYS_prlimit64, [42, 7, 0x7000, 0, 0, 0]),
+            (libc::SYS_setpriority, [2, 0, 10, 0, 0, 0]),
+            (libc::SYS_shmget, [0, 4096, 0o1600, 0, 0, 0]),
+        ] {
+            assert_eq!(run(&full, nr(n), AUDIT_ARCH, args), ALLOW, "{n} {args:?}");
         }
     }
 
