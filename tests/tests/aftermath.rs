@@ -169,52 +169,6 @@ fn a_fork_storm_ends_with_the_degraded_tier_timeout() {
     }
 }
 
-/// Chains of raw `clone()`s whose members exit with SIGRTMIN+1, no signal
-/// or SIGCHLD, and parents that never reap (red team round 18): PID 1
-/// reaps every kind of child as it goes (`__WALL`), so the run ends with
-/// its timeout, not seconds later while a walk of /proc drains zombies,
-/// and nothing is left. Both tiers.
-#[test]
-fn clone_chains_with_odd_exit_signals_end_with_the_timeout() {
-    let probe = probe_in(&base());
-    for tier in [Tier::Full, Tier::Degraded] {
-        if tier == Tier::Degraded && !landlock_scopes_signals() {
-            eprintln!(
-                "degraded tier skipped: this kernel's Landlock cannot scope signals (ABI < 6)"
-            );
-            continue;
-        }
-        for user in users() {
-            let f = fixture();
-            let name = format!("al-chain-{}", std::process::id() % 10000);
-            let started = std::time::Instant::now();
-            let out = run(&mut command(
-                &f,
-                tier,
-                user,
-                &["--network", "none", "--timeout", "2s"],
-                &format!(
-                    "{probe} clone-chains 400 25 {name} >chains.out 2>&1; cat chains.out; sleep 60"
-                ),
-            ));
-            let took = started.elapsed();
-            let left = named(&name);
-            let ctx = format!("tier={tier:?} as_user={user} took={took:?}\n{}", show(&out));
-            assert!(has_line(&out, "chains: started"), "{ctx}");
-            assert_eq!(out.code, 124, "{ctx}");
-            assert!(
-                took < std::time::Duration::from_secs(10),
-                "the chains kept the run going past its timeout: {ctx}"
-            );
-            assert!(
-                left.is_empty(),
-                "{} members of the chains outlived the run: {ctx}",
-                left.len()
-            );
-        }
-    }
-}
-
 /// Whether this kernel's Landlock has ABI 6 (signal scoping).
 fn landlock_scopes_signals() -> bool {
     // SAFETY: the version query of landlock_create_ruleset takes no attribute.

@@ -481,82 +481,6 @@ fn storm(cap: i32, secs: f64, name: &str) {
     }
 }
 
-/// Chains of raw `clone()`s with mixed exit signals (red team round 18):
-/// `chains` chains, each member making its successor with the next exit
-/// signal of SIGRTMIN+1, none (0) and SIGCHLD, every member named `name`;
-/// a member whose successor got no exit signal stays, never reaping it
-/// (three a chain), the others exit at once. For `secs` seconds. Returns
-/// at once.
-fn clone_chains(chains: usize, secs: f64, name: &str) {
-    struct Chain {
-        n: usize,
-        held: usize,
-        end: std::time::Instant,
-        name: std::ffi::CString,
-    }
-    fn exit_signal(n: usize) -> libc::c_int {
-        [libc::SIGRTMIN() + 1, 0, libc::SIGCHLD][n % 3]
-    }
-    extern "C" fn member(arg: *mut libc::c_void) -> libc::c_int {
-        // SAFETY: `arg` is this process's own copy of the parent's `Chain`.
-        let chain = unsafe { &mut *(arg as *mut Chain) };
-        // SAFETY: naming ourselves; ignoring a signal; leaving at once.
-        unsafe { libc::prctl(libc::PR_SET_NAME, chain.name.as_ptr(), 0, 0, 0) };
-        while std::time::Instant::now() < chain.end {
-            let n = chain.n;
-            chain.n += 1;
-            // At most three held members a chain: the storm stays under
-            // the pids limit, where the shell around it can still fork.
-            let hold = n % 3 == 1 && chain.held < 3;
-            chain.held += usize::from(hold);
-            if spawn(chain, exit_signal(n)) < 0 {
-                chain.held -= usize::from(hold);
-                std::thread::sleep(std::time::Duration::from_millis(1));
-                continue;
-            }
-            if hold {
-                // SAFETY: waiting for a signal that kills us.
-                unsafe { libc::pause() };
-            }
-            break;
-        }
-        // SAFETY: as above.
-        unsafe { libc::_exit(0) }
-    }
-    fn spawn(chain: &mut Chain, signal: libc::c_int) -> libc::c_int {
-        // The successor's stack, leaked: it lives as long as the member.
-        let stack = Box::leak(vec![0u8; 64 * 1024].into_boxed_slice());
-        let top = (stack.as_mut_ptr() as usize + stack.len()) & !15;
-        // SAFETY: a fork-like clone (no CLONE_VM): the child runs `member`
-        // on its own copy of `stack` and `chain`.
-        unsafe {
-            libc::clone(
-                member,
-                top as *mut libc::c_void,
-                signal,
-                chain as *mut Chain as *mut libc::c_void,
-            )
-        }
-    }
-    let Ok(name) = std::ffi::CString::new(name) else {
-        return;
-    };
-    // A member's death with SIGRTMIN+1 must not kill its parent first.
-    // SAFETY: ignoring a signal in our own process (inherited by clones).
-    unsafe { libc::signal(libc::SIGRTMIN() + 1, libc::SIG_IGN) };
-    let end = std::time::Instant::now() + std::time::Duration::from_secs_f64(secs);
-    for i in 0..chains {
-        let mut chain = Chain {
-            n: i,
-            held: 0,
-            end,
-            name: name.clone(),
-        };
-        spawn(&mut chain, exit_signal(i));
-    }
-    println!("chains: started");
-}
-
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let arg = |i: usize| args.get(i).cloned().unwrap_or_default();
@@ -570,11 +494,6 @@ fn main() {
         "storm" => storm(
             arg(1).parse().unwrap_or(64),
             arg(2).parse().unwrap_or(5.0),
-            &arg(3),
-        ),
-        "clone-chains" => clone_chains(
-            arg(1).parse().unwrap_or(400),
-            arg(2).parse().unwrap_or(25.0),
             &arg(3),
         ),
         "protocols" => protocols(),
