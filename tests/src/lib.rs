@@ -519,6 +519,7 @@ impl Fixture {
 
 pub mod pty;
 pub mod registry;
+pub mod repos;
 pub mod squid;
 pub mod tiers;
 pub mod tls;

@@ -9,6 +9,7 @@ pub mod set;
 pub mod snapshot;
 #[cfg(target_os = "linux")]
 pub mod watch;
+pub mod windows;
 
 pub use quarantine::Outcome;
 pub use set::Protected;
@@ -32,6 +33,8 @@ pub fn check(
     run: &str,
 ) -> Checked {
     let t = std::time::Instant::now();
+    // Every process of the sandbox is gone: its window closes now.
+    let until = nested::kernel_now();
     // A root the sandbox replaced by a link (where no mount pins it: the
     // degraded tier) hides what it planted below from the checks, which
     // follow no link: the link itself is what changed, in the root that
@@ -79,12 +82,14 @@ pub fn check(
     changes.retain(|c| !own.contains(&c.root.join(&c.rel)));
     tracing::debug!(elapsed = ?t.elapsed(), "protected set compared");
     let known: Vec<Protected> = snap.entries.iter().map(|(p, _)| p.clone()).collect();
-    let (found, nested_failed) = nested::changes(roots, since, &known);
+    let windows = windows::Windows::with_current(since);
+    let (found, nested_failed) = nested::changes(roots, &windows, &known);
     failed.extend(nested_failed);
     tracing::debug!(elapsed = ?t.elapsed(), ?roots, "nested repositories searched");
     changes.extend(found);
     let outcomes = quarantine::act(&changes, run);
     tracing::debug!(elapsed = ?t.elapsed(), "changes acted on");
+    windows::record(since, until);
     Checked { outcomes, failed }
 }
 

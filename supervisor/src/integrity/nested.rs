@@ -1,20 +1,25 @@
 //! Repositories below a writable root that the protected set does not name
-//! in advance (a `git init` in a subdirectory, a vendored clone, a directory
-//! shaped like a bare repository, a submodule's or worktree's git directory
-//! made during the run). Finding them needs a walk, but only of directory
-//! entries (`getdents`, no `stat` per file), and only after the run. Then:
-//! - every surface item (configuration, hooks) changed during the run is
-//!   judged like the protected set;
-//! - a repository that *became* one during the run (its `HEAD`, its git
-//!   directory, its `commondir` or the common directory's `objects`/`refs`
-//!   changed) has its whole surface judged by content, however old each
-//!   file is: a previous run can have written the hooks and configuration
-//!   into a directory that was no repository then (SPEC §3.5), for this
-//!   run only to give it a `HEAD` or to rename it into place.
+//! in advance (a `git init` in a subdirectory, a vendored clone, a bare
+//! repository, a submodule's or worktree's git directory, one assembled
+//! from parts). Finding them needs a walk, but only of directory entries
+//! (`getdents`, no `stat` per file), and only after the run.
+//!
+//! A candidate is anything git could take as a git directory: every
+//! `.git` entry, and every directory holding an entry named `HEAD`, valid
+//! or not (git's own test looks at `objects` and `refs` with `access`, and
+//! in the common directory that `commondir` names, which a candidate's
+//! shape does not show). What git reads there as configuration or runs as
+//! code (its surface, its common directory's, the hooks its `hooks` link
+//! or `core.hooksPath` leads to, the files its includes name, a rebase's
+//! or cherry-pick's remaining steps and merge strategy) is judged by when
+//! it last changed: within any sandbox's run (`windows.rs`), this one's or
+//! an earlier one's, it is the sandbox's, and is moved to the quarantine
+//! (a configuration replaced by its program-free keys). What the user
+//! changed between runs is theirs and left alone.
 
 use std::ffi::{OsStr, OsString};
 use std::os::fd::OwnedFd;
-use std::os::unix::ffi::OsStrExt;
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
@@ -24,26 +29,47 @@ use nix::sys::stat::fstatat;
 
 use super::set::{git_dir_surface, Protected};
 use super::snapshot::{open_dir, Change, ChangeKind, State};
+use super::windows::Windows;
 
 /// Directories visited at most. Past it the check fails loudly: a tree the
 /// sandbox made huge must not hide a repository.
 const MAX_DIRS: usize = 20_000_000;
 
 pub struct Walk {
-    /// `.git` entries (directories, `gitdir:` files, links) and every
-    /// directory holding an entry named `HEAD`: git takes a directory as
-    /// a git directory by its `HEAD`, with `objects/` and `refs/` in it or
-    /// in the directory its `commondir` file names, so no other shape is
-    /// required of a candidate.
+    /// Candidate git directories: `.git` entries (directories, `gitdir:`
+    /// files, links) and directories holding an entry named `HEAD`.
     pub found: Vec<PathBuf>,
     pub dirs: usize,
     pub complete: bool,
 }
 
-/// Every candidate git directory below `root`, `root` itself included,
-/// and inside every `.git` directory (the workspace's own too: a
-/// submodule's or worktree's git directory made in `.git/modules` or
-/// `.git/worktrees` is the user's next `git submodule update`).
+/// Filesystems that hold no file a sandbox writes: a walk from `/` (only
+/// with `--workspace /` or `--write /`) does not descend into them. Every
+/// other filesystem below a writable root is walked: a mount there (a
+/// cache, a volume) is as writable to the sandbox as the root.
+fn pseudo_filesystem(fd: &OwnedFd) -> bool {
+    const PSEUDO: &[i64] = &[
+        0x9fa0,      // proc
+        0x6265_6572, // sysfs
+        0x1cd1,      // devpts
+        0x2762_5742, // cgroup
+        0x6367_7270, // cgroup2
+        0x7363_6673, // securityfs
+        0x6462_6720, // debugfs
+        0x7472_6163, // tracefs
+        0xcafe_4a11, // bpf
+        0x6265_6570, // configfs
+        0x6573_5546, // fusectl
+        0x1980_0202, // mqueue
+        0x6c6f_6f70, // binfmt_misc
+        0x6e73_6673, // nsfs
+    ];
+    nix::sys::statfs::fstatfs(fd).is_ok_and(|s| PSEUDO.contains(&(s.filesystem_type().0 as i64)))
+}
+
+/// Every candidate below `root`, `root` itself and the inside of every
+/// `.git` included (a submodule's git directory made in
+/// `.git/modules/<any/depth>` is the user's next `git submodule update`).
 pub fn find(root: &Path) -> Walk {
     let mut walk = Walk {
         found: vec![],
@@ -51,12 +77,6 @@ pub fn find(root: &Path) -> Walk {
         complete: true,
     };
     let Ok(fd) = super::snapshot::open_root(root) else {
-        walk.complete = false;
-        return walk;
-    };
-    // One filesystem: a mount below the root (a cache, /proc when the root
-    // is `/`) is not walked.
-    let Ok(dev) = nix::sys::stat::fstat(&fd).map(|st| st.st_dev) else {
         walk.complete = false;
         return walk;
     };
@@ -84,7 +104,7 @@ pub fn find(root: &Path) -> Walk {
             }
             let name = OsStr::from_bytes(raw).to_os_string();
             head |= raw == b"HEAD";
-            if raw == b".git" && path != root {
+            if raw == b".git" {
                 walk.found.push(path.join(&name));
             }
             if matches!(entry.file_type(), Some(Type::Directory) | None) {
@@ -92,20 +112,15 @@ pub fn find(root: &Path) -> Walk {
             }
         }
         if head {
-            // A candidate git directory (bare, a `.git`, a submodule's, a
-            // worktree's, or one whose `commondir` points elsewhere): judge
-            // it, and still walk below it, since `touch HEAD` costs the
-            // sandbox nothing and must not hide what lies underneath.
+            // Still walked below: `touch HEAD` costs the sandbox nothing
+            // and must not hide what lies underneath.
             walk.found.push(path.clone());
         }
         for name in subdirs {
             // Not following links: a link to elsewhere is not walked.
             match open_dir(std::os::fd::AsFd::as_fd(&dir), Path::new(&name)) {
-                Ok(sub) => {
-                    if nix::sys::stat::fstat(&sub).is_ok_and(|st| st.st_dev == dev) {
-                        stack.push((sub, path.join(&name)));
-                    }
-                }
+                Ok(sub) if pseudo_filesystem(&sub) => {}
+                Ok(sub) => stack.push((sub, path.join(&name))),
                 Err(
                     nix::errno::Errno::ENOTDIR
                     | nix::errno::Errno::ELOOP
@@ -131,13 +146,7 @@ pub fn kernel_now() -> SystemTime {
     let stamped =
         nix::sys::memfd::memfd_create(c"airlock-clock", nix::sys::memfd::MFdFlags::MFD_CLOEXEC)
             .and_then(|fd| nix::sys::stat::fstat(&fd))
-            .map(|st| {
-                SystemTime::UNIX_EPOCH
-                    + Duration::new(
-                        st.st_ctime.max(0) as u64,
-                        st.st_ctime_nsec.clamp(0, 999_999_999) as u32,
-                    )
-            });
+            .map(|st| ctime_of(&st));
     stamped.unwrap_or_else(|_| SystemTime::now() - Duration::from_millis(20))
 }
 
@@ -147,112 +156,155 @@ pub fn kernel_now() -> SystemTime {
     SystemTime::now() - Duration::from_millis(20)
 }
 
-fn ctime_since(st: &nix::sys::stat::FileStat, since: SystemTime) -> bool {
-    let ctime = SystemTime::UNIX_EPOCH
+fn ctime_of(st: &nix::sys::stat::FileStat) -> SystemTime {
+    SystemTime::UNIX_EPOCH
         + Duration::new(
             st.st_ctime.max(0) as u64,
             st.st_ctime_nsec.clamp(0, 999_999_999) as u32,
-        );
-    ctime >= since
+        )
 }
 
-/// Whether the inode at `path` (the link itself, not followed) changed
-/// since `since`: written, created, renamed, linked or its mode changed.
-fn changed_since(path: &Path, since: SystemTime) -> bool {
+/// Whether the inode at `path` (a link itself, not followed) last changed
+/// while a sandbox ran: written, created, renamed, linked, its mode set.
+fn written_in(path: &Path, windows: &Windows) -> bool {
     fstatat(nix::fcntl::AT_FDCWD, path, AtFlags::AT_SYMLINK_NOFOLLOW)
-        .is_ok_and(|st| ctime_since(&st, since))
+        .is_ok_and(|st| windows.covers(ctime_of(&st)))
 }
 
-/// Like `changed_since`, for what a path leads to (links followed).
-fn target_changed_since(path: &Path, since: SystemTime) -> bool {
-    nix::sys::stat::stat(path).is_ok_and(|st| ctime_since(&st, since))
+/// A file's bytes as git reads a path from it (`commondir`, a `gitdir:`
+/// file): all of it, less trailing newlines and carriage returns.
+fn path_file(file: &Path) -> Option<Vec<u8>> {
+    let mut bytes = std::fs::read(file).ok()?;
+    while matches!(bytes.last(), Some(b'\n' | b'\r')) {
+        bytes.pop();
+    }
+    (!bytes.is_empty()).then_some(bytes)
+}
+
+/// `raw` as a path: absolute, or relative to `base`.
+fn joined(base: &Path, raw: Vec<u8>) -> PathBuf {
+    let p = PathBuf::from(OsString::from_vec(raw));
+    if p.is_absolute() {
+        p
+    } else {
+        base.join(p)
+    }
 }
 
 /// The common directory of git directory `git_dir`, as git finds it: the
-/// one its `commondir` file names (relative to `git_dir`), else itself.
-/// Read after the run, when nothing of the sandbox is left to move it.
+/// one its `commondir` file names, else itself. Read after the run, when
+/// nothing of the sandbox is left to move it; `None` when it leads
+/// nowhere (the `commondir` file itself is then a surface item).
 fn common_dir(git_dir: &Path) -> Option<PathBuf> {
     let file = git_dir.join("commondir");
-    let Ok(meta) = std::fs::metadata(&file) else {
+    if std::fs::symlink_metadata(&file).is_err() {
         return Some(git_dir.to_path_buf());
+    }
+    std::fs::canonicalize(joined(git_dir, path_file(&file)?)).ok()
+}
+
+/// Where a `.git` file points (`gitdir: <path>`), as git reads it.
+fn gitdir_target(dot_git: &Path) -> Option<PathBuf> {
+    let bytes = path_file(dot_git)?;
+    let rest = bytes.strip_prefix(b"gitdir: ")?.to_vec();
+    std::fs::canonicalize(joined(dot_git.parent()?, rest)).ok()
+}
+
+/// The entries of a hooks directory, each a surface item (a hook added or
+/// replaced), sample hooks aside; where a link to it leads, by the real
+/// path (so that what is moved is the hook, not the link on the way).
+fn hook_entries(dir: &Path, out: &mut Vec<PathBuf>) {
+    let Ok(real) = std::fs::canonicalize(dir) else {
+        return;
     };
-    if !meta.is_file() || meta.len() > 4096 {
-        return None;
+    if let Ok(rd) = std::fs::read_dir(real) {
+        out.extend(
+            rd.flatten()
+                .filter(|e| !inert(OsStr::new("hooks"), &e.file_name()))
+                .map(|e| e.path()),
+        );
     }
-    let text = std::fs::read_to_string(&file).ok()?;
-    let line = text.lines().next()?.trim_end();
-    std::fs::canonicalize(git_dir.join(line)).ok()
 }
 
-/// Whether git takes `git_dir` as a repository now: a `HEAD`, and `objects`
-/// and `refs` directories in its common directory. A directory that is
-/// not one runs nothing; one a later run completes has become one then.
-fn is_repository(git_dir: &Path, common: Option<&Path>) -> bool {
-    let dir = |p: &Path| std::fs::metadata(p).is_ok_and(|m| m.is_dir());
-    std::fs::symlink_metadata(git_dir.join("HEAD")).is_ok()
-        && common.is_some_and(|c| dir(&c.join("objects")) && dir(&c.join("refs")))
-}
-
-/// Whether `git_dir` became a repository during the run: what git looks
-/// at to take it as one (its `HEAD`, the directory itself, `commondir`,
-/// and the common directory with its `objects` and `refs`) changed. Git's
-/// own work inside (a commit, a fetch) changes some of these too; that
-/// only has the surface judged by content, which a clean one passes.
-fn became_repository(git_dir: &Path, common: Option<&Path>, since: SystemTime) -> bool {
-    [git_dir, &git_dir.join("HEAD"), &git_dir.join("commondir")]
-        .iter()
-        .any(|p| changed_since(p, since))
-        || common.is_some_and(|c| {
-            [c, &c.join("objects"), &c.join("refs")]
-                .iter()
-                .any(|p| target_changed_since(p, since))
-        })
-}
-
-/// Whether a surface item of a repository that became one during the run
-/// is something git would run or obey as code: a hook (or a hooks
-/// directory that is a link), or a configuration holding any key that
-/// names a program or another file.
-fn runs_something(abs: &Path) -> bool {
-    let name = abs.file_name().unwrap_or_default();
-    let parent = abs.parent().and_then(Path::file_name).unwrap_or_default();
-    let Ok(meta) = std::fs::symlink_metadata(abs) else {
-        return false;
+/// What a git config file sends git to besides itself: `core.hooksPath`
+/// (every hook in it) and the files `include.path`/`includeIf.*.path`
+/// name. Asked of git only when the file mentions either, which most do
+/// not. `worktree` is where a relative hooks path starts.
+fn config_targets(config: &Path, worktree: &Path, home: Option<&Path>) -> Vec<PathBuf> {
+    let Ok(text) = std::fs::read(config) else {
+        return vec![];
     };
-    if parent == "hooks" {
-        return !inert(parent, name);
+    let lower = text.to_ascii_lowercase();
+    let mentions = |w: &[u8]| lower.windows(w.len()).any(|x| x == w);
+    if !mentions(b"hookspath") && !mentions(b"include") {
+        return vec![];
     }
-    if name == "hooks" {
-        return meta.file_type().is_symlink();
+    let listed = std::process::Command::new("git")
+        .args(["config", "--no-includes", "--null", "--file"])
+        .arg(config)
+        .args([
+            "--get-regexp",
+            r"^(core\.hookspath|include\.path|includeif\..+\.path)$",
+        ])
+        .current_dir("/")
+        .env_clear()
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .env("GIT_CONFIG_GLOBAL", "/dev/null")
+        .env("PATH", "/usr/local/bin:/usr/bin:/bin")
+        .stdin(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .output();
+    let Ok(out) = listed else { return vec![] };
+    let mut targets = vec![];
+    for item in out.stdout.split(|b| *b == 0).filter(|i| !i.is_empty()) {
+        let Some(nl) = item.iter().position(|b| *b == b'\n') else {
+            continue;
+        };
+        let (key, value) = (&item[..nl], item[nl + 1..].to_vec());
+        let value = match (value.strip_prefix(b"~/"), home) {
+            (Some(rest), Some(h)) => h.join(OsStr::from_bytes(rest)).into_os_string().into_vec(),
+            _ => value,
+        };
+        if key == b"core.hookspath" {
+            let dir = joined(worktree, value);
+            targets.push(dir.clone());
+            hook_entries(&dir, &mut targets);
+        } else {
+            targets.push(joined(config.parent().unwrap_or(worktree), value));
+        }
     }
-    if name == "config" || name == "config.worktree" {
-        return !super::quarantine::git_config_is_safe(abs);
-    }
-    false
+    targets
 }
 
-/// A rebase or sequencer in progress whose remaining steps run a command
-/// (`exec`/`x`): the user's `git rebase --continue` would run it. Judged
-/// when the list or its directory changed during the run (one written
-/// elsewhere and moved in changes its directory), or the repository
-/// became one then.
-fn pending_exec(git_dir: &Path, since: SystemTime, fresh: bool) -> Vec<PathBuf> {
-    ["rebase-merge/git-rebase-todo", "sequencer/todo"]
-        .iter()
-        .map(|rel| git_dir.join(rel))
-        .filter(|todo| {
-            let dir = todo.parent().unwrap_or(git_dir);
-            (fresh || changed_since(todo, since) || changed_since(dir, since))
-                && std::fs::read(todo).is_ok_and(|text| runs_a_command(&text))
-        })
-        .collect()
+/// A rebase or cherry-pick in progress: what `--continue` would run. The
+/// remaining steps when they run a command (`exec`), and the merge
+/// strategy and its options (a strategy naming a path is run as one).
+fn sequencer_state(git_dir: &Path) -> Vec<PathBuf> {
+    let mut out = vec![];
+    for todo in ["rebase-merge/git-rebase-todo", "sequencer/todo"] {
+        let p = git_dir.join(todo);
+        if std::fs::read(&p).is_ok_and(|t| runs_a_command(&t)) {
+            out.push(p);
+        }
+    }
+    for state in [
+        "rebase-merge/strategy",
+        "rebase-merge/strategy_opts",
+        "sequencer/opts",
+    ] {
+        let p = git_dir.join(state);
+        if std::fs::symlink_metadata(&p).is_ok() {
+            out.push(p);
+        }
+    }
+    out
 }
 
 /// Whether a rebase todo list holds a step that runs a command.
 fn runs_a_command(todo: &[u8]) -> bool {
     todo.split(|b| *b == b'\n').any(|line| {
-        let line = line.trim_ascii_start();
         let word = line
+            .trim_ascii_start()
             .split(|b| b.is_ascii_whitespace())
             .next()
             .unwrap_or_default();
@@ -260,37 +312,52 @@ fn runs_a_command(todo: &[u8]) -> bool {
     })
 }
 
-/// The surface items (absolute paths) of one found candidate: a `.git`
-/// file or link is its own item; a git directory has its surface, and
-/// that of its common directory, which holds the configuration and hooks
-/// git uses for it.
-fn items_of(found: &Path, common: Option<&Path>) -> Vec<PathBuf> {
-    let meta = std::fs::symlink_metadata(found);
-    if meta.as_ref().is_ok_and(|m| !m.is_dir()) {
-        // A `.git` file (`gitdir:` pointer) or link: the pointer itself.
-        return vec![found.to_path_buf()];
+/// Every item one candidate brings to judge, as absolute paths.
+fn items_of(found: &Path, home: Option<&Path>) -> Vec<PathBuf> {
+    let Ok(meta) = std::fs::symlink_metadata(found) else {
+        return vec![];
+    };
+    if !meta.is_dir() {
+        // A `.git` file (`gitdir:` pointer) or link: the pointer itself,
+        // and the git directory a `gitdir:` file names.
+        let mut items = vec![found.to_path_buf()];
+        if let Some(target) = gitdir_target(found).filter(|t| t.is_dir()) {
+            items.extend(items_of(&target, home));
+        }
+        return items;
     }
+    let common = common_dir(found);
     let mut surface = vec![];
     git_dir_surface(found, 3, &mut surface);
-    if let Some(c) = common.filter(|c| *c != found) {
+    if let Some(c) = common.as_deref().filter(|c| *c != found) {
         git_dir_surface(c, 0, &mut surface);
     }
+    // A non-bare repository's hooks path is relative to its work tree.
+    let worktree = if found.file_name() == Some(OsStr::new(".git")) {
+        found.parent().unwrap_or(found)
+    } else {
+        found
+    };
     let mut items = vec![];
     for abs in surface {
         let name = abs.file_name().unwrap_or_default().to_os_string();
-        if (name == "hooks" || name == "info") && abs.is_dir() && !abs.is_symlink() {
-            // Each entry on its own: a hook added, or replaced.
+        if name == "hooks" {
+            // Each hook on its own, through a link too (where it leads).
+            hook_entries(&abs, &mut items);
+        } else if name == "info" {
             if let Ok(rd) = std::fs::read_dir(&abs) {
                 items.extend(
                     rd.flatten()
-                        .map(|e| e.file_name())
-                        .filter(|n| !inert(&name, n))
-                        .map(|n| abs.join(n)),
+                        .filter(|e| !inert(&name, &e.file_name()))
+                        .map(|e| e.path()),
                 );
             }
+        } else if name == "config" || name == "config.worktree" {
+            items.extend(config_targets(&abs, worktree, home));
         }
         items.push(abs);
     }
+    items.extend(sequencer_state(found));
     items
 }
 
@@ -304,15 +371,15 @@ fn known_item(known: &[Protected], root: &Path, rel: &Path) -> bool {
         .any(|k| k.root == root && (k.rel == rel || (k.deep && rel.starts_with(&k.rel))))
 }
 
-/// The changes in nested repositories: each surface item whose inode
-/// changed since `since`, and in a repository that became one since then
-/// every item that runs something. Returns them, and the roots whose walk
+/// The changes in nested repositories: each item a sandbox wrote (its
+/// ctime in one of `windows`). Returns them, and the roots whose walk
 /// could not finish (the caller fails the run loudly for those).
 pub fn changes(
     roots: &[PathBuf],
-    since: SystemTime,
+    windows: &Windows,
     known: &[Protected],
 ) -> (Vec<Change>, Vec<String>) {
+    let home = std::env::var_os("HOME").map(PathBuf::from);
     let mut out: Vec<Change> = vec![];
     let mut failed = vec![];
     for root in roots {
@@ -328,47 +395,28 @@ pub fn changes(
             ));
         }
         for found in walk.found {
-            let is_dir = std::fs::symlink_metadata(&found).is_ok_and(|m| m.is_dir());
-            let common = if is_dir { common_dir(&found) } else { None };
-            let repository = is_dir && is_repository(&found, common.as_deref());
-            // A directory that merely holds a `HEAD` is a project's own
-            // business until git would take it as a repository; a `.git`
-            // entry is judged whatever it holds.
-            if !repository && found.file_name() != Some(OsStr::new(".git")) {
-                continue;
-            }
-            let fresh = repository && became_repository(&found, common.as_deref(), since);
-            let mut items = items_of(&found, common.as_deref());
-            if repository {
-                items.extend(pending_exec(&found, since, fresh));
-            }
-            for abs in items {
-                // The common directory can lie in another writable root;
-                // outside every one, the sandbox could not write it.
+            for abs in items_of(&found, home.as_deref()) {
+                // What lies outside every writable root, the sandbox could
+                // not write.
                 let Some(item_root) = super::set::root_of(&abs, roots) else {
                     continue;
                 };
                 let Ok(rel) = abs.strip_prefix(item_root) else {
                     continue;
                 };
-                if rel.as_os_str().is_empty() || known_item(known, item_root, rel) {
+                if rel.as_os_str().is_empty()
+                    || known_item(known, item_root, rel)
+                    || !written_in(&abs, windows)
+                    || out
+                        .iter()
+                        .any(|c| &c.root == item_root && c.rel.as_path() == rel)
+                {
                     continue;
                 }
                 // A hooks or info directory itself changes when an entry is
                 // added: its entries are judged one by one instead.
                 let name = rel.file_name().unwrap_or_default();
                 if (name == "hooks" || name == "info") && abs.is_dir() && !abs.is_symlink() {
-                    continue;
-                }
-                let judged = changed_since(&abs, since)
-                    || (fresh && runs_something(&abs))
-                    || abs.ends_with("rebase-merge/git-rebase-todo")
-                    || abs.ends_with("sequencer/todo");
-                if !judged
-                    || out
-                        .iter()
-                        .any(|c| &c.root == item_root && c.rel.as_path() == rel)
-                {
                     continue;
                 }
                 out.push(Change {
@@ -389,7 +437,7 @@ pub fn changes(
 
 #[cfg(test)]
 mod tests {
-    use super::runs_a_command;
+    use super::*;
 
     #[test]
     fn todo_lists_that_run_a_command() {
@@ -400,5 +448,23 @@ mod tests {
             b"pick 1234 exec is a word here\n# exec in a comment\n"
         ));
         assert!(!runs_a_command(b"pick 1 a\nreword 2 b\nbreak\n"));
+    }
+
+    #[test]
+    fn paths_in_git_files_are_read_as_git_reads_them() {
+        let dir = tempfile::tempdir().unwrap();
+        let f = dir.path().join("commondir");
+        std::fs::write(&f, b"../data/y \r\n\n").unwrap();
+        assert_eq!(path_file(&f).unwrap(), b"../data/y ".to_vec());
+        std::fs::write(&f, b"../x\xff\n").unwrap();
+        assert_eq!(path_file(&f).unwrap(), b"../x\xff".to_vec());
+        assert_eq!(
+            joined(Path::new("/a/b"), b"../c".to_vec()),
+            PathBuf::from("/a/b/../c")
+        );
+        assert_eq!(
+            joined(Path::new("/a"), b"/abs".to_vec()),
+            PathBuf::from("/abs")
+        );
     }
 }

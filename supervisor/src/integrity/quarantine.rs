@@ -41,9 +41,28 @@ const SAFE_GIT_KEYS: &[&str] = &[
     "core.ignorecase",
     "core.precomposeunicode",
     "core.symlinks",
+    // A submodule's git directory names its work tree; that is a place,
+    // not a program.
+    "core.worktree",
+    "core.sparsecheckout",
+    "core.sparsecheckoutcone",
+    "core.autocrlf",
+    "core.eol",
+    "core.safecrlf",
+    "core.quotepath",
     "extensions.objectformat",
     "extensions.refstorage",
+    "extensions.worktreeconfig",
+    // A partial clone cannot read its history without these.
+    "extensions.partialclone",
     "init.defaultbranch",
+    "index.version",
+    "pull.rebase",
+    "pull.ff",
+    "push.default",
+    "push.autosetupremote",
+    "fetch.prune",
+    "lfs.repositoryformatversion",
     "user.name",
     "user.email",
 ];
@@ -60,7 +79,18 @@ fn safe_git_key(key: &str) -> bool {
     rest.contains('.')
         && matches!(
             (section, last),
-            ("remote", "url" | "fetch" | "pushurl") | ("branch", "remote" | "merge")
+            (
+                "remote",
+                "url"
+                    | "fetch"
+                    | "pushurl"
+                    | "promisor"
+                    | "partialclonefilter"
+                    | "tagopt"
+                    | "prune"
+                    | "mirror"
+            ) | ("branch", "remote" | "merge" | "rebase")
+                | ("submodule", "url" | "active" | "branch")
         )
 }
 
@@ -90,12 +120,6 @@ fn git_config_entries(path: &Path) -> Option<Vec<(String, String)>> {
             .filter(|(k, _)| !k.is_empty())
             .collect(),
     )
-}
-
-/// Whether every key of the git config at `path` is one that names no
-/// program and no other file. One git cannot read is not.
-pub fn git_config_is_safe(path: &Path) -> bool {
-    git_config_entries(path).is_some_and(|e| e.iter().all(|(k, _)| safe_git_key(k)))
 }
 
 /// A git config text holding only the safe keys of `quarantined`, read by
@@ -248,6 +272,39 @@ fn restore<Fd: AsFd + Copy>(dir: Fd, name: &OsStr, state: &State) -> bool {
     }
 }
 
+/// Move a file or link `name` from `from` into `to` (another filesystem):
+/// copied without following links, then removed. A directory is refused
+/// (EXDEV stands): only a rename moves one whole.
+fn move_across(from: &OwnedFd, name: &OsStr, to: &OwnedFd) -> nix::Result<()> {
+    use nix::sys::stat::{fstatat, SFlag};
+    let st = fstatat(from, name, nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW)?;
+    let kind = SFlag::from_bits_truncate(st.st_mode) & SFlag::S_IFMT;
+    if kind == SFlag::S_IFLNK {
+        let target = nix::fcntl::readlinkat(from, name)?;
+        symlinkat(target.as_os_str(), to, name)?;
+    } else if kind == SFlag::S_IFREG {
+        let src = openat(
+            from,
+            name,
+            OFlag::O_RDONLY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+            Mode::empty(),
+        )?;
+        let dst = openat(
+            to,
+            name,
+            OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+            Mode::from_bits_truncate(0o600),
+        )?;
+        let copied = std::io::copy(&mut std::fs::File::from(src), &mut std::fs::File::from(dst));
+        if copied.is_err() {
+            return Err(Errno::EIO);
+        }
+    } else {
+        return Err(Errno::EXDEV);
+    }
+    nix::unistd::unlinkat(from, name, nix::unistd::UnlinkatFlags::NoRemoveDir)
+}
+
 const AIRLOCK_DIR: &str = ".airlock";
 
 /// Act on every change; `run` names the quarantine folder. A changed
@@ -321,7 +378,12 @@ fn act_one(c: &Change, run: &str) -> Outcome {
         } else {
             quarantine_dir(&root, run).and_then(|q| {
                 let dest_parent = make_parents(&q, &rel)?;
-                renameat(&parent, name.as_os_str(), &dest_parent, name.as_os_str())
+                match renameat(&parent, name.as_os_str(), &dest_parent, name.as_os_str()) {
+                    // Another filesystem mounted below the root: copied
+                    // over, then removed.
+                    Err(Errno::EXDEV) => move_across(&parent, &name, &dest_parent),
+                    other => other,
+                }
             })
         };
         match moved {
@@ -405,6 +467,8 @@ mod tests {
             "remote.url",
             "credential.helper",
             "remote.origin.uploadpack",
+            "submodule.lib.update",
+            "remote.origin.receivepack",
         ] {
             assert!(!safe_git_key(k), "{k}");
         }

@@ -1,0 +1,609 @@
+//! Repositories the post-run check must find however they are made (SPEC
+//! §3.5, §4.5; red team rounds 19 and 20): assembled from parts, completed
+//! by a later run, planted in the workspace's own `.git`, below a mount,
+//! with a rebase or hooks left to run; and the user's own nested
+//! repositories, which the check must leave as they are. Every case runs
+//! as root and as an ordinary user where it can, runs the git the user
+//! would run afterwards on the host, and checks it ran nothing.
+
+use std::path::{Path, PathBuf};
+
+use airlock_tests::repos::*;
+use airlock_tests::who::Who;
+use airlock_tests::*;
+
+fn base() -> PathBuf {
+    std::env::var_os("AIRLOCK_TEST_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("/var/tmp/airlock-nested"))
+}
+
+/// `git` on the host in `dir`, as `who`; it must succeed.
+fn git_ok(f: &Fixture, who: Who, dir: &Path, args: &[&str]) {
+    let o = host(f, who, dir, "git", args);
+    assert_eq!(o.code, 0, "git {args:?} in {}: {}", dir.display(), show(&o));
+}
+
+const ID: [&str; 4] = ["-c", "user.email=t@t", "-c", "user.name=t"];
+
+/// A git directory assembled from parts (red team round 19): `HEAD` and a
+/// `commondir` file in one directory, the configuration and hooks in
+/// another that holds no `HEAD` (so neither looks like a repository by
+/// itself); at the workspace root, or below it.
+const COMMONDIR_PLANT: &str = r#"
+git init -q --bare data/y
+mkdir -p tmpwt && echo hello > tmpwt/README
+git --git-dir=data/y --work-tree=tmpwt add README
+git --git-dir=data/y --work-tree=tmpwt -c user.name=a -c user.email=a@b commit -qm init
+rm -rf tmpwt data/y/HEAD data/y/hooks/*.sample
+git config --file data/y/config core.pager "touch $MARKER; cat"
+git config --file data/y/config core.fsmonitor "touch $MARKER; false"
+for h in reference-transaction pre-commit post-checkout; do
+  printf '#!/bin/sh\ntouch %s\n' "$MARKER" > data/y/hooks/$h; chmod +x data/y/hooks/$h
+done
+echo 'ref: refs/heads/master' > "$AT/HEAD"; echo "$UP"data/y > "$AT/commondir"
+echo planted
+"#;
+
+#[test]
+fn a_repository_assembled_from_parts_runs_nothing_later() {
+    if !git_available() {
+        eprintln!("skipped: git is not installed");
+        return;
+    }
+    for who in Who::all() {
+        // Below the workspace (a repository as the workspace), and the
+        // workspace root itself (no repository).
+        for (at, up, is_repo) in [("sub/x", "../../", true), (".", "", false)] {
+            let f = if is_repo {
+                repo(&base(), who)
+            } else {
+                let f = Fixture::new_in(&base());
+                who.prepare(&f);
+                f
+            };
+            let marker = f.home.join("PWNED");
+            let script = format!(
+                "export MARKER={m} AT={at} UP={up}; mkdir -p {at}; {COMMONDIR_PLANT}",
+                m = marker.display()
+            );
+            let out = sandboxed(&f, who, &["--network", "none"], &script);
+            assert!(
+                out.stdout.contains("planted"),
+                "{who:?} {at}: {}",
+                show(&out)
+            );
+            host_git_runs_nothing(&f, who, &f.ws.join(at), &marker);
+            assert!(
+                out.stderr.contains("protected path"),
+                "{who:?} {at}: {}",
+                show(&out)
+            );
+            // The workspace's own files are untouched.
+            assert!(f.ws.join("data/y/objects").is_dir(), "{who:?} {at}");
+        }
+    }
+}
+
+/// One run writes a repository's hooks and configuration while it is no
+/// repository (no `HEAD`, under another name); a later run only gives it
+/// its `HEAD` and name back. Every file it then uses is older than the
+/// second run, and was still written by a sandbox (SPEC §3.5).
+#[test]
+fn a_repository_completed_by_a_later_run_runs_nothing() {
+    if !git_available() {
+        eprintln!("skipped: git is not installed");
+        return;
+    }
+    for who in Who::all() {
+        let f = repo(&base(), who);
+        let marker = f.home.join("PWNED");
+        let first = format!(
+            r#"set -e; M={m}
+               git init -q sub/r && cd sub/r
+               git -c user.name=a -c user.email=a@b commit -q --allow-empty -m inner
+               git config core.fsmonitor "touch $M; false"
+               printf '#!/bin/sh\ntouch %s\n' "$M" > .git/hooks/pre-commit; chmod +x .git/hooks/pre-commit
+               rm .git/HEAD && mv .git .gitstash && echo first-done"#,
+            m = marker.display()
+        );
+        let out = sandboxed(&f, who, &["--network", "none"], &first);
+        assert!(out.stdout.contains("first-done"), "{who:?}: {}", show(&out));
+        // The second run starts on a later tick of the ctime clock.
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        let out = sandboxed(
+            &f,
+            who,
+            &["--network", "none"],
+            "cd sub/r && mv .gitstash .git && echo 'ref: refs/heads/master' > .git/HEAD && echo second-done",
+        );
+        assert!(
+            out.stdout.contains("second-done"),
+            "{who:?}: {}",
+            show(&out)
+        );
+        host_git_runs_nothing(&f, who, &f.ws.join("sub/r"), &marker);
+        assert!(
+            out.stderr.contains("protected path"),
+            "{who:?}: {}",
+            show(&out)
+        );
+        // A repository used inside, with nothing planted, is left as it is.
+        let out = sandboxed(
+            &f,
+            who,
+            &["--network", "none"],
+            "cd sub/r && git -c user.name=a -c user.email=a@b commit -q --allow-empty -m clean && git checkout -q -b topic && echo clean-done",
+        );
+        assert!(out.stdout.contains("clean-done"), "{who:?}: {}", show(&out));
+        assert!(
+            !out.stderr.contains("protected path"),
+            "{who:?}: a clean repository was judged: {}",
+            show(&out)
+        );
+    }
+}
+
+/// A submodule's git directory made inside the workspace's own `.git`
+/// (`.git/modules/<name>`), which the user's `git submodule update --init`
+/// then takes as it is, hooks included.
+#[test]
+fn a_git_directory_planted_in_dot_git_modules_runs_nothing() {
+    if !git_available() {
+        eprintln!("skipped: git is not installed");
+        return;
+    }
+    for who in Who::all() {
+        let f = repo(&base(), who);
+        let marker = f.home.join("PWNED");
+        // A submodule recorded but not initialised, from a source repository
+        // in HOME.
+        let src = f.home.join("subsrc");
+        std::fs::create_dir_all(&src).unwrap();
+        if who == Who::Nobody {
+            airlock_tests::who::chown(&f.home);
+        }
+        let g = |dir: &Path, args: &[&str]| {
+            let o = host(&f, who, dir, "git", args);
+            assert_eq!(o.code, 0, "git {args:?}: {}", show(&o));
+        };
+        let id = ["-c", "user.email=t@t", "-c", "user.name=t"];
+        g(&src, &["init", "-q", "."]);
+        g(
+            &src,
+            &[&id[..], &["commit", "-q", "--allow-empty", "-m", "s"]].concat(),
+        );
+        let s = src.display().to_string();
+        g(
+            &f.ws,
+            &[
+                "-c",
+                "protocol.file.allow=always",
+                "submodule",
+                "add",
+                "-q",
+                &s,
+                "lib",
+            ],
+        );
+        g(&f.ws, &[&id[..], &["commit", "-q", "-m", "add"]].concat());
+        g(&f.ws, &["submodule", "deinit", "-q", "-f", "lib"]);
+        let _ = std::fs::remove_dir_all(f.ws.join(".git/modules/lib"));
+        let script = format!(
+            r#"set -e
+               git clone -q --bare {s} .git/modules/lib
+               git config --file .git/modules/lib/config core.bare false
+               git config --file .git/modules/lib/config core.worktree ../../../lib
+               printf '#!/bin/sh\ntouch {m}\n' > .git/modules/lib/hooks/post-checkout
+               chmod +x .git/modules/lib/hooks/post-checkout && echo planted"#,
+            m = marker.display()
+        );
+        let out = sandboxed(&f, who, &["--network", "none"], &script);
+        assert!(out.stdout.contains("planted"), "{who:?}: {}", show(&out));
+        let _ = host(
+            &f,
+            who,
+            &f.ws,
+            "git",
+            &[
+                "-c",
+                "protocol.file.allow=always",
+                "submodule",
+                "update",
+                "-q",
+                "--init",
+            ],
+        );
+        assert!(
+            !marker.exists(),
+            "{who:?}: git submodule update ran a hook the sandbox planted\n{}",
+            show(&out)
+        );
+        assert!(
+            out.stderr.contains("protected path"),
+            "{who:?}: {}",
+            show(&out)
+        );
+    }
+}
+
+/// An interactive rebase left stopped, whose remaining steps run a
+/// command: the user's `git rebase --continue` would run it. A stopped
+/// rebase without such a step is left as it is.
+#[test]
+fn a_rebase_left_with_a_command_to_run_runs_nothing() {
+    if !git_available() {
+        eprintln!("skipped: git is not installed");
+        return;
+    }
+    for who in Who::all() {
+        for plant in [true, false] {
+            let f = repo(&base(), who);
+            let marker = f.home.join("PWNED");
+            let steps = if plant {
+                r"break\nexec ./lint.sh\n"
+            } else {
+                r"break\n"
+            };
+            let script = format!(
+                r#"id="-c user.name=a -c user.email=a@b"
+                   git $id commit -q --allow-empty -m one && git $id commit -q --allow-empty -m two
+                   printf '#!/bin/sh\nprintf "{steps}" > "$1"\n' > /tmp/ed.sh; chmod +x /tmp/ed.sh
+                   printf '#!/bin/sh\ntouch {m}\n' > lint.sh; chmod +x lint.sh
+                   GIT_SEQUENCE_EDITOR=/tmp/ed.sh git $id rebase -q -i HEAD~1; echo stopped"#,
+                m = marker.display()
+            );
+            let out = sandboxed(&f, who, &["--network", "none"], &script);
+            assert!(out.stdout.contains("stopped"), "{who:?}: {}", show(&out));
+            let todo = f.ws.join(".git/rebase-merge/git-rebase-todo");
+            if plant {
+                let _ = host(&f, who, &f.ws, "git", &["rebase", "--continue"]);
+                assert!(
+                    !marker.exists(),
+                    "{who:?}: git rebase --continue ran the sandbox's step\n{}",
+                    show(&out)
+                );
+                assert!(
+                    out.stderr.contains("protected path"),
+                    "{who:?}: {}",
+                    show(&out)
+                );
+            } else {
+                assert!(
+                    todo.exists(),
+                    "{who:?}: a plain rebase was undone: {}",
+                    show(&out)
+                );
+                assert!(
+                    !out.stderr.contains("protected path"),
+                    "{who:?}: {}",
+                    show(&out)
+                );
+            }
+        }
+    }
+}
+
+/// A submodule whose name holds a `/` has its git directory two levels
+/// down `.git/modules`; git takes it with `refs` an executable file. The
+/// sandbox plants it in one run; the user's `git submodule update --init`
+/// would reuse it, hooks and configuration included.
+#[test]
+fn a_submodule_git_directory_at_any_depth_runs_nothing() {
+    if !git_available() {
+        eprintln!("skipped: git is not installed");
+        return;
+    }
+    for who in Who::all() {
+        let f = repo(&base(), who);
+        let marker = f.home.join("PWNED");
+        let src = f.home.join("up");
+        std::fs::create_dir_all(&src).unwrap();
+        if who == Who::Nobody {
+            airlock_tests::who::chown(&f.home);
+        }
+        git_ok(&f, who, &src, &["init", "-q", "."]);
+        git_ok(
+            &f,
+            who,
+            &src,
+            &[&ID[..], &["commit", "-q", "--allow-empty", "-m", "up"]].concat(),
+        );
+        let s = src.display().to_string();
+        let file = ["-c", "protocol.file.allow=always"];
+        git_ok(
+            &f,
+            who,
+            &f.ws,
+            &[
+                &file[..],
+                &["submodule", "add", "-q", &s, "third_party/lib"],
+            ]
+            .concat(),
+        );
+        git_ok(
+            &f,
+            who,
+            &f.ws,
+            &[&ID[..], &["commit", "-q", "-m", "add"]].concat(),
+        );
+        git_ok(
+            &f,
+            who,
+            &f.ws,
+            &["submodule", "deinit", "-q", "-f", "third_party/lib"],
+        );
+        let _ = std::fs::remove_dir_all(f.ws.join(".git/modules"));
+        let script = format!(
+            r#"set -e; M=.git/modules/third_party/lib
+               sha=$(git ls-tree HEAD third_party/lib | cut -d' ' -f3 | cut -f1)
+               mkdir -p $M/hooks; cp -r {s}/.git/objects $M/objects
+               echo $sha > $M/HEAD; printf '#!/bin/sh\n' > $M/refs; chmod 755 $M/refs
+               printf '[core]\n\tworktree = ../../../../third_party/lib\n\tfsmonitor = "touch {m}; false"\n' > $M/config
+               printf '#!/bin/sh\ntouch {m}\n' > $M/hooks/post-checkout; chmod 755 $M/hooks/post-checkout
+               echo planted"#,
+            m = marker.display()
+        );
+        let out = sandboxed(&f, who, &["--network", "none"], &script);
+        assert!(out.stdout.contains("planted"), "{who:?}: {}", show(&out));
+        let _ = host(
+            &f,
+            who,
+            &f.ws,
+            "git",
+            &[&file[..], &["submodule", "update", "-q", "--init"]].concat(),
+        );
+        host_git_runs_nothing(&f, who, &f.ws.join("third_party/lib"), &marker);
+        assert!(
+            out.stderr.contains("protected path"),
+            "{who:?}: {}",
+            show(&out)
+        );
+    }
+}
+
+/// Two runs: the first leaves a directory git would not take yet (no
+/// `HEAD`; or a `commondir` naming a directory whose name git reads with a
+/// trailing space and a byte that is no UTF-8), the second renames it to
+/// `.git`. Its hooks and configuration are older than the second run.
+#[test]
+fn a_git_directory_renamed_into_place_by_a_later_run_runs_nothing() {
+    if !git_available() {
+        eprintln!("skipped: git is not installed");
+        return;
+    }
+    for who in Who::all() {
+        for shape in ["refs-file", "odd-commondir"] {
+            let f = repo(&base(), who);
+            let marker = f.home.join("PWNED");
+            let m = marker.display();
+            let first = match shape {
+                "refs-file" => format!(
+                    r#"set -e; mkdir -p sub/stash/objects sub/stash/hooks
+                       printf '#!/bin/sh\n' > sub/stash/refs; chmod 755 sub/stash/refs
+                       printf '[core]\n\tfsmonitor = "touch {m}; false"\n' > sub/stash/config
+                       printf '#!/bin/sh\ntouch {m}\n' > sub/stash/hooks/pre-commit; chmod 755 sub/stash/hooks/pre-commit
+                       echo first"#
+                ),
+                _ => format!(
+                    r#"set -e; d="data/y $(printf '\377')"; mkdir -p "$d/objects" "$d/refs/heads" "$d/hooks" sub/stash
+                       printf 'ref: refs/heads/main\n' > sub/stash/HEAD
+                       printf '../../%s' "$d" > sub/stash/commondir
+                       printf '[core]\n\tfsmonitor = "touch {m}; false"\n' > "$d/config"
+                       printf '#!/bin/sh\ntouch {m}\n' > "$d/hooks/pre-commit"; chmod 755 "$d/hooks/pre-commit"
+                       echo first"#
+                ),
+            };
+            let out = sandboxed(&f, who, &["--network", "none"], &first);
+            assert!(
+                out.stdout.contains("first"),
+                "{who:?} {shape}: {}",
+                show(&out)
+            );
+            std::thread::sleep(std::time::Duration::from_millis(20));
+            let second = if shape == "refs-file" {
+                "mv sub/stash sub/.git && printf 'ref: refs/heads/main\\n' > sub/.git/HEAD && echo second"
+            } else {
+                "mv sub/stash sub/.git && echo second"
+            };
+            let out = sandboxed(&f, who, &["--network", "none"], second);
+            assert!(
+                out.stdout.contains("second"),
+                "{who:?} {shape}: {}",
+                show(&out)
+            );
+            host_git_runs_nothing(&f, who, &f.ws.join("sub"), &marker);
+        }
+    }
+}
+
+/// A rebase left stopped whose merge strategy names a path: `git rebase
+/// --continue` runs `git merge-<strategy>`, a path when it holds a `/`.
+#[test]
+fn a_rebase_strategy_naming_a_path_runs_nothing() {
+    if !git_available() {
+        eprintln!("skipped: git is not installed");
+        return;
+    }
+    for who in Who::all() {
+        let f = repo(&base(), who);
+        let marker = f.home.join("PWNED");
+        // `side` has a commit to pick onto a `main` that moved on: the pick
+        // is a real merge, which runs the strategy.
+        let script = format!(
+            r#"id="-c user.name=a -c user.email=a@b"; b=$(git branch --show-current)
+               echo a > a && git add a && git $id commit -qm a && git checkout -q -b side
+               echo b > b && git add b && git $id commit -qm b && git checkout -q "$b"
+               echo c > c && git add c && git $id commit -qm c && git checkout -q side
+               GIT_SEQUENCE_EDITOR="sed -i '1i break'" git $id rebase -q -i "$b"
+               echo 'x/../.git/rebase-merge/m' > .git/rebase-merge/strategy
+               printf '#!/bin/sh\ntouch {m}\n' > .git/rebase-merge/m; chmod 755 .git/rebase-merge/m
+               mkdir git-merge-x; echo stopped"#,
+            m = marker.display()
+        );
+        let out = sandboxed(&f, who, &["--network", "none"], &script);
+        assert!(out.stdout.contains("stopped"), "{who:?}: {}", show(&out));
+        let _ = host(
+            &f,
+            who,
+            &f.ws,
+            "git",
+            &[&ID[..], &["rebase", "--continue"]].concat(),
+        );
+        assert!(
+            !marker.exists(),
+            "{who:?}: git rebase --continue ran the sandbox's strategy\n{}",
+            show(&out)
+        );
+    }
+}
+
+/// Nested repositories whose hooks live elsewhere in the tree: through
+/// `core.hooksPath` (husky), and through a `hooks` link. The sandbox
+/// writes a hook there; the user's commit in them runs nothing.
+#[test]
+fn hooks_a_nested_repository_points_at_run_nothing() {
+    if !git_available() {
+        eprintln!("skipped: git is not installed");
+        return;
+    }
+    for who in Who::all() {
+        let f = repo(&base(), who);
+        let marker = f.home.join("PWNED");
+        for app in ["app", "app2"] {
+            std::fs::create_dir_all(f.ws.join(app)).unwrap();
+        }
+        std::fs::create_dir_all(f.ws.join("app/.husky")).unwrap();
+        std::fs::create_dir_all(f.ws.join("app2/scripts/hooks")).unwrap();
+        if who == Who::Nobody {
+            airlock_tests::who::chown(&f.ws);
+        }
+        git_ok(&f, who, &f.ws.join("app"), &["init", "-q", "."]);
+        git_ok(
+            &f,
+            who,
+            &f.ws.join("app"),
+            &["config", "core.hooksPath", ".husky"],
+        );
+        git_ok(&f, who, &f.ws.join("app2"), &["init", "-q", "."]);
+        let hooks = f.ws.join("app2/.git/hooks");
+        std::fs::remove_dir_all(&hooks).unwrap();
+        std::os::unix::fs::symlink("../scripts/hooks", &hooks).unwrap();
+        if who == Who::Nobody {
+            airlock_tests::who::chown(&f.ws);
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        let out = sandboxed(
+            &f,
+            who,
+            &["--network", "none"],
+            &format!(
+                r#"for h in app/.husky/pre-commit app2/scripts/hooks/pre-commit; do
+                     printf '#!/bin/sh\ntouch {m}\n' > $h; chmod 755 $h; done; echo planted"#,
+                m = marker.display()
+            ),
+        );
+        assert!(out.stdout.contains("planted"), "{who:?}: {}", show(&out));
+        for app in ["app", "app2"] {
+            host_git_runs_nothing(&f, who, &f.ws.join(app), &marker);
+        }
+    }
+}
+
+/// Another filesystem mounted below the workspace is as writable to the
+/// sandbox as the rest: its repositories are searched too. (Root only: it
+/// mounts a tmpfs; the sandbox runs as root and as uid 65534.)
+#[test]
+fn a_repository_below_a_mount_in_the_workspace_runs_nothing() {
+    if !git_available() || !is_root() {
+        eprintln!("skipped: needs git and root (to mount)");
+        return;
+    }
+    for who in Who::all() {
+        let f = repo(&base(), who);
+        let cache = f.ws.join("cache");
+        std::fs::create_dir_all(&cache).unwrap();
+        let mounted = std::process::Command::new("mount")
+            .args(["-t", "tmpfs", "-o", "size=8m,mode=0777", "airlock-test"])
+            .arg(&cache)
+            .status()
+            .is_ok_and(|s| s.success());
+        if !mounted {
+            eprintln!("skipped: cannot mount a tmpfs here");
+            return;
+        }
+        let marker = f.home.join("PWNED");
+        let out = sandboxed(
+            &f,
+            who,
+            &["--network", "none"],
+            &format!(
+                r#"git init -q cache/tool && git -C cache/tool config core.fsmonitor "touch {m}; false" && echo planted"#,
+                m = marker.display()
+            ),
+        );
+        host_git_runs_nothing(&f, who, &cache.join("tool"), &marker);
+        let _ = std::process::Command::new("umount").arg(&cache).status();
+        assert!(out.stdout.contains("planted"), "{who:?}: {}", show(&out));
+    }
+}
+
+/// The user's own nested repositories, with their own hook and keys that
+/// name programs or a partial clone's remote, stay as they are when the
+/// agent works in them (status, commit, a new branch): only what a sandbox
+/// wrote is judged.
+#[test]
+fn the_users_own_nested_repositories_are_left_alone() {
+    if !git_available() {
+        eprintln!("skipped: git is not installed");
+        return;
+    }
+    for who in Who::all() {
+        let f = repo(&base(), who);
+        let lib = f.ws.join("vendor/lib");
+        std::fs::create_dir_all(&lib).unwrap();
+        if who == Who::Nobody {
+            airlock_tests::who::chown(&f.ws);
+        }
+        git_ok(&f, who, &lib, &["init", "-q", "."]);
+        for (k, v) in [
+            ("pull.rebase", "true"),
+            ("remote.origin.url", "https://example.invalid/lib.git"),
+            ("remote.origin.promisor", "true"),
+            ("remote.origin.partialclonefilter", "blob:none"),
+            ("diff.lockb.textconv", "cat"),
+        ] {
+            git_ok(&f, who, &lib, &["config", k, v]);
+        }
+        let hook = lib.join(".git/hooks/pre-commit");
+        std::fs::write(&hook, "#!/bin/sh\nexit 0\n").unwrap();
+        if who == Who::Nobody {
+            airlock_tests::who::chown(&f.ws);
+        }
+        let config = std::fs::read(lib.join(".git/config")).unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        let out = sandboxed(
+            &f,
+            who,
+            &["--network", "none"],
+            "cd vendor/lib && git status -s && git -c user.name=a -c user.email=a@b commit -q --allow-empty -m agent && git checkout -q -b topic && echo worked",
+        );
+        assert!(out.stdout.contains("worked"), "{who:?}: {}", show(&out));
+        assert!(
+            hook.exists(),
+            "{who:?}: the user's hook was moved\n{}",
+            show(&out)
+        );
+        assert_eq!(
+            std::fs::read(lib.join(".git/config")).unwrap(),
+            config,
+            "{who:?}: the user's configuration was rewritten\n{}",
+            show(&out)
+        );
+        assert!(
+            !out.stderr.contains("protected path"),
+            "{who:?}: {}",
+            show(&out)
+        );
+    }
+}
