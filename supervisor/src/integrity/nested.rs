@@ -47,6 +47,7 @@ pub struct Walk {
 /// with `--workspace /` or `--write /`) does not descend into them. Every
 /// other filesystem below a writable root is walked: a mount there (a
 /// cache, a volume) is as writable to the sandbox as the root.
+#[cfg(target_os = "linux")]
 fn pseudo_filesystem(fd: &OwnedFd) -> bool {
     const PSEUDO: &[i64] = &[
         0x9fa0,      // proc
@@ -64,7 +65,16 @@ fn pseudo_filesystem(fd: &OwnedFd) -> bool {
         0x6c6f_6f70, // binfmt_misc
         0x6e73_6673, // nsfs
     ];
-    nix::sys::statfs::fstatfs(fd).is_ok_and(|s| PSEUDO.contains(&(s.filesystem_type().0 as i64)))
+    // The field's type is the C library's (`__fsword_t`).
+    #[allow(clippy::unnecessary_cast)]
+    let magic = |s: nix::sys::statfs::Statfs| s.filesystem_type().0 as i64;
+    nix::sys::statfs::fstatfs(fd).is_ok_and(|s| PSEUDO.contains(&magic(s)))
+}
+
+/// Elsewhere (macOS) every filesystem below a root is walked.
+#[cfg(not(target_os = "linux"))]
+fn pseudo_filesystem(_: &OwnedFd) -> bool {
+    false
 }
 
 /// Every candidate below `root`, `root` itself and the inside of every
