@@ -58,13 +58,19 @@ impl Windows {
                 _ => out.push((s, e)),
             }
         }
-        while out.len() > KEEP {
-            // Merge the pair with the smallest gap.
-            let Some(i) = (0..out.len() - 1).min_by_key(|&i| out[i + 1].0 - out[i].1) else {
-                break;
-            };
-            out[i].1 = out[i + 1].1;
-            out.remove(i + 1);
+        if out.len() > KEEP {
+            // Close every gap up to the one that leaves KEEP windows.
+            let mut gaps: Vec<u128> = out.windows(2).map(|w| w[1].0 - w[0].1).collect();
+            gaps.sort_unstable();
+            let limit = gaps[out.len() - KEEP - 1];
+            let mut merged: Vec<(u128, u128)> = Vec::with_capacity(KEEP);
+            for (s, e) in out {
+                match merged.last_mut() {
+                    Some(last) if s - last.1 <= limit => last.1 = e,
+                    _ => merged.push((s, e)),
+                }
+            }
+            out = merged;
         }
         self.0 = out;
     }
