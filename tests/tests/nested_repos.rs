@@ -607,3 +607,207 @@ fn the_users_own_nested_repositories_are_left_alone() {
         );
     }
 }
+
+/// A configuration the sandbox wrote keeps only program-free keys, and a
+/// work tree is not one of them: `core.worktree = hooks` makes the user's
+/// next checkout write the committed files into `.git/hooks` and run them.
+/// (A submodule's own work tree, which points back, is kept: see
+/// `a_git_directory_planted_in_dot_git_modules_runs_nothing`.)
+#[test]
+fn a_work_tree_inside_the_git_directory_is_not_kept() {
+    if !git_available() {
+        eprintln!("skipped: git is not installed");
+        return;
+    }
+    for who in Who::all() {
+        let f = repo(&base(), who);
+        let marker = f.home.join("PWNED");
+        let script = format!(
+            r#"set -e; mkdir sub && cd sub && git init -q; id="-c user.name=a -c user.email=a@b"
+               w="${{TMPDIR:-/tmp}}/w"; mkdir -p "$w"
+               for h in post-checkout post-merge pre-commit; do printf '#!/bin/sh\ntouch {m}\n' > "$w/$h"; chmod +x "$w/$h"; done
+               git --work-tree="$w" add -A && git $id --work-tree="$w" commit -qm hooks
+               git branch other; git config core.worktree hooks; git read-tree --empty; echo planted"#,
+            m = marker.display()
+        );
+        let out = sandboxed(&f, who, &["--network", "none"], &script);
+        assert!(out.stdout.contains("planted"), "{who:?}: {}", show(&out));
+        let sub = f.ws.join("sub");
+        let _ = host(&f, who, &sub, "git", &["checkout", "-q", "-f", "other"]);
+        host_git_runs_nothing(&f, who, &sub, &marker);
+    }
+}
+
+/// Hooks paths the sandbox did not write but whose hooks it can: a linked
+/// worktree's relative `core.hooksPath` (resolved in that worktree), and
+/// a relative one in the user's own `~/.gitconfig`, which every repository
+/// the sandbox makes inherits.
+#[test]
+fn relative_hooks_paths_are_judged_where_git_resolves_them() {
+    if !git_available() {
+        eprintln!("skipped: git is not installed");
+        return;
+    }
+    for who in Who::all() {
+        let f = repo(&base(), who);
+        let marker = f.home.join("PWNED");
+        std::fs::write(
+            f.home.join(".gitconfig"),
+            "[core]\n\thooksPath = .githooks\n",
+        )
+        .unwrap();
+        if who == Who::Nobody {
+            airlock_tests::who::chown(&f.home);
+        }
+        git_ok(
+            &f,
+            who,
+            &f.ws,
+            &["worktree", "add", "-q", ".worktrees/feat", "-b", "feat"],
+        );
+        let script = format!(
+            r#"set -e; mkdir -p .worktrees/feat/.githooks sub/.githooks
+               (cd sub && git init -q)
+               for h in .worktrees/feat/.githooks/pre-commit sub/.githooks/pre-commit; do
+                 printf '#!/bin/sh\ntouch {m}\n' > $h; chmod +x $h; done; echo planted"#,
+            m = marker.display()
+        );
+        let out = sandboxed(&f, who, &["--network", "none"], &script);
+        assert!(out.stdout.contains("planted"), "{who:?}: {}", show(&out));
+        for dir in [".worktrees/feat", "sub"] {
+            host_git_runs_nothing(&f, who, &f.ws.join(dir), &marker);
+        }
+    }
+}
+
+/// The user's `~/.gitconfig` includes a file in the workspace for
+/// repositories below it (`includeIf "gitdir:…"`); the workspace itself is
+/// no repository. The sandbox cannot make that file name a program.
+#[test]
+fn a_file_the_users_git_config_includes_is_protected() {
+    if !git_available() {
+        eprintln!("skipped: git is not installed");
+        return;
+    }
+    for who in Who::all() {
+        let f = airlock_tests::Fixture::new_in(&base());
+        who.prepare(&f);
+        let marker = f.home.join("PWNED");
+        let ws = std::fs::canonicalize(&f.ws).unwrap();
+        std::fs::write(
+            f.home.join(".gitconfig"),
+            format!(
+                "[includeIf \"gitdir:{}/\"]\n\tpath = {}/.gitconfig-work\n",
+                ws.display(),
+                ws.display()
+            ),
+        )
+        .unwrap();
+        std::fs::create_dir_all(f.ws.join("proj")).unwrap();
+        if who == Who::Nobody {
+            airlock_tests::who::chown(&f.home);
+            airlock_tests::who::chown(&f.ws);
+        }
+        git_ok(&f, who, &f.ws.join("proj"), &["init", "-q", "."]);
+        let out = sandboxed(
+            &f,
+            who,
+            &["--network", "none"],
+            &format!(
+                r#"printf '[core]\n\tfsmonitor = "touch {m}; false"\n' > .gitconfig-work; echo tried"#,
+                m = marker.display()
+            ),
+        );
+        assert!(out.stdout.contains("tried"), "{who:?}: {}", show(&out));
+        host_git_runs_nothing(&f, who, &f.ws.join("proj"), &marker);
+    }
+}
+
+/// What the quarantine holds is never a repository git would use: a
+/// sandbox's configuration naming the git directory's own `HEAD`,
+/// `objects` and `refs` as include and hooks paths moves none of them, and
+/// no `.git` is kept there by that name.
+#[test]
+fn the_quarantine_never_holds_a_working_repository() {
+    if !git_available() {
+        eprintln!("skipped: git is not installed");
+        return;
+    }
+    for who in Who::all() {
+        let f = repo(&base(), who);
+        let marker = f.home.join("PWNED");
+        let script = format!(
+            r#"set -e; mkdir sub; cd sub; git init -q; G=$PWD/.git
+               printf '[core]\n\tfsmonitor = "touch {m}; false"\n' >> .git/config
+               printf '[include]\n\tpath = HEAD\n[core]\n\thooksPath = %s/objects\n\thooksPath = %s/refs\n' $G $G > .git/config.worktree
+               echo planted"#,
+            m = marker.display()
+        );
+        let out = sandboxed(&f, who, &["--network", "none"], &script);
+        assert!(out.stdout.contains("planted"), "{who:?}: {}", show(&out));
+        let q = f.ws.join(".airlock/quarantine");
+        let found = std::process::Command::new("find")
+            .arg(&q)
+            .args(["-name", ".git", "-o", "-name", "HEAD"])
+            .output()
+            .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+            .unwrap_or_default();
+        assert!(
+            found.trim().is_empty(),
+            "{who:?}: the quarantine holds {found}"
+        );
+        for entry in std::fs::read_dir(&q).unwrap().flatten() {
+            host_git_runs_nothing(&f, who, &entry.path().join("sub"), &marker);
+        }
+        host_git_runs_nothing(&f, who, &f.ws.join("sub"), &marker);
+    }
+}
+
+/// A sandbox's window speaks for its own writable roots only: what the
+/// user does in another workspace while an agent runs elsewhere is theirs.
+#[test]
+fn another_workspaces_run_does_not_make_the_users_changes_suspect() {
+    if !git_available() {
+        eprintln!("skipped: git is not installed");
+        return;
+    }
+    for who in Who::all() {
+        let f = repo(&base(), who);
+        let lib = f.ws.join("lib");
+        std::fs::create_dir_all(&lib).unwrap();
+        if who == Who::Nobody {
+            airlock_tests::who::chown(&f.ws);
+        }
+        git_ok(&f, who, &lib, &["init", "-q", "."]);
+        // Another workspace's run, with the same HOME, while the user adds
+        // a hook and a key to the nested repository here.
+        let other = airlock_tests::Fixture::new_in(&base());
+        who.prepare(&other);
+        let mut elsewhere = who.wrap(other.command(&["--network", "none"], "sleep 2"));
+        elsewhere
+            .env("HOME", &f.home)
+            .env("XDG_CONFIG_HOME", f.home.join(".config"));
+        let mut elsewhere = elsewhere.spawn().expect("the other run");
+        std::thread::sleep(std::time::Duration::from_millis(700));
+        git_ok(&f, who, &lib, &["config", "diff.lockb.textconv", "cat"]);
+        let hook = lib.join(".git/hooks/pre-commit");
+        std::fs::write(&hook, "#!/bin/sh\nexit 0\n").unwrap();
+        let _ = elsewhere.wait();
+        if who == Who::Nobody {
+            airlock_tests::who::chown(&f.ws);
+        }
+        let config = std::fs::read(lib.join(".git/config")).unwrap();
+        let out = sandboxed(&f, who, &["--network", "none"], "echo ran");
+        assert!(out.stdout.contains("ran"), "{who:?}: {}", show(&out));
+        assert!(
+            hook.exists(),
+            "{who:?}: the user's hook was moved\n{}",
+            show(&out)
+        );
+        assert_eq!(
+            std::fs::read(lib.join(".git/config")).unwrap(),
+            config,
+            "{who:?}"
+        );
+    }
+}

@@ -178,7 +178,7 @@ fn ctime_of(st: &nix::sys::stat::FileStat) -> SystemTime {
 /// while a sandbox ran: written, created, renamed, linked, its mode set.
 fn written_in(path: &Path, windows: &Windows) -> bool {
     fstatat(nix::fcntl::AT_FDCWD, path, AtFlags::AT_SYMLINK_NOFOLLOW)
-        .is_ok_and(|st| windows.covers(ctime_of(&st)))
+        .is_ok_and(|st| windows.covers(path, ctime_of(&st)))
 }
 
 /// A file's bytes as git reads a path from it (`commondir`, a `gitdir:`
@@ -236,26 +236,36 @@ fn hook_entries(dir: &Path, out: &mut Vec<PathBuf>) {
     }
 }
 
-/// What a git config file sends git to besides itself: `core.hooksPath`
-/// (every hook in it) and the files `include.path`/`includeIf.*.path`
-/// name. Asked of git only when the file mentions either, which most do
-/// not. `worktree` is where a relative hooks path starts.
-fn config_targets(config: &Path, worktree: &Path, home: Option<&Path>) -> Vec<PathBuf> {
+/// How git reads `core.hooksPath` and includes for one repository: the
+/// work trees its relative hooks path is resolved in, the user's home for
+/// `~/`, the hooks paths of the user's and the system's configuration
+/// (they apply to every repository), and the windows: a configuration a
+/// sandbox wrote is replaced by its program-free keys, so what it names is
+/// never followed (it could name any file to be moved, red team round 21).
+struct Reach<'a> {
+    tops: Vec<PathBuf>,
+    home: Option<&'a Path>,
+    global_hooks: &'a [Vec<u8>],
+    windows: &'a Windows,
+}
+
+/// The values of `key` (and, for includes, the include keys) in the git
+/// config file `config`, asked of git only when the file mentions them.
+fn config_values(config: &Path, regexp: &str, words: &[&[u8]]) -> Vec<(Vec<u8>, Vec<u8>)> {
     let Ok(text) = std::fs::read(config) else {
         return vec![];
     };
     let lower = text.to_ascii_lowercase();
-    let mentions = |w: &[u8]| lower.windows(w.len()).any(|x| x == w);
-    if !mentions(b"hookspath") && !mentions(b"include") {
+    if !words
+        .iter()
+        .any(|w| lower.windows(w.len()).any(|x| x == *w))
+    {
         return vec![];
     }
     let listed = std::process::Command::new("git")
         .args(["config", "--no-includes", "--null", "--file"])
         .arg(config)
-        .args([
-            "--get-regexp",
-            r"^(core\.hookspath|include\.path|includeif\..+\.path)$",
-        ])
+        .args(["--get-regexp", regexp])
         .current_dir("/")
         .env_clear()
         .env("GIT_CONFIG_NOSYSTEM", "1")
@@ -265,25 +275,99 @@ fn config_targets(config: &Path, worktree: &Path, home: Option<&Path>) -> Vec<Pa
         .stderr(std::process::Stdio::null())
         .output();
     let Ok(out) = listed else { return vec![] };
-    let mut targets = vec![];
-    for item in out.stdout.split(|b| *b == 0).filter(|i| !i.is_empty()) {
-        let Some(nl) = item.iter().position(|b| *b == b'\n') else {
+    out.stdout
+        .split(|b| *b == 0)
+        .filter_map(|item| {
+            let nl = item.iter().position(|b| *b == b'\n')?;
+            Some((item[..nl].to_vec(), item[nl + 1..].to_vec()))
+        })
+        .collect()
+}
+
+/// The hooks in a hooks path: its entries, and for husky's `_` directory
+/// (whose stubs run `../<hook>`) the entries of its parent too.
+fn hooks_in(dir: &Path, out: &mut Vec<PathBuf>) {
+    // A link there is judged itself (re-pointed); a directory by its entries.
+    if dir.is_symlink() {
+        out.push(dir.to_path_buf());
+    }
+    hook_entries(dir, out);
+    if dir.file_name() == Some(OsStr::new("_")) {
+        if let Some(parent) = dir.parent() {
+            hook_entries(parent, out);
+        }
+    }
+}
+
+/// A hooks path as git resolves it: `~/` from home, relative from each
+/// work tree it is used in.
+fn hooks_path(value: &[u8], reach: &Reach, out: &mut Vec<PathBuf>) {
+    let value = match (value.strip_prefix(b"~/"), reach.home) {
+        (Some(rest), Some(h)) => h.join(OsStr::from_bytes(rest)).into_os_string().into_vec(),
+        _ => value.to_vec(),
+    };
+    for top in &reach.tops {
+        hooks_in(&joined(top, value.clone()), out);
+    }
+}
+
+/// What a git config file sends git to besides itself: `core.hooksPath`
+/// (every hook in it) and the files `include.path`/`includeIf.*.path`
+/// name, followed (four deep). Not for a file a sandbox wrote.
+fn config_targets(config: &Path, reach: &Reach, depth: u8, out: &mut Vec<PathBuf>) {
+    if depth == 0 || written_in(config, reach.windows) {
+        return;
+    }
+    let values = config_values(
+        config,
+        r"^(core\.hookspath|include\.path|includeif\..+\.path)$",
+        &[b"hookspath", b"include"],
+    );
+    for (key, value) in values {
+        if key == b"core.hookspath" {
+            hooks_path(&value, reach, out);
             continue;
-        };
-        let (key, value) = (&item[..nl], item[nl + 1..].to_vec());
-        let value = match (value.strip_prefix(b"~/"), home) {
+        }
+        let value = match (value.strip_prefix(b"~/"), reach.home) {
             (Some(rest), Some(h)) => h.join(OsStr::from_bytes(rest)).into_os_string().into_vec(),
             _ => value,
         };
-        if key == b"core.hookspath" {
-            let dir = joined(worktree, value);
-            targets.push(dir.clone());
-            hook_entries(&dir, &mut targets);
-        } else {
-            targets.push(joined(config.parent().unwrap_or(worktree), value));
-        }
+        let target = joined(config.parent().unwrap_or(Path::new("/")), value);
+        out.push(target.clone());
+        config_targets(&target, reach, depth - 1, out);
     }
-    targets
+}
+
+/// `core.hooksPath` of the user's and the system's git configuration,
+/// which every repository inherits (a relative one resolves in each).
+pub fn global_hooks_paths(home: Option<&Path>) -> Vec<Vec<u8>> {
+    let xdg = std::env::var_os("XDG_CONFIG_HOME")
+        .filter(|v| !v.is_empty())
+        .map(PathBuf::from)
+        .or_else(|| home.map(|h| h.join(".config")));
+    let mut files: Vec<PathBuf> = vec![PathBuf::from("/etc/gitconfig")];
+    files.extend(home.map(|h| h.join(".gitconfig")));
+    files.extend(xdg.map(|x| x.join("git/config")));
+    files
+        .iter()
+        .flat_map(|f| config_values(f, r"^core\.hookspath$", &[b"hookspath"]))
+        .map(|(_, v)| v)
+        .collect()
+}
+
+/// The work trees of git directory `found`: the parent of a `.git`; the
+/// one a linked worktree's `gitdir` file names; for a bare one, itself.
+fn work_trees(found: &Path) -> Vec<PathBuf> {
+    if found.file_name() == Some(OsStr::new(".git")) {
+        return found.parent().map(Path::to_path_buf).into_iter().collect();
+    }
+    let linked = path_file(&found.join("gitdir"))
+        .map(|raw| joined(found, raw))
+        .and_then(|dot_git| dot_git.parent().map(Path::to_path_buf));
+    match linked {
+        Some(top) => vec![top],
+        None => vec![found.to_path_buf()],
+    }
 }
 
 /// A rebase or cherry-pick in progress: what `--continue` would run. The
@@ -323,7 +407,12 @@ fn runs_a_command(todo: &[u8]) -> bool {
 }
 
 /// Every item one candidate brings to judge, as absolute paths.
-fn items_of(found: &Path, home: Option<&Path>) -> Vec<PathBuf> {
+fn items_of(
+    found: &Path,
+    home: Option<&Path>,
+    global_hooks: &[Vec<u8>],
+    windows: &Windows,
+) -> Vec<PathBuf> {
     let Ok(meta) = std::fs::symlink_metadata(found) else {
         return vec![];
     };
@@ -332,7 +421,7 @@ fn items_of(found: &Path, home: Option<&Path>) -> Vec<PathBuf> {
         // and the git directory a `gitdir:` file names.
         let mut items = vec![found.to_path_buf()];
         if let Some(target) = gitdir_target(found).filter(|t| t.is_dir()) {
-            items.extend(items_of(&target, home));
+            items.extend(items_of(&target, home, global_hooks, windows));
         }
         return items;
     }
@@ -342,13 +431,16 @@ fn items_of(found: &Path, home: Option<&Path>) -> Vec<PathBuf> {
     if let Some(c) = common.as_deref().filter(|c| *c != found) {
         git_dir_surface(c, 0, &mut surface);
     }
-    // A non-bare repository's hooks path is relative to its work tree.
-    let worktree = if found.file_name() == Some(OsStr::new(".git")) {
-        found.parent().unwrap_or(found)
-    } else {
-        found
+    let reach = Reach {
+        tops: work_trees(found),
+        home,
+        global_hooks,
+        windows,
     };
     let mut items = vec![];
+    for value in reach.global_hooks {
+        hooks_path(value, &reach, &mut items);
+    }
     for abs in surface {
         let name = abs.file_name().unwrap_or_default().to_os_string();
         if name == "hooks" {
@@ -363,7 +455,7 @@ fn items_of(found: &Path, home: Option<&Path>) -> Vec<PathBuf> {
                 );
             }
         } else if name == "config" || name == "config.worktree" {
-            items.extend(config_targets(&abs, worktree, home));
+            config_targets(&abs, &reach, 4, &mut items);
         }
         items.push(abs);
     }
@@ -390,6 +482,7 @@ pub fn changes(
     known: &[Protected],
 ) -> (Vec<Change>, Vec<String>) {
     let home = std::env::var_os("HOME").map(PathBuf::from);
+    let global_hooks = global_hooks_paths(home.as_deref());
     let mut out: Vec<Change> = vec![];
     let mut failed = vec![];
     for root in roots {
@@ -405,7 +498,7 @@ pub fn changes(
             ));
         }
         for found in walk.found {
-            for abs in items_of(&found, home.as_deref()) {
+            for abs in items_of(&found, home.as_deref(), &global_hooks, windows) {
                 // What lies outside every writable root, the sandbox could
                 // not write.
                 let Some(item_root) = super::set::root_of(&abs, roots) else {
@@ -423,10 +516,9 @@ pub fn changes(
                 {
                     continue;
                 }
-                // A hooks or info directory itself changes when an entry is
-                // added: its entries are judged one by one instead.
-                let name = rel.file_name().unwrap_or_default();
-                if (name == "hooks" || name == "info") && abs.is_dir() && !abs.is_symlink() {
+                // A directory (hooks, info, a hooks path) changes when an
+                // entry is added: its entries are judged one by one instead.
+                if abs.is_dir() && !abs.is_symlink() {
                     continue;
                 }
                 out.push(Change {

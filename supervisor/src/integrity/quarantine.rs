@@ -8,7 +8,7 @@
 use std::ffi::OsStr;
 use std::io::Write;
 use std::os::fd::{AsFd, OwnedFd};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use nix::errno::Errno;
 use nix::fcntl::{openat, renameat, OFlag};
@@ -41,9 +41,6 @@ const SAFE_GIT_KEYS: &[&str] = &[
     "core.ignorecase",
     "core.precomposeunicode",
     "core.symlinks",
-    // A submodule's git directory names its work tree; that is a place,
-    // not a program.
-    "core.worktree",
     "core.sparsecheckout",
     "core.sparsecheckoutcone",
     "core.autocrlf",
@@ -122,15 +119,40 @@ fn git_config_entries(path: &Path) -> Option<Vec<(String, String)>> {
     )
 }
 
+/// Whether `core.worktree = value` in git directory `git_dir` names the
+/// work tree of a submodule checked out from it: a directory whose `.git`
+/// file points back here. Any other work tree is where git would write
+/// what the sandbox committed (its own `.git/hooks`, another repository's),
+/// so the key is dropped then (red team round 21).
+fn worktree_points_back(git_dir: &Path, value: &str) -> bool {
+    let (Ok(here), Ok(tree)) = (
+        std::fs::canonicalize(git_dir),
+        std::fs::canonicalize(git_dir.join(value)),
+    ) else {
+        return false;
+    };
+    let dot_git = tree.join(".git");
+    let Ok(text) = crate::trust::read_no_follow(&dot_git) else {
+        return false;
+    };
+    let text = String::from_utf8_lossy(&text);
+    let Some(target) = text.trim_end_matches(['\n', '\r']).strip_prefix("gitdir: ") else {
+        return false;
+    };
+    std::fs::canonicalize(tree.join(target)).is_ok_and(|t| t == here)
+}
+
 /// A git config text holding only the safe keys of `quarantined`, read by
-/// git itself (no includes) when it is installed.
-fn sanitised_git_config(quarantined: &Path) -> String {
+/// git itself (no includes) when it is installed in `git_dir`.
+fn sanitised_git_config(quarantined: &Path, git_dir: &Path) -> String {
     let mut out = String::new();
     let mut sections: Vec<(String, Vec<(String, String)>)> = vec![];
     if let Some(entries) = git_config_entries(quarantined) {
         for (key, value) in &entries {
             let (key, value) = (key.as_str(), value.as_str());
-            if !safe_git_key(key) {
+            let kept = safe_git_key(key)
+                || (key == "core.worktree" && worktree_points_back(git_dir, value));
+            if !kept {
                 continue;
             }
             let (Some((section, _)), Some((head, name))) =
@@ -215,6 +237,18 @@ fn quarantine_dir(root: &OwnedFd, run: &str) -> nix::Result<OwnedFd> {
     Ok(fd)
 }
 
+/// Where `rel` is kept in the quarantine: its path with every `.git`
+/// component renamed, so that nothing git discovers (a repository's
+/// configuration and hooks, reassembled) ever lies there.
+fn stored(rel: &Path) -> PathBuf {
+    rel.components()
+        .map(|c| match c.as_os_str() {
+            n if n == ".git" => OsStr::new("dot-git"),
+            n => n,
+        })
+        .collect()
+}
+
 /// Create `rel`'s parent directories below `base` (ours, fresh) and return it.
 fn make_parents(base: &OwnedFd, rel: &Path) -> nix::Result<OwnedFd> {
     let mut fd = nix::unistd::dup(base)?;
@@ -275,13 +309,13 @@ fn restore<Fd: AsFd + Copy>(dir: Fd, name: &OsStr, state: &State) -> bool {
 /// Move a file or link `name` from `from` into `to` (another filesystem):
 /// copied without following links, then removed. A directory is refused
 /// (EXDEV stands): only a rename moves one whole.
-fn move_across(from: &OwnedFd, name: &OsStr, to: &OwnedFd) -> nix::Result<()> {
+fn move_across(from: &OwnedFd, name: &OsStr, to: &OwnedFd, to_name: &OsStr) -> nix::Result<()> {
     use nix::sys::stat::{fstatat, SFlag};
     let st = fstatat(from, name, nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW)?;
     let kind = SFlag::from_bits_truncate(st.st_mode) & SFlag::S_IFMT;
     if kind == SFlag::S_IFLNK {
         let target = nix::fcntl::readlinkat(from, name)?;
-        symlinkat(target.as_os_str(), to, name)?;
+        symlinkat(target.as_os_str(), to, to_name)?;
     } else if kind == SFlag::S_IFREG {
         let src = openat(
             from,
@@ -291,7 +325,7 @@ fn move_across(from: &OwnedFd, name: &OsStr, to: &OwnedFd) -> nix::Result<()> {
         )?;
         let dst = openat(
             to,
-            name,
+            to_name,
             OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
             Mode::from_bits_truncate(0o600),
         )?;
@@ -377,18 +411,24 @@ fn act_one(c: &Change, run: &str) -> Outcome {
             })
         } else {
             quarantine_dir(&root, run).and_then(|q| {
-                let dest_parent = make_parents(&q, &rel)?;
-                match renameat(&parent, name.as_os_str(), &dest_parent, name.as_os_str()) {
+                let kept = stored(&rel);
+                let dest_parent = make_parents(&q, &kept)?;
+                let dest_name = kept.file_name().unwrap_or(name.as_os_str());
+                match renameat(&parent, name.as_os_str(), &dest_parent, dest_name) {
                     // Another filesystem mounted below the root: copied
                     // over, then removed.
-                    Err(Errno::EXDEV) => move_across(&parent, &name, &dest_parent),
+                    Err(Errno::EXDEV) => move_across(&parent, &name, &dest_parent, dest_name),
                     other => other,
                 }
             })
         };
         match moved {
             Ok(()) => {
-                let dest = c.root.join(".airlock/quarantine").join(run).join(&rel);
+                let dest = c
+                    .root
+                    .join(".airlock/quarantine")
+                    .join(run)
+                    .join(stored(&rel));
                 outcome.action = "quarantined".into();
                 outcome.in_place = false;
                 outcome.dest = Some(dest.display().to_string());
@@ -411,7 +451,7 @@ fn act_one(c: &Change, run: &str) -> Outcome {
         && matches!(c.before, State::Absent | State::Blocked)
     {
         if let Some(dest) = &outcome.dest {
-            let text = sanitised_git_config(Path::new(dest));
+            let text = sanitised_git_config(Path::new(dest), path.parent().unwrap_or(&path));
             let written = openat(
                 &parent,
                 name.as_os_str(),

@@ -268,6 +268,28 @@ fn git_config_targets(worktree: &Path, home: &Path) -> Vec<PathBuf> {
     out
 }
 
+/// Whether the user's or the system's git configuration names an include
+/// or a hooks path (one read of each file; most name neither).
+fn user_git_config_mentions_targets(home: &Path) -> bool {
+    let xdg = std::env::var_os("XDG_CONFIG_HOME")
+        .filter(|v| !v.is_empty())
+        .map(PathBuf::from)
+        .unwrap_or_else(|| home.join(".config"));
+    [
+        PathBuf::from("/etc/gitconfig"),
+        home.join(".gitconfig"),
+        xdg.join("git/config"),
+    ]
+    .iter()
+    .filter_map(|f| std::fs::read(f).ok())
+    .any(|text| {
+        let lower = text.to_ascii_lowercase();
+        [&b"include"[..], b"hookspath"]
+            .iter()
+            .any(|w| lower.windows(w.len()).any(|x| x == *w))
+    })
+}
+
 pub struct Inputs<'a> {
     /// Canonical writable roots.
     pub roots: &'a [PathBuf],
@@ -308,6 +330,17 @@ pub fn compute(i: &Inputs) -> Vec<Protected> {
                 let mut s = vec![];
                 git_dir_surface(&dot_git, 0, &mut s);
                 candidates.extend(s.into_iter().map(|p| (p, true)));
+                // The user's and the system's includes and hooks path reach
+                // every repository below (an `includeIf "gitdir:…"` naming
+                // a file in this root, red team round 21): asked of git only
+                // when their files mention them.
+                if user_git_config_mentions_targets(i.home) {
+                    candidates.extend(
+                        git_config_targets(root, i.home)
+                            .into_iter()
+                            .map(|p| (p, true)),
+                    );
+                }
             }
         }
         if root.as_path() == Path::new("/") {

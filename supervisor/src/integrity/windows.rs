@@ -5,12 +5,16 @@
 //! So the post-run check asks of a file whether its ctime falls in *any*
 //! sandbox's run, not only this one's: each run's window (its start by the
 //! kernel's clock to the moment every process of it was gone) is appended
-//! here, in airlock's config directory, which no sandbox can write. What
-//! the user changed between runs lies outside every window and is theirs.
+//! here, in airlock's config directory, which no sandbox can write, with
+//! the writable roots it had: a window speaks only for what lies below
+//! them (another workspace's agent could not have written here). What the
+//! user changed between runs lies outside every window and is theirs.
 
+use std::ffi::OsString;
 use std::io::Write;
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::os::unix::fs::OpenOptionsExt;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
 /// Windows kept at most; past it, the closest ones are merged (a merged
@@ -28,66 +32,135 @@ fn nanos(t: SystemTime) -> u128 {
         .as_nanos()
 }
 
-/// Sandbox runs as closed intervals of ctime, in nanoseconds since the
-/// epoch, sorted and merged.
+/// One run: a closed interval of ctime in nanoseconds since the epoch,
+/// and the writable roots it had.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+struct Window {
+    start: u128,
+    end: u128,
+    roots: Vec<PathBuf>,
+}
+
+/// Sandbox runs, sorted; windows of the same roots that overlap merged.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
-pub struct Windows(Vec<(u128, u128)>);
+pub struct Windows(Vec<Window>);
 
 impl Windows {
-    /// The recorded windows, and `[since, ∞)` for the run being checked.
-    pub fn with_current(since: SystemTime) -> Windows {
+    /// The recorded windows, and `[since, ∞)` over `roots` for the run
+    /// being checked.
+    pub fn with_current(since: SystemTime, roots: &[PathBuf]) -> Windows {
         let mut w = read();
-        w.0.push((nanos(since), u128::MAX));
+        w.0.push(Window {
+            start: nanos(since),
+            end: u128::MAX,
+            roots: roots.to_vec(),
+        });
         w.normalise();
         w
     }
 
-    /// Whether a file changed at `ctime` may have been written by a sandbox.
-    pub fn covers(&self, ctime: SystemTime) -> bool {
+    /// Whether `path`, changed at `ctime`, may have been written by a
+    /// sandbox: a run whose writable roots hold it was going on then.
+    pub fn covers(&self, path: &Path, ctime: SystemTime) -> bool {
         let t = nanos(ctime);
-        let i = self.0.partition_point(|(start, _)| *start <= t);
-        i > 0 && self.0[i - 1].1 >= t
+        self.0.iter().any(|w| {
+            w.start <= t
+                && t <= w.end
+                && w.roots
+                    .iter()
+                    .any(|r| r == path || crate::paths::below(path, r))
+        })
     }
 
     fn normalise(&mut self) {
         self.0.sort();
-        let mut out: Vec<(u128, u128)> = Vec::with_capacity(self.0.len());
-        for (s, e) in self.0.drain(..) {
-            match out.last_mut() {
-                Some(last) if s <= last.1 => last.1 = last.1.max(e),
-                _ => out.push((s, e)),
-            }
+        // Group by roots, merge overlaps within each group.
+        let mut groups: std::collections::BTreeMap<Vec<PathBuf>, Vec<(u128, u128)>> =
+            Default::default();
+        for w in self.0.drain(..) {
+            groups.entry(w.roots).or_default().push((w.start, w.end));
         }
-        if out.len() > KEEP {
-            // Close every gap up to the one that leaves KEEP windows.
-            let mut gaps: Vec<u128> = out.windows(2).map(|w| w[1].0 - w[0].1).collect();
-            gaps.sort_unstable();
-            let limit = gaps[out.len() - KEEP - 1];
-            let mut merged: Vec<(u128, u128)> = Vec::with_capacity(KEEP);
-            for (s, e) in out {
-                match merged.last_mut() {
-                    Some(last) if s - last.1 <= limit => last.1 = e,
-                    _ => merged.push((s, e)),
-                }
-            }
-            out = merged;
+        let per_group = (KEEP / groups.len().max(1)).max(16);
+        let mut out = vec![];
+        for (roots, mut spans) in groups {
+            spans.sort();
+            out.extend(
+                merged(spans, per_group)
+                    .into_iter()
+                    .map(|(start, end)| Window {
+                        start,
+                        end,
+                        roots: roots.clone(),
+                    }),
+            );
         }
+        out.sort();
         self.0 = out;
     }
 
     fn parse(text: &str) -> Windows {
-        let mut w = Windows(
-            text.lines()
-                .filter_map(|l| {
-                    let (s, e) = l.split_once(' ')?;
-                    let (s, e) = (s.parse().ok()?, e.parse().ok()?);
-                    (s <= e).then_some((s, e))
-                })
-                .collect(),
-        );
+        let mut w = Windows(text.lines().filter_map(parse_line).collect());
         w.normalise();
         w
     }
+}
+
+/// `start end root…`, each root hex-encoded (paths are bytes).
+fn parse_line(line: &str) -> Option<Window> {
+    let mut words = line.split(' ');
+    let start = words.next()?.parse().ok()?;
+    let end = words.next()?.parse().ok()?;
+    let roots = words
+        .map(|h| hex_decode(h).map(|b| PathBuf::from(OsString::from_vec(b))))
+        .collect::<Option<Vec<_>>>()?;
+    (start <= end && !roots.is_empty()).then_some(Window { start, end, roots })
+}
+
+fn line_of(w: &Window) -> String {
+    let mut line = format!("{} {}", w.start, w.end);
+    for r in &w.roots {
+        line.push(' ');
+        line.extend(r.as_os_str().as_bytes().iter().map(|b| format!("{b:02x}")));
+    }
+    line.push('\n');
+    line
+}
+
+fn hex_decode(h: &str) -> Option<Vec<u8>> {
+    if h.len() % 2 != 0 || h.is_empty() {
+        return None;
+    }
+    (0..h.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(h.get(i..i + 2)?, 16).ok())
+        .collect()
+}
+
+/// Sorted spans with overlaps merged, then the smallest gaps closed until
+/// at most `keep` remain (a merged span covers both and the gap: more is
+/// judged, never less).
+fn merged(spans: Vec<(u128, u128)>, keep: usize) -> Vec<(u128, u128)> {
+    let mut out: Vec<(u128, u128)> = Vec::with_capacity(spans.len());
+    for (s, e) in spans {
+        match out.last_mut() {
+            Some(last) if s <= last.1 => last.1 = last.1.max(e),
+            _ => out.push((s, e)),
+        }
+    }
+    if out.len() > keep {
+        let mut gaps: Vec<u128> = out.windows(2).map(|w| w[1].0 - w[0].1).collect();
+        gaps.sort_unstable();
+        let limit = gaps[out.len() - keep - 1];
+        let mut closed: Vec<(u128, u128)> = Vec::with_capacity(keep);
+        for (s, e) in out {
+            match closed.last_mut() {
+                Some(last) if s - last.1 <= limit => last.1 = e,
+                _ => closed.push((s, e)),
+            }
+        }
+        out = closed;
+    }
+    out
 }
 
 fn read() -> Windows {
@@ -100,11 +173,19 @@ fn read() -> Windows {
     }
 }
 
-/// Record a finished run's window. Appended with one write (concurrent
-/// runs each add a whole line); rewritten merged when it has grown long.
-pub fn record(since: SystemTime, until: SystemTime) {
+/// Record a finished run's window over its writable roots. Appended with
+/// one write (concurrent runs each add a whole line); rewritten merged
+/// when it has grown long.
+pub fn record(since: SystemTime, until: SystemTime, roots: &[PathBuf]) {
     let Some(p) = path() else { return };
-    let line = format!("{} {}\n", nanos(since), nanos(until).max(nanos(since)));
+    if roots.is_empty() {
+        return;
+    }
+    let line = line_of(&Window {
+        start: nanos(since),
+        end: nanos(until).max(nanos(since)),
+        roots: roots.to_vec(),
+    });
     let appended = std::fs::OpenOptions::new()
         .append(true)
         .create(true)
@@ -125,7 +206,7 @@ pub fn record(since: SystemTime, until: SystemTime) {
 /// Rewrite the record merged, through a file renamed over it.
 fn compact(p: &std::path::Path) {
     let w = read();
-    let text: String = w.0.iter().map(|(s, e)| format!("{s} {e}\n")).collect();
+    let text: String = w.0.iter().map(line_of).collect();
     let tmp = p.with_extension(format!("{}.tmp", std::process::id()));
     let written = std::fs::OpenOptions::new()
         .write(true)
@@ -150,35 +231,71 @@ mod tests {
     }
 
     #[test]
-    fn windows_cover_their_runs_and_nothing_between() {
-        let mut w = Windows::parse("100 200\n300 400\nnonsense\n150 250\n500 499\n");
-        assert_eq!(w.0, vec![(100, 250), (300, 400)]);
+    fn windows_cover_their_runs_below_their_roots_and_nothing_else() {
+        let ws = Path::new("/w/a");
+        let text = [
+            line_of(&Window {
+                start: 100,
+                end: 200,
+                roots: vec![ws.into()],
+            }),
+            line_of(&Window {
+                start: 150,
+                end: 250,
+                roots: vec![ws.into()],
+            }),
+            line_of(&Window {
+                start: 300,
+                end: 400,
+                roots: vec!["/w/b".into()],
+            }),
+            "nonsense\n500 499 2f\n".to_string(),
+        ]
+        .concat();
+        let w = Windows::parse(&text);
+        assert_eq!(w.0.len(), 2);
+        let inside = Path::new("/w/a/sub/.git/config");
         for (t, want) in [
             (99, false),
             (100, true),
             (250, true),
             (251, false),
-            (400, true),
+            (350, false),
         ] {
-            assert_eq!(w.covers(at(t)), want, "{t}");
+            assert_eq!(w.covers(inside, at(t)), want, "{t}");
         }
-        w.0.push((1000, u128::MAX));
-        w.normalise();
-        assert!(w.covers(at(5000)) && !w.covers(at(999)));
+        assert!(w.covers(Path::new("/w/b/x"), at(350)));
+        assert!(!w.covers(Path::new("/w/bb/x"), at(350)));
+        let odd = PathBuf::from(OsString::from_vec(b"/w/\xff d".to_vec()));
+        let w = Windows::parse(&line_of(&Window {
+            start: 1,
+            end: 2,
+            roots: vec![odd.clone()],
+        }));
+        assert!(w.covers(&odd.join("x"), at(1)));
     }
 
     #[test]
     fn merging_only_ever_covers_more() {
-        let mut w = Windows(
-            (0..(KEEP as u128 + 10))
-                .map(|i| (i * 10, i * 10 + 1))
+        let spans: Vec<(u128, u128)> = (0..(KEEP as u128 + 10))
+            .map(|i| (i * 10, i * 10 + 1))
+            .collect();
+        let out = merged(spans.clone(), KEEP);
+        assert!(out.len() <= KEEP);
+        let w = Windows(
+            out.into_iter()
+                .map(|(start, end)| Window {
+                    start,
+                    end,
+                    roots: vec!["/w".into()],
+                })
                 .collect(),
         );
-        let before = w.clone();
-        w.normalise();
-        assert!(w.0.len() <= KEEP);
-        for (s, e) in before.0 {
-            assert!(w.covers(at(s as u64)) && w.covers(at(e as u64)));
+        for (s, e) in spans {
+            assert!(
+                w.covers(Path::new("/w/x"), at(s as u64))
+                    && w.covers(Path::new("/w/x"), at(e as u64))
+            );
         }
     }
 }
