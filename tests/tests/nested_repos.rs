@@ -763,51 +763,53 @@ fn the_quarantine_never_holds_a_working_repository() {
     }
 }
 
-/// A sandbox's window speaks for its own writable roots only: what the
-/// user does in another workspace while an agent runs elsewhere is theirs.
+/// A run in a subdirectory writes a git directory without its `HEAD`; a
+/// later run in the parent moves it into place and completes it. The files
+/// keep the first run's ctime, below a root that run did not have: every
+/// window speaks for every path (red team round 22).
 #[test]
-fn another_workspaces_run_does_not_make_the_users_changes_suspect() {
+fn a_git_directory_staged_by_a_run_in_a_subdirectory_runs_nothing() {
     if !git_available() {
         eprintln!("skipped: git is not installed");
         return;
     }
     for who in Who::all() {
         let f = repo(&base(), who);
-        let lib = f.ws.join("lib");
-        std::fs::create_dir_all(&lib).unwrap();
+        let marker = f.home.join("PWNED");
+        let a = f.ws.join("a");
+        std::fs::create_dir_all(&a).unwrap();
         if who == Who::Nobody {
             airlock_tests::who::chown(&f.ws);
         }
-        git_ok(&f, who, &lib, &["init", "-q", "."]);
-        // Another workspace's run, with the same HOME, while the user adds
-        // a hook and a key to the nested repository here.
-        let other = airlock_tests::Fixture::new_in(&base());
-        who.prepare(&other);
-        let mut elsewhere = who.wrap(other.command(&["--network", "none"], "sleep 2"));
-        elsewhere
-            .env("HOME", &f.home)
-            .env("XDG_CONFIG_HOME", f.home.join(".config"));
-        let mut elsewhere = elsewhere.spawn().expect("the other run");
-        std::thread::sleep(std::time::Duration::from_millis(700));
-        git_ok(&f, who, &lib, &["config", "diff.lockb.textconv", "cat"]);
-        let hook = lib.join(".git/hooks/pre-commit");
-        std::fs::write(&hook, "#!/bin/sh\nexit 0\n").unwrap();
-        let _ = elsewhere.wait();
-        if who == Who::Nobody {
-            airlock_tests::who::chown(&f.ws);
+        let first = format!(
+            r#"set -e; mkdir -p stage/objects stage/refs/heads stage/hooks
+               printf '[core]\n\tfsmonitor = "touch {m}; false"\n' > stage/config
+               printf '#!/bin/sh\ntouch {m}\n' > stage/hooks/pre-commit; chmod +x stage/hooks/pre-commit
+               echo staged"#,
+            m = marker.display()
+        );
+        let cmd = f.command(&["--network", "none", "--workspace"], &first);
+        // `--workspace a`, from inside it.
+        let args: Vec<std::ffi::OsString> = cmd.get_args().map(|x| x.to_owned()).collect();
+        let pos = args.iter().position(|x| x == "--workspace").unwrap();
+        let mut inner = std::process::Command::new(cmd.get_program());
+        inner.args(&args[..=pos]).arg(&a).args(&args[pos + 1..]);
+        for (k, v) in cmd.get_envs() {
+            if let Some(v) = v {
+                inner.env(k, v);
+            }
         }
-        let config = std::fs::read(lib.join(".git/config")).unwrap();
-        let out = sandboxed(&f, who, &["--network", "none"], "echo ran");
-        assert!(out.stdout.contains("ran"), "{who:?}: {}", show(&out));
-        assert!(
-            hook.exists(),
-            "{who:?}: the user's hook was moved\n{}",
-            show(&out)
+        inner.current_dir(&a).stdin(std::process::Stdio::null());
+        let out = run(&mut who.wrap(inner));
+        assert!(out.stdout.contains("staged"), "{who:?}: {}", show(&out));
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        let out = sandboxed(
+            &f,
+            who,
+            &["--network", "none"],
+            "mkdir sub && mv a/stage sub/.git && echo 'ref: refs/heads/main' > sub/.git/HEAD && echo moved",
         );
-        assert_eq!(
-            std::fs::read(lib.join(".git/config")).unwrap(),
-            config,
-            "{who:?}"
-        );
+        assert!(out.stdout.contains("moved"), "{who:?}: {}", show(&out));
+        host_git_runs_nothing(&f, who, &f.ws.join("sub"), &marker);
     }
 }

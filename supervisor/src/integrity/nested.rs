@@ -178,7 +178,7 @@ fn ctime_of(st: &nix::sys::stat::FileStat) -> SystemTime {
 /// while a sandbox ran: written, created, renamed, linked, its mode set.
 fn written_in(path: &Path, windows: &Windows) -> bool {
     fstatat(nix::fcntl::AT_FDCWD, path, AtFlags::AT_SYMLINK_NOFOLLOW)
-        .is_ok_and(|st| windows.covers(path, ctime_of(&st)))
+        .is_ok_and(|st| windows.covers(ctime_of(&st)))
 }
 
 /// A file's bytes as git reads a path from it (`commondir`, a `gitdir:`

@@ -6,15 +6,21 @@
 //! sandbox's run, not only this one's: each run's window (its start by the
 //! kernel's clock to the moment every process of it was gone) is appended
 //! here, in airlock's config directory, which no sandbox can write, with
-//! the writable roots it had: a window speaks only for what lies below
-//! them (another workspace's agent could not have written here). What the
-//! user changed between runs lies outside every window and is theirs.
+//! the writable roots it had. A window speaks for every path, not only for
+//! those below its roots: a file keeps its ctime when a directory above it
+//! is renamed, so what a run wrote below its root can later lie below
+//! another (the sandbox's own `mv` from a subdirectory's run into its
+//! parent's, the user renaming the project; red team round 22). The cost
+//! is that what the user changes in a nested repository's hooks while an
+//! agent runs in another workspace is judged too (moved to the quarantine
+//! and reported, not lost). What the user changed between runs lies
+//! outside every window and is theirs.
 
 use std::ffi::OsString;
 use std::io::Write;
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::os::unix::fs::OpenOptionsExt;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::SystemTime;
 
 /// Windows kept at most; past it, the closest ones are merged (a merged
@@ -59,17 +65,12 @@ impl Windows {
         w
     }
 
-    /// Whether `path`, changed at `ctime`, may have been written by a
-    /// sandbox: a run whose writable roots hold it was going on then.
-    pub fn covers(&self, path: &Path, ctime: SystemTime) -> bool {
+    /// Whether a file changed at `ctime` may have been written by a
+    /// sandbox: some run was going on then (see the module's comment for
+    /// why its roots do not narrow this).
+    pub fn covers(&self, ctime: SystemTime) -> bool {
         let t = nanos(ctime);
-        self.0.iter().any(|w| {
-            w.start <= t
-                && t <= w.end
-                && w.roots
-                    .iter()
-                    .any(|r| r == path || crate::paths::below(path, r))
-        })
+        self.0.iter().any(|w| w.start <= t && t <= w.end)
     }
 
     fn normalise(&mut self) {
@@ -230,49 +231,43 @@ mod tests {
         SystemTime::UNIX_EPOCH + std::time::Duration::from_nanos(ns)
     }
 
+    fn window(start: u128, end: u128, root: &str) -> String {
+        line_of(&Window {
+            start,
+            end,
+            roots: vec![root.into()],
+        })
+    }
+
     #[test]
-    fn windows_cover_their_runs_below_their_roots_and_nothing_else() {
-        let ws = Path::new("/w/a");
+    fn windows_cover_their_runs_and_nothing_between() {
         let text = [
-            line_of(&Window {
-                start: 100,
-                end: 200,
-                roots: vec![ws.into()],
-            }),
-            line_of(&Window {
-                start: 150,
-                end: 250,
-                roots: vec![ws.into()],
-            }),
-            line_of(&Window {
-                start: 300,
-                end: 400,
-                roots: vec!["/w/b".into()],
-            }),
+            window(100, 200, "/w/a"),
+            window(150, 250, "/w/a"),
+            window(300, 400, "/w/b"),
             "nonsense\n500 499 2f\n".to_string(),
         ]
         .concat();
         let w = Windows::parse(&text);
         assert_eq!(w.0.len(), 2);
-        let inside = Path::new("/w/a/sub/.git/config");
         for (t, want) in [
             (99, false),
             (100, true),
             (250, true),
             (251, false),
-            (350, false),
+            (350, true),
+            (401, false),
         ] {
-            assert_eq!(w.covers(inside, at(t)), want, "{t}");
+            assert_eq!(w.covers(at(t)), want, "{t}");
         }
-        assert!(w.covers(Path::new("/w/b/x"), at(350)));
-        assert!(!w.covers(Path::new("/w/bb/x"), at(350)));
         let odd = PathBuf::from(OsString::from_vec(b"/w/\xff d".to_vec()));
         let w = Windows::parse(&line_of(&Window {
             start: 1,
             end: 2,
             roots: vec![odd.clone()],
         }));
-        assert!(w.covers(&odd.join("x"), at(1)));
+        assert_eq!(w.0[0].roots, vec![odd]);
+        assert!(w.covers(at(1)));
     }
 
     #[test]
@@ -292,10 +287,7 @@ mod tests {
                 .collect(),
         );
         for (s, e) in spans {
-            assert!(
-                w.covers(Path::new("/w/x"), at(s as u64))
-                    && w.covers(Path::new("/w/x"), at(e as u64))
-            );
+            assert!(w.covers(at(s as u64)) && w.covers(at(e as u64)));
         }
     }
 }
