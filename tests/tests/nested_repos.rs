@@ -651,8 +651,14 @@ fn relative_hooks_paths_are_judged_where_git_resolves_them() {
     for who in Who::all() {
         let f = repo(&base(), who);
         let marker = f.home.join("PWNED");
+        // Through an include, as dotfile setups keep machine settings.
         std::fs::write(
             f.home.join(".gitconfig"),
+            "[include]\n\tpath = ~/.gitconfig.local\n",
+        )
+        .unwrap();
+        std::fs::write(
+            f.home.join(".gitconfig.local"),
             "[core]\n\thooksPath = .githooks\n",
         )
         .unwrap();

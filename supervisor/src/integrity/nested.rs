@@ -339,20 +339,56 @@ fn config_targets(config: &Path, reach: &Reach, depth: u8, out: &mut Vec<PathBuf
 }
 
 /// `core.hooksPath` of the user's and the system's git configuration,
-/// which every repository inherits (a relative one resolves in each).
+/// which every repository inherits (a relative one resolves in each), as
+/// git reads them: with their includes, and from the files the user's
+/// `GIT_CONFIG_GLOBAL`/`GIT_CONFIG_SYSTEM` name (red team round 22: one
+/// set in `~/.gitconfig.local`, which `~/.gitconfig` includes). Asked of
+/// git only when one of those files mentions a hooks path or an include.
 pub fn global_hooks_paths(home: Option<&Path>) -> Vec<Vec<u8>> {
     let xdg = std::env::var_os("XDG_CONFIG_HOME")
         .filter(|v| !v.is_empty())
         .map(PathBuf::from)
         .or_else(|| home.map(|h| h.join(".config")));
     let mut files: Vec<PathBuf> = vec![PathBuf::from("/etc/gitconfig")];
+    files.extend(std::env::var_os("GIT_CONFIG_SYSTEM").map(PathBuf::from));
+    files.extend(std::env::var_os("GIT_CONFIG_GLOBAL").map(PathBuf::from));
     files.extend(home.map(|h| h.join(".gitconfig")));
     files.extend(xdg.map(|x| x.join("git/config")));
-    files
-        .iter()
-        .flat_map(|f| config_values(f, r"^core\.hookspath$", &[b"hookspath"]))
-        .map(|(_, v)| v)
-        .collect()
+    let mentions = files.iter().filter_map(|f| std::fs::read(f).ok()).any(|t| {
+        let lower = t.to_ascii_lowercase();
+        [&b"hookspath"[..], b"include"]
+            .iter()
+            .any(|w| lower.windows(w.len()).any(|x| x == *w))
+    });
+    if !mentions {
+        return vec![];
+    }
+    let mut out = vec![];
+    for scope in ["--system", "--global"] {
+        // The user's own environment: HOME, XDG_CONFIG_HOME, GIT_CONFIG_*.
+        let listed = std::process::Command::new("git")
+            .args([
+                "config",
+                scope,
+                "--includes",
+                "--null",
+                "--get-all",
+                "core.hooksPath",
+            ])
+            .current_dir("/")
+            .stdin(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .output();
+        if let Ok(o) = listed {
+            out.extend(
+                o.stdout
+                    .split(|b| *b == 0)
+                    .filter(|v| !v.is_empty())
+                    .map(<[u8]>::to_vec),
+            );
+        }
+    }
+    out
 }
 
 /// The work trees of git directory `found`: the parent of a `.git`; the

@@ -275,19 +275,22 @@ fn user_git_config_mentions_targets(home: &Path) -> bool {
         .filter(|v| !v.is_empty())
         .map(PathBuf::from)
         .unwrap_or_else(|| home.join(".config"));
-    [
+    let mut files = vec![
         PathBuf::from("/etc/gitconfig"),
         home.join(".gitconfig"),
         xdg.join("git/config"),
-    ]
-    .iter()
-    .filter_map(|f| std::fs::read(f).ok())
-    .any(|text| {
-        let lower = text.to_ascii_lowercase();
-        [&b"include"[..], b"hookspath"]
-            .iter()
-            .any(|w| lower.windows(w.len()).any(|x| x == *w))
-    })
+    ];
+    files.extend(std::env::var_os("GIT_CONFIG_GLOBAL").map(PathBuf::from));
+    files.extend(std::env::var_os("GIT_CONFIG_SYSTEM").map(PathBuf::from));
+    files
+        .iter()
+        .filter_map(|f| std::fs::read(f).ok())
+        .any(|text| {
+            let lower = text.to_ascii_lowercase();
+            [&b"include"[..], b"hookspath"]
+                .iter()
+                .any(|w| lower.windows(w.len()).any(|x| x == *w))
+        })
 }
 
 pub struct Inputs<'a> {
