@@ -294,3 +294,53 @@ fn the_terminal_cannot_stop_airlock() {
         }
     }
 }
+
+/// Stopping the terminal's output (`tcflow(TCOOFF)`, with IXON off so no
+/// key restarts it) would leave airlock's own writes blocked for ever:
+/// its timeout message, its report. Refused; the run ends at its timeout.
+const STOP_OUTPUT: &str = r#"
+import os, termios, time
+fd = os.open("/dev/tty", os.O_RDWR)
+a = termios.tcgetattr(fd); a[0] &= ~termios.IXON
+termios.tcsetattr(fd, termios.TCSANOW, a)
+try:
+    termios.tcflow(fd, termios.TCOOFF); print("output stopped", flush=True)
+except (OSError, termios.error) as e:
+    print("tcflow refused:", e.args[0], flush=True)
+time.sleep(30)
+"#;
+
+#[test]
+fn the_terminals_output_cannot_be_stopped() {
+    for tier in TIERS {
+        for user in users() {
+            let f = fixture();
+            f.write("stop_output.py", STOP_OUTPUT);
+            let cmd = command(
+                &f,
+                tier,
+                user,
+                &["--network", "none", "--timeout", "3s"],
+                "python3 stop_output.py",
+            );
+            let started = Instant::now();
+            let (mut child, _master, screen) = airlock_tests::pty::on_pty(cmd);
+            let mut status = None;
+            while started.elapsed() < Duration::from_secs(20) {
+                if let Ok(Some(s)) = child.try_wait() {
+                    status = Some(s);
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            if status.is_none() {
+                let _ = child.kill();
+                let _ = child.wait();
+            }
+            let ctx = format!("tier={tier:?} as_user={user}\n{}", screen.text());
+            let status = status.unwrap_or_else(|| panic!("airlock hung: {ctx}"));
+            assert!(screen.text().contains("tcflow refused: 1"), "{ctx}");
+            assert_eq!(status.code(), Some(124), "{ctx}");
+        }
+    }
+}

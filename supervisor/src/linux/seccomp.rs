@@ -50,6 +50,9 @@ const X32_SYSCALL_BIT: u32 = 0x4000_0000;
 /// The same numbers on x86_64 and aarch64 (the generic ioctl table).
 const TIOCSTI: u64 = 0x5412;
 const TIOCLINUX: u64 = 0x541c;
+/// tcflow(): TCOOFF stops the terminal's output, so airlock's own writes
+/// (its prompt, its messages at the end) would block for ever.
+const TCXONC: u64 = 0x540a;
 
 const NAMESPACE_FLAGS: &[u64] = &[
     libc::CLONE_NEWNS as u64,
@@ -272,6 +275,7 @@ fn eperm_rules(degraded: bool) -> Result<BTreeMap<i64, Vec<SeccompRule>>> {
         vec![
             rule(vec![cond(1, Len::Dword, Op::Eq, TIOCSTI)?])?,
             rule(vec![cond(1, Len::Dword, Op::Eq, TIOCLINUX)?])?,
+            rule(vec![cond(1, Len::Dword, Op::Eq, TCXONC)?])?,
         ],
     );
     // TCP Fast Open connects from inside sendto/sendmsg/sendmmsg (flags
@@ -535,7 +539,7 @@ pub fn describe() -> Vec<String> {
     );
     out.push("EPERM  unshare/clone with CLONE_NEW{NS,CGROUP,UTS,IPC,USER,PID,NET,TIME}".into());
     out.push("EPERM  personality(anything but PER_LINUX or a query)".into());
-    out.push("EPERM  ioctl(TIOCSTI), ioctl(TIOCLINUX) (low 32 bits)".into());
+    out.push("EPERM  ioctl(TIOCSTI), ioctl(TIOCLINUX), ioctl(TCXONC) (low 32 bits)".into());
     out.push(
         "EPERM  S_ISUID/S_ISGID in the mode of chmod, fchmod, fchmodat, fchmodat2, mkdir, \
          mkdirat, mknod, mknodat, creat, and open/openat with O_CREAT or O_TMPFILE"
