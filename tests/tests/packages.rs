@@ -334,21 +334,32 @@ fn mirror_variables_pass_without_secrets() {
 /// Without any preset, registry secrets in the user's package-manager
 /// configuration still never enter the sandbox (red team 19 F5): npm's
 /// and pip's files are replaced by copies without them (their other
-/// settings still apply), cargo's credentials and a `.yarnrc.yml` holding a
-/// token are hidden. Files without a secret are untouched.
+/// settings still apply), cargo's credentials (its legacy `config` too),
+/// pnpm's global rc and a `.yarnrc.yml` holding a token are hidden (red
+/// team rounds 19 and 22). Files without a secret are untouched.
 #[test]
 fn registry_secrets_stay_outside_without_their_preset() {
     for who in Who::all() {
         let f = Fixture::new_in(&base());
         f.write(
             "~/.npmrc",
-            &format!("//registry.test/:_authToken={TOKEN}\nfund=false\n"),
+            // npm's ini reads a quoted key as the key inside the quotes.
+            &format!("\"//registry.test/:_authToken\"={TOKEN}\nfund=false\n"),
         );
         f.write(
             "~/.config/pip/pip.conf",
             &format!(
-                "[global]\nindex-url = https://me:{PASSWORD}@pypi.corp.test/simple\ntimeout = 77\n"
+                "[global]\nindex-url = HTTPS://me:{PASSWORD}@pypi.corp.test/simple\ntimeout = 77\n"
             ),
+        );
+        // cargo's legacy config, and pnpm's global rc.
+        f.write(
+            "~/.cargo/config",
+            &format!("[registries.corp]\ntoken = \"{TOKEN}-legacy\"\n"),
+        );
+        f.write(
+            "~/.config/pnpm/rc",
+            &format!("//registry.test/:_authToken={TOKEN}-pnpm\n"),
         );
         f.write(
             "~/.cargo/credentials.toml",

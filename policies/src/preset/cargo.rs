@@ -133,14 +133,17 @@ pub(super) fn secrets_only(p: &dyn Probe, r: &mut Resolved) {
     let Some(home) = host_cargo_home(p) else {
         return;
     };
-    let config = home.join("config.toml");
-    if p.read(&config)
-        .is_some_and(|t| !registry_tokens(&t, &config).is_empty())
-    {
-        r.hide(
-            &config,
-            "holds registry tokens (--preset cargo adds them)".into(),
-        );
+    // cargo still reads the legacy `config` beside `config.toml`.
+    for name in ["config.toml", "config"] {
+        let config = home.join(name);
+        if p.read(&config)
+            .is_some_and(|t| !registry_tokens(&t, &config).is_empty())
+        {
+            r.hide(
+                &config,
+                "holds registry tokens (--preset cargo adds them)".into(),
+            );
+        }
     }
     for name in ["credentials.toml", "credentials"] {
         let file = home.join(name);
@@ -199,6 +202,16 @@ fn own_home(p: &dyn Probe, r: &mut Resolved, host_home: &Path, indexes: &[(Strin
         if let Some(text) = p.read(&file) {
             tokens.extend(registry_tokens(&text, &file));
             r.hide(&file, "cargo's registry tokens; the proxy adds them".into());
+        }
+    }
+    // The legacy `config` is not cargo's here (CARGO_HOME is ours), but the
+    // sandbox could still read a token in it.
+    let legacy = host_home.join("config");
+    if let Some(text) = p.read(&legacy) {
+        let found = registry_tokens(&text, &legacy);
+        if !found.is_empty() {
+            tokens.extend(found);
+            r.hide(&legacy, "holds registry tokens; the proxy adds them".into());
         }
     }
     for (k, v) in p.env_vars() {

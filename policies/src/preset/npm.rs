@@ -96,9 +96,25 @@ pub(super) fn secrets_only(p: &dyn Probe, r: &mut Resolved) {
     }
 }
 
-/// Yarn's `~/.yarnrc.yml` holding a token: hidden, preset or not (the npm
-/// preset reads npm's configuration, not yarn's).
+/// Other npm clients' own files holding a token, hidden preset or not (the
+/// npm preset reads npm's configuration, not theirs): yarn's
+/// `~/.yarnrc.yml`, and pnpm's global rc (`$XDG_CONFIG_HOME/pnpm/rc`, an
+/// npmrc).
 pub(super) fn yarn_secrets(p: &dyn Probe, r: &mut Resolved) {
+    let pnpm = p
+        .env("XDG_CONFIG_HOME")
+        .filter(|v| v.starts_with('/'))
+        .map(PathBuf::from)
+        .or_else(|| p.home().map(|h| h.join(".config")))
+        .map(|c| c.join("pnpm/rc"));
+    if let Some(rc) = pnpm {
+        let secret = ["_authToken", "_auth", "_password"];
+        if p.read(&rc)
+            .is_some_and(|t| secret.iter().any(|k| t.contains(k)))
+        {
+            r.hide(&rc, "holds registry tokens".into());
+        }
+    }
     if let Some(yarnrc) = p.home().map(|h| h.join(".yarnrc.yml")) {
         let secret = ["npmAuthToken", "npmAuthIdent", "npmAuthPassword"];
         if p.read(&yarnrc)
@@ -129,7 +145,14 @@ fn keep_tokens_outside(
             kept.push('\n');
             continue;
         };
-        let (key, value) = (key.trim(), expand(p, value.trim()));
+        // npm's ini reads a quoted key as the key inside the quotes.
+        let key = key.trim();
+        let key = key
+            .strip_prefix('"')
+            .and_then(|k| k.strip_suffix('"'))
+            .or_else(|| key.strip_prefix('\'').and_then(|k| k.strip_suffix('\'')))
+            .unwrap_or(key);
+        let value = expand(p, value.trim());
         // `//host/path/:_authToken` is scoped to a registry; a bare
         // `_authToken` belongs to the default registry.
         let (scope, field) = match key.strip_prefix("//").and_then(|k| k.rsplit_once(':')) {

@@ -181,7 +181,16 @@ fn without_url_secrets(r: &mut Resolved, file: &Path, text: &str) -> Option<Stri
     let mut found = false;
     for (i, line) in text.lines().enumerate() {
         let mut rest = line;
-        while let Some(at) = rest.find("http://").or_else(|| rest.find("https://")) {
+        // Schemes are case-insensitive (`HTTPS://u:pw@host` is a URL too);
+        // lowercasing ASCII keeps every byte offset.
+        let scheme_at = |s: &str| {
+            let lower = s.to_ascii_lowercase();
+            [lower.find("http://"), lower.find("https://")]
+                .into_iter()
+                .flatten()
+                .min()
+        };
+        while let Some(at) = scheme_at(rest) {
             out.push_str(&rest[..at]);
             let tail = &rest[at..];
             let end = tail
