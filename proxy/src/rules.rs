@@ -80,12 +80,22 @@ fn method_override(headers: &http::HeaderMap, path_and_query: &str) -> Option<St
         return Some(format!("a {h} header"));
     }
     let query = path_and_query.split_once('?')?.1;
+    // Each key as frameworks read it: `&` or `;` between pairs (Rack), `+`
+    // a space, percent-decoded, and PHP's names, where `.` and a space
+    // become `_`. (A `_method` in a form body is not read: see README.)
     query
-        .split('&')
-        .map(|kv| kv.split('=').next().unwrap_or_default())
+        .split(['&', ';'])
+        .map(|kv| kv.split('=').next().unwrap_or_default().replace('+', " "))
         .any(|k| {
-            let k = k.to_ascii_lowercase();
-            k == "_method" || k == "%5fmethod"
+            let k = percent_encoding::percent_decode_str(&k).decode_utf8_lossy();
+            let k: String = k
+                .chars()
+                .map(|c| match c {
+                    '.' | ' ' => '_',
+                    c => c.to_ascii_lowercase(),
+                })
+                .collect();
+            k == "_method" || k.starts_with("_method[")
         })
         .then(|| "a _method query parameter".to_string())
 }
@@ -168,6 +178,15 @@ mod tests {
         assert!(method_override(&h, "/a?x=1&_method=DELETE").is_some());
         assert!(method_override(&h, "/a?%5Fmethod=DELETE").is_some());
         assert!(method_override(&h, "/a?not_method=1").is_none());
+        for q in [
+            "/a?x=1;_method=DELETE",
+            "/a?_%6Dethod=DELETE",
+            "/a?.method=DELETE",
+            "/a?+method=x",
+            "/a?_METHOD=x",
+        ] {
+            assert!(method_override(&h, q).is_some(), "{q}");
+        }
         h.insert(
             "X-HTTP-Method-Override",
             http::HeaderValue::from_static("DELETE"),
