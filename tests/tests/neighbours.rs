@@ -209,6 +209,27 @@ fn the_hosts_ipc_is_out_of_reach_of_the_degraded_tier() {
     }
 }
 
+/// `cmd` on a terminal of its own, for 20 s at most: its exit status, or
+/// None when it had not ended by then (it is woken and killed), and what
+/// the terminal showed.
+fn on_a_terminal(cmd: Command) -> (Option<std::process::ExitStatus>, airlock_tests::pty::Screen) {
+    let started = Instant::now();
+    let (mut child, _master, screen) = airlock_tests::pty::on_pty(cmd);
+    while started.elapsed() < Duration::from_secs(20) {
+        if let Ok(Some(s)) = child.try_wait() {
+            return (Some(s), screen);
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // Stopped or hung: wake and end it; the caller fails.
+    let _ = Command::new("kill")
+        .args(["-CONT", &child.id().to_string()])
+        .status();
+    let _ = child.kill();
+    let _ = child.wait();
+    (None, screen)
+}
+
 /// Reading the terminal from a background process group: the kernel stops
 /// that whole group with SIGTTIN, past every sandbox. The command shares
 /// airlock's group (its stdin is no terminal, so it is not given one of
@@ -258,29 +279,8 @@ fn the_terminal_cannot_stop_airlock() {
                     cmd.env(k, v);
                 }
             }
-            let started = Instant::now();
-            let (mut child, _master, screen) = airlock_tests::pty::on_pty(cmd);
-            let mut status = None;
-            while started.elapsed() < Duration::from_secs(20) {
-                if let Ok(Some(s)) = child.try_wait() {
-                    status = Some(s);
-                    break;
-                }
-                std::thread::sleep(Duration::from_millis(50));
-            }
-            if status.is_none() {
-                // Stopped: wake and end it, then fail.
-                let _ = Command::new("kill")
-                    .args(["-CONT", &child.id().to_string()])
-                    .status();
-                let _ = child.kill();
-                let _ = child.wait();
-            }
-            let ctx = format!(
-                "tier={tier:?} as_user={user} after {:?}\n{}",
-                started.elapsed(),
-                screen.text()
-            );
+            let (status, screen) = on_a_terminal(cmd);
+            let ctx = format!("tier={tier:?} as_user={user}\n{}", screen.text());
             let status = status.unwrap_or_else(|| panic!("airlock was stopped: {ctx}"));
             assert!(
                 screen.text().contains("reading from the background"),
@@ -323,20 +323,7 @@ fn the_terminals_output_cannot_be_stopped() {
                 &["--network", "none", "--timeout", "3s"],
                 "python3 stop_output.py",
             );
-            let started = Instant::now();
-            let (mut child, _master, screen) = airlock_tests::pty::on_pty(cmd);
-            let mut status = None;
-            while started.elapsed() < Duration::from_secs(20) {
-                if let Ok(Some(s)) = child.try_wait() {
-                    status = Some(s);
-                    break;
-                }
-                std::thread::sleep(Duration::from_millis(50));
-            }
-            if status.is_none() {
-                let _ = child.kill();
-                let _ = child.wait();
-            }
+            let (status, screen) = on_a_terminal(cmd);
             let ctx = format!("tier={tier:?} as_user={user}\n{}", screen.text());
             let status = status.unwrap_or_else(|| panic!("airlock hung: {ctx}"));
             assert!(screen.text().contains("tcflow refused: 1"), "{ctx}");

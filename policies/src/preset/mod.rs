@@ -136,6 +136,20 @@ pub struct Resolved {
 }
 
 impl Resolved {
+    fn empty(name: &str) -> Resolved {
+        Resolved {
+            name: name.to_string(),
+            hosts: vec![],
+            writes: vec![],
+            caches: vec![],
+            env: vec![],
+            hide: vec![],
+            credentials: vec![],
+            files: vec![],
+            notes: vec![],
+        }
+    }
+
     fn add(&mut self, pattern: String, from: String) {
         if !self.hosts.iter().any(|(p, _)| *p == pattern) {
             self.hosts.push((pattern, from));
@@ -348,17 +362,7 @@ fn config_copy_dir(p: &dyn Probe) -> Option<PathBuf> {
 
 impl Preset {
     pub fn resolve(&self, probe: &dyn Probe) -> Resolved {
-        let mut r = Resolved {
-            name: self.name.to_string(),
-            hosts: vec![],
-            writes: vec![],
-            caches: vec![],
-            env: vec![],
-            hide: vec![],
-            credentials: vec![],
-            files: vec![],
-            notes: vec![],
-        };
+        let mut r = Resolved::empty(self.name);
         (self.resolve)(probe, &mut r);
         if r.hosts.is_empty() {
             r.notes
@@ -376,17 +380,7 @@ impl Preset {
 /// `active` is left to it. Without the preset nothing adds the secret back
 /// on the way out: the notes say `--preset NAME` does.
 pub fn secrets_outside(probe: &dyn Probe, active: &[Resolved]) -> Resolved {
-    let mut r = Resolved {
-        name: "secrets".to_string(),
-        hosts: vec![],
-        writes: vec![],
-        caches: vec![],
-        env: vec![],
-        hide: vec![],
-        credentials: vec![],
-        files: vec![],
-        notes: vec![],
-    };
+    let mut r = Resolved::empty("secrets");
     type Keep = fn(&dyn Probe, &mut Resolved);
     let tools: [(&str, Keep); 4] = [
         ("npm", npm::secrets_only),

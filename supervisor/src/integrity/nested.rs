@@ -262,18 +262,7 @@ fn config_values(config: &Path, regexp: &str, words: &[&[u8]]) -> Vec<(Vec<u8>, 
     {
         return vec![];
     }
-    let listed = std::process::Command::new("git")
-        .args(["config", "--no-includes", "--null", "--file"])
-        .arg(config)
-        .args(["--get-regexp", regexp])
-        .current_dir("/")
-        .env_clear()
-        .env("GIT_CONFIG_NOSYSTEM", "1")
-        .env("GIT_CONFIG_GLOBAL", "/dev/null")
-        .env("PATH", "/usr/local/bin:/usr/bin:/bin")
-        .stdin(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .output();
+    let listed = super::quarantine::git_config_of(config, &["--get-regexp", regexp]).output();
     let Ok(out) = listed else { return vec![] };
     out.stdout
         .split(|b| *b == 0)

@@ -94,17 +94,7 @@ fn safe_git_key(key: &str) -> bool {
 /// The keys and values of the git config file at `path`, as git itself
 /// reads them (no includes); None when git cannot read it.
 fn git_config_entries(path: &Path) -> Option<Vec<(String, String)>> {
-    let listed = std::process::Command::new("git")
-        .args(["config", "--no-includes", "--null", "--list", "--file"])
-        .arg(path)
-        .current_dir("/")
-        .env_clear()
-        .env("GIT_CONFIG_NOSYSTEM", "1")
-        .env("GIT_CONFIG_GLOBAL", "/dev/null")
-        .env("PATH", "/usr/local/bin:/usr/bin:/bin")
-        .stdin(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .output();
+    let listed = git_config_of(path, &["--list"]).output();
     let o = listed.ok().filter(|o| o.status.success())?;
     Some(
         o.stdout
@@ -117,6 +107,23 @@ fn git_config_entries(path: &Path) -> Option<Vec<(String, String)>> {
             .filter(|(k, _)| !k.is_empty())
             .collect(),
     )
+}
+
+/// `git config --no-includes --null --file <path> <args>`, reading that
+/// file alone: no other scope, no include, nothing of the environment.
+pub fn git_config_of(path: &Path, args: &[&str]) -> std::process::Command {
+    let mut c = std::process::Command::new("git");
+    c.args(["config", "--no-includes", "--null", "--file"])
+        .arg(path)
+        .args(args)
+        .current_dir("/")
+        .env_clear()
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .env("GIT_CONFIG_GLOBAL", "/dev/null")
+        .env("PATH", "/usr/local/bin:/usr/bin:/bin")
+        .stdin(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null());
+    c
 }
 
 /// Whether `core.worktree = value` in git directory `git_dir` names the
