@@ -82,14 +82,14 @@ pub fn check(
     changes.retain(|c| !own.contains(&c.root.join(&c.rel)));
     tracing::debug!(elapsed = ?t.elapsed(), "protected set compared");
     let known: Vec<Protected> = snap.entries.iter().map(|(p, _)| p.clone()).collect();
-    let windows = windows::Windows::with_current(since, roots);
+    let windows = windows::Windows::with_current(since);
     let (found, nested_failed) = nested::changes(roots, &windows, &known);
     failed.extend(nested_failed);
     tracing::debug!(elapsed = ?t.elapsed(), ?roots, "nested repositories searched");
     changes.extend(found);
     let outcomes = quarantine::act(&changes, run);
     tracing::debug!(elapsed = ?t.elapsed(), "changes acted on");
-    windows::record(since, until, roots);
+    windows::record(since, until);
     Checked { outcomes, failed }
 }
 
