@@ -819,3 +819,45 @@ fn a_git_directory_staged_by_a_run_in_a_subdirectory_runs_nothing() {
         host_git_runs_nothing(&f, who, &f.ws.join("sub"), &marker);
     }
 }
+
+/// Two runs on one workspace at once: the first plants a hook and stays;
+/// the second, started after the plant and ended before the first, judges
+/// it too (the first run's window is open while its journal is there),
+/// so the hook is not left live until the first run ends.
+#[test]
+fn a_run_beside_another_judges_what_the_other_planted() {
+    if !git_available() {
+        eprintln!("skipped: git is not installed");
+        return;
+    }
+    for who in Who::all() {
+        let f = repo(&base(), who);
+        let marker = f.home.join("PWNED");
+        let plant = format!(
+            r#"mkdir sub && cd sub && git init -q && printf '#!/bin/sh\ntouch {m}\n' > .git/hooks/pre-commit
+               chmod +x .git/hooks/pre-commit && touch ../planted && sleep 4"#,
+            m = marker.display()
+        );
+        let mut first = who.wrap(f.command(&["--network", "none"], &plant));
+        let mut first = first
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("the first run");
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        while !f.ws.join("planted").exists() && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        let out = sandboxed(&f, who, &["--network", "none"], "echo beside");
+        let hook_after_second = f.ws.join("sub/.git/hooks/pre-commit").exists();
+        let _ = first.wait();
+        assert!(out.stdout.contains("beside"), "{who:?}: {}", show(&out));
+        assert!(
+            !hook_after_second,
+            "{who:?}: the hook planted by the run beside was left live\n{}",
+            show(&out)
+        );
+        host_git_runs_nothing(&f, who, &f.ws.join("sub"), &marker);
+    }
+}

@@ -102,6 +102,27 @@ impl Journal {
 
 use std::os::unix::fs::DirBuilderExt;
 
+/// When every run whose journal is still there began: runs going on now
+/// (another `airlock run` beside this one), and runs whose airlock died
+/// before its check. Their windows are open until the journal goes.
+pub fn open_since() -> Vec<SystemTime> {
+    #[derive(Deserialize)]
+    struct Since {
+        since: (u64, u32),
+    }
+    let Some(dir) = dir() else { return vec![] };
+    let Ok(rd) = std::fs::read_dir(&dir) else {
+        return vec![];
+    };
+    rd.flatten()
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|x| x == "json"))
+        .filter_map(|p| crate::trust::read_no_follow(&p).ok())
+        .filter_map(|b| serde_json::from_slice::<Since>(&b).ok())
+        .map(|s| SystemTime::UNIX_EPOCH + Duration::new(s.since.0, s.since.1.min(999_999_999)))
+        .collect()
+}
+
 /// Journals of runs whose airlock is gone.
 pub fn abandoned() -> Vec<(PathBuf, Journal)> {
     let Some(dir) = dir() else { return vec![] };

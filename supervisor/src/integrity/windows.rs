@@ -67,6 +67,7 @@ impl Windows {
             return true;
         }
         let spans = self.recorded.get_or_init(|| read().unwrap_or_default());
+        // (This run's own journal is among the open ones: harmless.)
         let i = spans.partition_point(|(start, _)| *start <= t);
         i > 0 && spans[i - 1].1 >= t
     }
@@ -114,9 +115,22 @@ fn merged(mut spans: Vec<(u128, u128)>, keep: usize) -> Vec<(u128, u128)> {
     out
 }
 
-fn read() -> Option<Vec<(u128, u128)>> {
+/// The record alone (closed windows).
+fn read_record() -> Option<Vec<(u128, u128)>> {
     let bytes = crate::trust::read_no_follow(&path()?).ok()?;
     Some(parse(&String::from_utf8_lossy(&bytes)))
+}
+
+/// The recorded windows, and those of runs whose journal is still there
+/// (going on beside this one, or whose airlock died): open until now.
+fn read() -> Option<Vec<(u128, u128)>> {
+    let mut spans = read_record().unwrap_or_default();
+    spans.extend(
+        super::journal::open_since()
+            .into_iter()
+            .map(|t| (nanos(t), u128::MAX)),
+    );
+    Some(merged(spans, KEEP))
 }
 
 /// Record a finished run's window. Appended with one write (concurrent
@@ -143,7 +157,7 @@ pub fn record(since: SystemTime, until: SystemTime) {
 
 /// Rewrite the record merged, through a file renamed over it.
 fn compact(p: &std::path::Path) {
-    let Some(spans) = read() else { return };
+    let Some(spans) = read_record() else { return };
     let text: String = spans.iter().map(|(s, e)| format!("{s} {e}\n")).collect();
     let tmp = p.with_extension(format!("{}.tmp", std::process::id()));
     let written = std::fs::OpenOptions::new()
