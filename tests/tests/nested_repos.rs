@@ -532,6 +532,14 @@ fn a_repository_below_a_mount_in_the_workspace_runs_nothing() {
             eprintln!("skipped: cannot mount a tmpfs here");
             return;
         }
+        // Unmounted however the case ends (a failed assertion included).
+        struct Unmount(PathBuf);
+        impl Drop for Unmount {
+            fn drop(&mut self) {
+                let _ = std::process::Command::new("umount").arg(&self.0).status();
+            }
+        }
+        let _unmount = Unmount(cache.clone());
         let marker = f.home.join("PWNED");
         let out = sandboxed(
             &f,
@@ -543,7 +551,6 @@ fn a_repository_below_a_mount_in_the_workspace_runs_nothing() {
             ),
         );
         host_git_runs_nothing(&f, who, &cache.join("tool"), &marker);
-        let _ = std::process::Command::new("umount").arg(&cache).status();
         assert!(out.stdout.contains("planted"), "{who:?}: {}", show(&out));
     }
 }
