@@ -29,6 +29,21 @@ pub fn git_available() -> bool {
     Command::new("git").arg("--version").output().is_ok()
 }
 
+/// `git` arguments for an empty commit by a fixed identity.
+pub fn empty_commit(message: &str) -> Vec<&str> {
+    vec![
+        "-c",
+        "user.email=t@t",
+        "-c",
+        "user.name=t",
+        "commit",
+        "-q",
+        "--allow-empty",
+        "-m",
+        message,
+    ]
+}
+
 /// A fixture under `base` with a committed repository as the workspace.
 pub fn repo(base: &Path, who: Who) -> Fixture {
     let f = Fixture::new_in(base);
@@ -38,17 +53,7 @@ pub fn repo(base: &Path, who: Who) -> Fixture {
         assert_eq!(out.code, 0, "git {args:?}: {}", show(&out));
     };
     g(&["init", "-q", "."]);
-    g(&[
-        "-c",
-        "user.email=t@t",
-        "-c",
-        "user.name=t",
-        "commit",
-        "-q",
-        "--allow-empty",
-        "-m",
-        "init",
-    ]);
+    g(&empty_commit("init"));
     f
 }
 
@@ -57,17 +62,7 @@ pub fn repo(base: &Path, who: Who) -> Fixture {
 pub fn host_git_runs_nothing(f: &Fixture, who: Who, dir: &Path, marker: &Path) {
     for args in [
         &["status"][..],
-        &[
-            "-c",
-            "user.email=t@t",
-            "-c",
-            "user.name=t",
-            "commit",
-            "-q",
-            "--allow-empty",
-            "-m",
-            "host",
-        ],
+        &empty_commit("host"),
         &["diff", "HEAD"],
         &["log", "--oneline", "-1"],
         &["-c", "pager.log=true", "log", "-1"],

@@ -334,22 +334,7 @@ fn config_targets(config: &Path, reach: &Reach, depth: u8, out: &mut Vec<PathBuf
 /// set in `~/.gitconfig.local`, which `~/.gitconfig` includes). Asked of
 /// git only when one of those files mentions a hooks path or an include.
 pub fn global_hooks_paths(home: Option<&Path>) -> Vec<Vec<u8>> {
-    let xdg = std::env::var_os("XDG_CONFIG_HOME")
-        .filter(|v| !v.is_empty())
-        .map(PathBuf::from)
-        .or_else(|| home.map(|h| h.join(".config")));
-    let mut files: Vec<PathBuf> = vec![PathBuf::from("/etc/gitconfig")];
-    files.extend(std::env::var_os("GIT_CONFIG_SYSTEM").map(PathBuf::from));
-    files.extend(std::env::var_os("GIT_CONFIG_GLOBAL").map(PathBuf::from));
-    files.extend(home.map(|h| h.join(".gitconfig")));
-    files.extend(xdg.map(|x| x.join("git/config")));
-    let mentions = files.iter().filter_map(|f| std::fs::read(f).ok()).any(|t| {
-        let lower = t.to_ascii_lowercase();
-        [&b"hookspath"[..], b"include"]
-            .iter()
-            .any(|w| lower.windows(w.len()).any(|x| x == *w))
-    });
-    if !mentions {
+    if !super::set::user_git_config_mentions_targets(home) {
         return vec![];
     }
     let mut out = vec![];

@@ -270,16 +270,14 @@ fn git_config_targets(worktree: &Path, home: &Path) -> Vec<PathBuf> {
 
 /// Whether the user's or the system's git configuration names an include
 /// or a hooks path (one read of each file; most name neither).
-fn user_git_config_mentions_targets(home: &Path) -> bool {
+pub fn user_git_config_mentions_targets(home: Option<&Path>) -> bool {
     let xdg = std::env::var_os("XDG_CONFIG_HOME")
         .filter(|v| !v.is_empty())
         .map(PathBuf::from)
-        .unwrap_or_else(|| home.join(".config"));
-    let mut files = vec![
-        PathBuf::from("/etc/gitconfig"),
-        home.join(".gitconfig"),
-        xdg.join("git/config"),
-    ];
+        .or_else(|| home.map(|h| h.join(".config")));
+    let mut files = vec![PathBuf::from("/etc/gitconfig")];
+    files.extend(home.map(|h| h.join(".gitconfig")));
+    files.extend(xdg.map(|x| x.join("git/config")));
     files.extend(std::env::var_os("GIT_CONFIG_GLOBAL").map(PathBuf::from));
     files.extend(std::env::var_os("GIT_CONFIG_SYSTEM").map(PathBuf::from));
     files
@@ -337,7 +335,7 @@ pub fn compute(i: &Inputs) -> Vec<Protected> {
                 // every repository below (an `includeIf "gitdir:…"` naming
                 // a file in this root, red team round 21): asked of git only
                 // when their files mention them.
-                if user_git_config_mentions_targets(i.home) {
+                if user_git_config_mentions_targets(Some(i.home)) {
                     candidates.extend(
                         git_config_targets(root, i.home)
                             .into_iter()
