@@ -57,6 +57,9 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// One sandbox for an agent's whole task: many commands, one approval.
+    #[command(subcommand)]
+    Session(SessionCommand),
     /// Print shell completions (e.g. `airlock completions bash > /etc/bash_completion.d/airlock`).
     Completions {
         #[arg(value_enum)]
@@ -115,7 +118,9 @@ pub struct PolicyArgs {
     /// Ask this DNS server (IP:PORT) instead of the system's resolvers.
     #[arg(long = "dns-server", value_name = "IP:PORT")]
     pub dns_server: Option<std::net::SocketAddr>,
-    /// The workspace root (default: current directory).
+    /// The workspace root (default: the nearest ancestor holding
+    /// airlock.toml or .git, else the current directory). The command
+    /// still starts in the current directory.
     #[arg(long, value_name = "DIR")]
     pub workspace: Option<PathBuf>,
 }
@@ -150,9 +155,74 @@ pub struct RunArgs {
     /// (repeatable). Secret-looking names pass only when named exactly.
     #[arg(long = "pass-env", value_name = "NAME")]
     pub pass_env: Vec<String>,
+    /// Run inside that session's sandbox (`airlock session start`); also
+    /// $AIRLOCK_SESSION. Nothing is built per command.
+    #[arg(long, value_name = "NAME")]
+    pub session: Option<String>,
     /// The command and its arguments.
     #[arg(last = true, required = true, value_name = "COMMAND")]
     pub command: Vec<String>,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum SessionCommand {
+    /// Build one sandbox for a whole task and serve it until `session end`;
+    /// prints {"name","socket","pid"} as JSON once it serves.
+    Start(Box<SessionStartArgs>),
+    /// End a session: every process stopped, the whole post-run check, the report.
+    End {
+        #[arg(value_name = "NAME")]
+        name: String,
+        /// Write the session's JSON report here.
+        #[arg(long, value_name = "FILE")]
+        report: Option<PathBuf>,
+    },
+    /// The running sessions of this user.
+    List {
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Args, Debug)]
+pub struct SessionStartArgs {
+    /// The session's name (default: one is made up and printed).
+    #[arg(long, value_name = "NAME")]
+    pub name: Option<String>,
+    #[command(flatten)]
+    pub policy: PolicyArgs,
+    /// Extra writable path (repeatable).
+    #[arg(long, value_name = "PATH")]
+    pub write: Vec<PathBuf>,
+    /// The workspace is read-only too.
+    #[arg(long = "read-only")]
+    pub read_only: bool,
+    /// proxy (default) | none.
+    #[arg(long, value_name = "MODE")]
+    pub network: Option<String>,
+    /// Pass this variable (or glob) into the sandbox's commands (repeatable).
+    #[arg(long = "pass-env", value_name = "NAME")]
+    pub pass_env: Vec<String>,
+}
+
+impl SessionStartArgs {
+    /// The one-shot run's arguments, with no command: a session is built
+    /// by the same pipeline.
+    pub fn as_run(&self) -> RunArgs {
+        RunArgs {
+            policy: self.policy.clone(),
+            write: self.write.clone(),
+            read_only: self.read_only,
+            network: self.network.clone(),
+            report: None,
+            timeout: None,
+            allow_degraded: false,
+            learn: None,
+            pass_env: self.pass_env.clone(),
+            session: None,
+            command: vec![],
+        }
+    }
 }
 
 #[derive(Args, Debug)]

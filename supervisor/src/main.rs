@@ -35,6 +35,7 @@ mod resolve;
 mod run_audit;
 mod run_cmd;
 mod seatbelt;
+mod session;
 mod sources;
 mod trust;
 
@@ -42,7 +43,7 @@ use std::process::ExitCode;
 
 use clap::Parser;
 
-use cli::{Cli, Command, PolicyCommand};
+use cli::{Cli, Command, PolicyCommand, SessionCommand};
 
 /// airlock's own failure before the command started (SPEC §2).
 const EXIT_AIRLOCK: u8 = 125;
@@ -238,13 +239,36 @@ fn main() -> ExitCode {
                     ExitCode::SUCCESS
                 })
         }
-        Command::Run(args) => {
-            #[cfg(target_os = "linux")]
-            let run = run_cmd::run(args, early, log_filter(cli.verbose));
-            #[cfg(not(target_os = "linux"))]
-            let run = run_cmd::run(args, (), log_filter(cli.verbose));
-            run
+        Command::Run(args) => match args.session.clone().or_else(|| {
+            std::env::var("AIRLOCK_SESSION")
+                .ok()
+                .filter(|s| !s.is_empty())
+        }) {
+            Some(name) => session::client::run(args, &name),
+            None => {
+                #[cfg(target_os = "linux")]
+                let run = run_cmd::run(args, early, log_filter(cli.verbose), None);
+                #[cfg(not(target_os = "linux"))]
+                let run = run_cmd::run(args, (), log_filter(cli.verbose), None);
+                run
+            }
+        },
+        Command::Session(SessionCommand::Start(a)) => {
+            if std::env::var_os(session::server::SERVE_ENV).is_some() {
+                let name = a.name.clone().unwrap_or_default();
+                #[cfg(target_os = "linux")]
+                let run = run_cmd::run(&a.as_run(), None, log_filter(cli.verbose), Some(&name));
+                #[cfg(not(target_os = "linux"))]
+                let run = run_cmd::run(&a.as_run(), (), log_filter(cli.verbose), Some(&name));
+                run
+            } else {
+                session::start(a.name.as_deref())
+            }
         }
+        Command::Session(SessionCommand::End { name, report }) => {
+            session::end(name, report.as_deref())
+        }
+        Command::Session(SessionCommand::List { json }) => session::list(*json),
         Command::Proxy(args) => proxy_cmd::run(args),
         Command::Approve { socket } => approve::client::run(socket),
         Command::Ca { action, out } => ca_cmd::run(*action, out.as_deref()),

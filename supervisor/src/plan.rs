@@ -70,6 +70,14 @@ pub struct Plan {
     pub unix_sockets: Vec<PathBuf>,
     #[serde(default)]
     pub limits: Limits,
+    /// Why the command starts in the workspace root rather than the
+    /// caller's directory, said on stderr.
+    #[serde(skip)]
+    pub start_note: Option<String>,
+    /// A session (SPEC §4.7): PID 1 starts the commands the supervisor
+    /// sends, not `argv`.
+    #[serde(default)]
+    pub session: bool,
     /// The supervisor's log filter, for a helper forked before it was set
     /// up (`linux::Spawned::before_parsing`).
     #[serde(default)]
@@ -186,6 +194,9 @@ pub struct Options<'a> {
     pub net: Net,
     pub allow_degraded: bool,
     pub host_env: Vec<(String, String)>,
+    /// The caller's current directory, where the command starts when the
+    /// sandbox can see it.
+    pub cwd: Option<&'a Path>,
     /// Whether the Seatbelt side is wanted: on macOS, or for `policy
     /// profile --target macos` (it resolves every deny entry again).
     pub macos: bool,
@@ -327,11 +338,10 @@ pub fn build(policy: &Policy, o: &Options) -> Plan {
     if o.net == Net::Proxy {
         crate::env::add_proxy(&mut env, SANDBOX_PROXY_PORT);
     }
-    env.insert("PWD".into(), workspace.display().to_string());
-    Plan {
+    let mut plan = Plan {
         argv: o.argv.to_vec(),
         env,
-        cwd: workspace,
+        cwd: workspace.clone(),
         net: o.net,
         read,
         write,
@@ -361,6 +371,48 @@ pub fn build(policy: &Policy, o: &Options) -> Plan {
             tmp_configured: policy.tmp.is_some(),
         },
         log: String::new(),
+        start_note: None,
+        session: false,
+    };
+    // The command starts where it was asked to (SPEC §2): the caller's
+    // directory, unless the sandbox cannot see it.
+    if let Some(cwd) = o.cwd {
+        match plan.start_dir(cwd) {
+            Ok(dir) => plan.cwd = dir,
+            Err(why) => plan.start_note = Some(why),
+        }
+    }
+    plan.env
+        .insert("PWD".into(), plan.cwd.display().to_string());
+    plan
+}
+
+impl Plan {
+    /// Where a command asked to start in `wanted` starts: that directory,
+    /// as the sandbox sees it, or why the sandbox cannot see it (then it
+    /// starts in the workspace root).
+    pub fn start_dir(&self, wanted: &Path) -> Result<PathBuf, String> {
+        let dir = real(lexical(wanted));
+        let shown = crate::sources::shown(&dir);
+        let under = |roots: &[PathBuf]| roots.iter().any(|r| dir.starts_with(r));
+        if !under(&self.read) && !under(&self.write) {
+            return Err(format!("{shown} is outside every readable root"));
+        }
+        if under(&self.deny_read) {
+            return Err(format!("{shown} is hidden by deny_read"));
+        }
+        if dir.starts_with("/tmp") && !under(&self.tmp_binds) {
+            return Err(format!(
+                "{shown} is under the host's /tmp, which is private inside (add --write {shown} or --read {shown} to bring it in)"
+            ));
+        }
+        if ["/run", "/var/run", "/dev/shm", "/proc"]
+            .iter()
+            .any(|h| dir.starts_with(h))
+        {
+            return Err(format!("{shown} is hidden inside the sandbox"));
+        }
+        Ok(dir)
     }
 }
 

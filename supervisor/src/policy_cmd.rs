@@ -131,6 +131,7 @@ pub fn profile(args: &PolicyArgs, target: &str) -> Result<ExitCode> {
             net,
             allow_degraded: false,
             host_env: std::env::vars().collect(),
+            cwd: None,
             macos: target == "macos",
         },
     );

@@ -148,6 +148,8 @@ fn probe_plan(argv: &[&str], env: BTreeMap<String, String>) -> Plan {
         unix_sockets: vec![],
         limits: Default::default(),
         log: String::new(),
+        start_note: None,
+        session: false,
     }
 }
 

@@ -105,7 +105,23 @@ pub fn open(path: &Path) -> Result<ReportFile> {
     })
 }
 
+/// A report file a client opened and passed over (`session end`).
+pub fn from_fd(fd: std::os::fd::OwnedFd) -> ReportFile {
+    ReportFile {
+        file: File::from(fd),
+        path: PathBuf::from("the report file"),
+    }
+}
+
 pub fn write(out: ReportFile, report: &Report) -> Result<()> {
+    let text = serde_json::to_string_pretty(report).context("encoding the report")?;
+    let mut file = out.file;
+    file.write_all((text + "\n").as_bytes())
+        .with_context(|| format!("writing the report to {}", out.path.display()))
+}
+
+/// A report already in JSON (a session's command, `session end`).
+pub fn write_value(out: ReportFile, report: &serde_json::Value) -> Result<()> {
     let text = serde_json::to_string_pretty(report).context("encoding the report")?;
     let mut file = out.file;
     file.write_all((text + "\n").as_bytes())

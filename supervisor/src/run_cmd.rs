@@ -68,7 +68,10 @@ type Early = ();
 
 /// `early`: the helper, when main forked it before parsing the arguments;
 /// `log`: the log filter, which the plan carries to it.
-pub fn run(args: &RunArgs, early: Early, log: String) -> Result<ExitCode> {
+/// `session`: the name of the session this sandbox serves (SPEC §4.7),
+/// started by `airlock session start`: the same pipeline, with commands
+/// coming on the session's socket instead of one argv.
+pub fn run(args: &RunArgs, early: Early, log: String, session: Option<&str>) -> Result<ExitCode> {
     let started = Instant::now();
     // On CLOCK_MONOTONIC, so that a benchmark can place every phase below
     // against its own clock (`bench-startup`).
@@ -129,6 +132,7 @@ pub fn run(args: &RunArgs, early: Early, log: String) -> Result<ExitCode> {
             .create(dir);
     }
     crate::prepare::before_run(&mut policy, args, &home, &workspace)?;
+    let cwd = std::env::current_dir().ok();
     let mut plan = plan::build(
         &policy,
         &Options {
@@ -140,10 +144,17 @@ pub fn run(args: &RunArgs, early: Early, log: String) -> Result<ExitCode> {
             net,
             allow_degraded: args.allow_degraded,
             host_env: std::env::vars().collect(),
+            cwd: cwd.as_deref(),
             macos: cfg!(target_os = "macos"),
         },
     );
     plan.log = log;
+    if let Some(why) = &plan.start_note {
+        eprintln!(
+            "airlock: the command starts in the workspace root {}: {why}",
+            crate::sources::shown(&plan.cwd)
+        );
+    }
     tracing::debug!(elapsed = ?started.elapsed(), "plan built");
     crate::integrity::set::check_deny_read_links(&plan.deny_read, &plan.write)
         .map_err(anyhow::Error::msg)?;
@@ -173,8 +184,9 @@ pub fn run(args: &RunArgs, early: Early, log: String) -> Result<ExitCode> {
     for u in &plan.unsupported {
         eprintln!("airlock: warning: {u} cannot be enforced by mounts (only plain paths and a trailing /**)");
     }
+    plan.session = session.is_some();
     run_platform(
-        args, policy, plan, timeout, started, &workspace, learn, early,
+        args, policy, plan, timeout, started, &workspace, learn, early, session,
     )
 }
 
@@ -202,6 +214,8 @@ struct Started {
     /// Transparent capture's sockets, or why it is off (SPEC §5.5).
     #[cfg(target_os = "linux")]
     capture: Option<Result<crate::linux::capture::Received, String>>,
+    /// A session's command socket to PID 1.
+    session: Option<std::os::fd::OwnedFd>,
 }
 
 /// Waits for the process `Started::pid` names.
@@ -293,6 +307,7 @@ fn finish(pending: Pending, plan: &plan::Plan) -> Result<Started> {
     } = pending;
     let mut sandbox = begun.finish(plan)?;
     let capture = sandbox.capture.take();
+    let session = sandbox.session.take();
     let (mut child, fd, channel) = sandbox.into_parts();
     let channel = Arc::new(channel);
     let anchor = child.id();
@@ -329,6 +344,7 @@ fn finish(pending: Pending, plan: &plan::Plan) -> Result<Started> {
         // The PID namespace ends with its init, taking every process along.
         finish: Box::new(|| ()),
         capture,
+        session,
     })
 }
 
@@ -374,6 +390,7 @@ fn finish(pending: Pending, plan: &plan::Plan) -> Result<Started> {
         messages: Box::new(Vec::new),
         status: Box::new(|| None),
         finish: Box::new(finish),
+        session: None,
     })
 }
 
@@ -401,10 +418,22 @@ fn run_platform(
     workspace: &std::path::Path,
     learn: Option<crate::learn::Learn>,
     early: Early,
+    session: Option<&str>,
 ) -> Result<ExitCode> {
     let run = run_id();
     // Opened before the command runs, without following links (SPEC §3.5).
-    let report_file = args.report.as_deref().map(report::open).transpose()?;
+    let mut report_file = args.report.as_deref().map(report::open).transpose()?;
+    // A session's socket is bound first: a name in use stops it here.
+    let listening = match session {
+        Some(name) => {
+            if cfg!(not(target_os = "linux")) || plan.allow_degraded {
+                bail!("sessions need the full Linux tier (user namespaces); run each command with `airlock run` instead");
+            }
+            Some(crate::session::server::bind(name)?)
+        }
+        None => None,
+    };
+    let env_recipe = listening.as_ref().map(|_| session_env(&policy, &plan));
     let (audit, otlp) = crate::run_audit::open(&policy, &run)?;
     let inspect = crate::inspect_setup::for_policy(&policy)?;
     // The trust variables are set only when something is inspected.
@@ -519,6 +548,68 @@ fn run_platform(
     #[cfg(target_os = "linux")]
     crate::linux::capture::serve(&runtime, &engine, sandbox.capture);
 
+    // A session serves its commands until it is asked to end.
+    // What each check of a session starts from: the protected set as the
+    // last check left it, and the moment it ended. What airlock itself did
+    // in a check (the quarantine) is then never taken for the sandbox's.
+    let since_last: std::sync::Mutex<
+        Option<(crate::integrity::snapshot::Snapshot, std::time::SystemTime)>,
+    > = std::sync::Mutex::new(None);
+    let ended = match (listening, sandbox.session, env_recipe) {
+        (Some(listening), Some(to_init), Some(env)) => {
+            let ns = pid_namespace_of(sandbox.pid as libc::pid_t);
+            let check = || {
+                // The sandbox is held still while it is judged: nothing
+                // left running can race the check (SPEC §4.5).
+                let stopped = ns.as_deref().map(freeze).unwrap_or_default();
+                let mut last = since_last
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner);
+                let (snap, since) = match &*last {
+                    Some((snap, since)) => (snap, *since),
+                    None => (&journal.snapshot, run_start),
+                };
+                let checked = crate::integrity::check(snap, &plan.write, since, &run);
+                // Only a clean result moves the baseline: what could not be
+                // moved aside is judged again at the next check and the end.
+                if checked.failed.is_empty() && !checked.outcomes.iter().any(|o| o.in_place) {
+                    *last = Some((
+                        crate::integrity::snapshot::take(&plan.protected),
+                        past_own_writes(!checked.outcomes.is_empty()),
+                    ));
+                }
+                drop(last);
+                thaw(&stopped);
+                checked.outcomes
+            };
+            let setup = crate::session::server::Setup {
+                engine: &engine,
+                plan: &plan,
+                env,
+                workspace,
+                tier: sandbox.tier,
+                run: &run,
+                check: &check,
+            };
+            Some(crate::session::server::serve(
+                listening,
+                crate::session::wire::Seq(to_init),
+                &setup,
+            )?)
+        }
+        _ => None,
+    };
+    if let Some(e) = &ended {
+        // The end's findings go to whoever asked for it.
+        if let Some(fd) = &e.stderr {
+            use std::os::fd::AsRawFd;
+            // SAFETY: dup2 onto our own stderr.
+            unsafe { libc::dup2(fd.as_raw_fd(), 2) };
+        }
+        if let Some(fd) = &e.report {
+            report_file = Some(report::from_fd(fd.try_clone()?));
+        }
+    }
     let status = wait(
         sandbox.pid,
         sandbox.waiter,
@@ -546,7 +637,13 @@ fn run_platform(
         tracing::debug!(elapsed = ?started.elapsed(), "watch stopped");
     }
     // Every process of the sandbox is gone: nothing can race the check.
-    let checked = crate::integrity::check(&journal.snapshot, &plan.write, run_start, &run);
+    let last = since_last
+        .into_inner()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let checked = match &last {
+        Some((snap, since)) => crate::integrity::check(snap, &plan.write, *since, &run),
+        None => crate::integrity::check(&journal.snapshot, &plan.write, run_start, &run),
+    };
     crate::integrity::journal::remove(&journal_path);
     let (protected_changes, failed) = (checked.outcomes, checked.failed);
     for o in &protected_changes {
@@ -655,7 +752,100 @@ fn run_platform(
         )?;
     }
     tracing::debug!(elapsed = ?started.elapsed(), "run finished");
+    if let Some(reply) = ended.and_then(|e| e.reply) {
+        let _ = reply.send_json(&serde_json::json!({"type": "ended", "code": code}), &[]);
+    }
     Ok(ExitCode::from(code.clamp(0, 255) as u8))
+}
+
+/// How a session's commands get their environment: the caller's,
+/// filtered as the sandbox's was, plus what airlock set in the plan.
+fn session_env(
+    policy: &airlock_policy::Policy,
+    plan: &plan::Plan,
+) -> crate::session::server::EnvRecipe {
+    let pass: Vec<String> = policy.env_pass.iter().map(|e| e.value.clone()).collect();
+    let set: std::collections::BTreeMap<String, String> = policy
+        .env_set
+        .iter()
+        .map(|(k, v)| (k.clone(), v.value.clone()))
+        .collect();
+    let from_host = crate::env::scrub(std::env::vars(), &pass, &set);
+    let overlay = plan
+        .env
+        .iter()
+        .filter(|(k, v)| k.as_str() != "PWD" && from_host.get(*k) != Some(*v))
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    crate::session::server::EnvRecipe { pass, set, overlay }
+}
+
+/// The start of a session's next window. The kernel stamps files with a
+/// coarse clock: what the check itself wrote (a sanitised configuration)
+/// may carry the very tick the window would start on, and be taken for
+/// the sandbox's. When it wrote anything, the window starts on the next
+/// tick (the sandbox is still held still meanwhile).
+fn past_own_writes(wrote: bool) -> std::time::SystemTime {
+    let now = crate::integrity::nested::kernel_now();
+    if !wrote {
+        return now;
+    }
+    let deadline = Instant::now() + Duration::from_millis(50);
+    loop {
+        let later = crate::integrity::nested::kernel_now();
+        if later > now || Instant::now() > deadline {
+            return later;
+        }
+        std::thread::sleep(Duration::from_micros(500));
+    }
+}
+
+/// Stop every process of the PID namespace `ns` but its init, until one
+/// look finds them all stopped; returns those stopped.
+fn freeze(ns: &std::path::Path) -> Vec<libc::pid_t> {
+    let mut stopped = std::collections::BTreeSet::new();
+    for _ in 0..50 {
+        let members: Vec<(libc::pid_t, char)> = crate::procfs::pids()
+            .into_iter()
+            .filter(|pid| std::fs::read_link(format!("/proc/{pid}/ns/pid")).is_ok_and(|l| l == ns))
+            .filter(|pid| !is_namespace_init(*pid))
+            .filter_map(|pid| {
+                let (state, _) = crate::procfs::state_and_parent(pid)?;
+                Some((pid as libc::pid_t, state))
+            })
+            .collect();
+        let running: Vec<libc::pid_t> = members
+            .iter()
+            .filter(|(_, st)| !matches!(st, 'T' | 't' | 'Z' | 'X'))
+            .map(|(p, _)| *p)
+            .collect();
+        if running.is_empty() {
+            break;
+        }
+        for p in running {
+            // SAFETY: kill(2) on a process of our own sandbox.
+            unsafe { libc::kill(p, libc::SIGSTOP) };
+            stopped.insert(p);
+        }
+    }
+    stopped.into_iter().collect()
+}
+
+fn thaw(stopped: &[libc::pid_t]) {
+    for p in stopped {
+        // SAFETY: kill(2) on a process of our own sandbox.
+        unsafe { libc::kill(*p, libc::SIGCONT) };
+    }
+}
+
+/// Whether `pid` is PID 1 of its own PID namespace (the sandbox's init).
+fn is_namespace_init(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/status")).is_ok_and(|s| {
+        s.lines()
+            .find_map(|l| l.strip_prefix("NSpid:"))
+            .and_then(|v| v.split_whitespace().last().map(|x| x == "1"))
+            .unwrap_or(false)
+    })
 }
 
 /// The sandbox's exit code, or `None` when the timeout killed it.

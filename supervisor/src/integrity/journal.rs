@@ -105,7 +105,11 @@ use std::os::unix::fs::DirBuilderExt;
 /// When every run whose journal is still there began: runs going on now
 /// (another `airlock run` beside this one), and runs whose airlock died
 /// before its check. Their windows are open until the journal goes.
-pub fn open_since() -> Vec<SystemTime> {
+/// Except `own`'s: a session checks itself between its commands, and its
+/// own open journal would cover everything since it started (the
+/// quarantine's own writes included), where its windows are exact.
+pub fn open_since(own: &str) -> Vec<SystemTime> {
+    let own = path_of(own);
     #[derive(Deserialize)]
     struct Since {
         since: (u64, u32),
@@ -117,6 +121,7 @@ pub fn open_since() -> Vec<SystemTime> {
     rd.flatten()
         .map(|e| e.path())
         .filter(|p| p.extension().is_some_and(|x| x == "json"))
+        .filter(|p| own.as_ref() != Some(p))
         .filter_map(|p| crate::trust::read_no_follow(&p).ok())
         .filter_map(|b| serde_json::from_slice::<Since>(&b).ok())
         .map(|s| SystemTime::UNIX_EPOCH + Duration::new(s.since.0, s.since.1.min(999_999_999)))

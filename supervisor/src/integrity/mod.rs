@@ -82,7 +82,7 @@ pub fn check(
     changes.retain(|c| !own.contains(&c.root.join(&c.rel)));
     tracing::debug!(elapsed = ?t.elapsed(), "protected set compared");
     let known: Vec<Protected> = snap.entries.iter().map(|(p, _)| p.clone()).collect();
-    let windows = windows::Windows::with_current(since);
+    let windows = windows::Windows::with_current(since, run);
     let (found, nested_failed) = nested::changes(roots, &windows, &known);
     failed.extend(nested_failed);
     tracing::debug!(elapsed = ?t.elapsed(), ?roots, "nested repositories searched");

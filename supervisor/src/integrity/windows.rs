@@ -47,14 +47,17 @@ fn nanos(t: SystemTime) -> u128 {
 #[derive(Debug, Default)]
 pub struct Windows {
     since: u128,
+    /// The run being checked, whose own open journal does not count.
+    run: String,
     recorded: OnceLock<Vec<(u128, u128)>>,
 }
 
 impl Windows {
     /// `[since, ∞)` for the run being checked, and the recorded windows.
-    pub fn with_current(since: SystemTime) -> Windows {
+    pub fn with_current(since: SystemTime, run: &str) -> Windows {
         Windows {
             since: nanos(since),
+            run: run.to_string(),
             recorded: OnceLock::new(),
         }
     }
@@ -66,7 +69,9 @@ impl Windows {
         if t >= self.since {
             return true;
         }
-        let spans = self.recorded.get_or_init(|| read().unwrap_or_default());
+        let spans = self
+            .recorded
+            .get_or_init(|| read(&self.run).unwrap_or_default());
         // (This run's own journal is among the open ones: harmless.)
         let i = spans.partition_point(|(start, _)| *start <= t);
         i > 0 && spans[i - 1].1 >= t
@@ -123,10 +128,10 @@ fn read_record() -> Option<Vec<(u128, u128)>> {
 
 /// The recorded windows, and those of runs whose journal is still there
 /// (going on beside this one, or whose airlock died): open until now.
-fn read() -> Option<Vec<(u128, u128)>> {
+fn read(own: &str) -> Option<Vec<(u128, u128)>> {
     let mut spans = read_record().unwrap_or_default();
     spans.extend(
-        super::journal::open_since()
+        super::journal::open_since(own)
             .into_iter()
             .map(|t| (nanos(t), u128::MAX)),
     );
@@ -188,6 +193,7 @@ mod tests {
         assert_eq!(spans, vec![(100, 250), (300, 400)]);
         let w = Windows {
             since: 1000,
+            run: String::new(),
             recorded: OnceLock::from(spans),
         };
         for (t, want) in [
@@ -214,6 +220,7 @@ mod tests {
         assert!(out.len() <= KEEP);
         let w = Windows {
             since: u128::MAX,
+            run: String::new(),
             recorded: OnceLock::from(out),
         };
         for (s, e) in spans {

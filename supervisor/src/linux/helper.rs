@@ -534,6 +534,17 @@ fn pid1(
         .and_then(|_| netns::send_fd(channel, pid_ns.as_fd()))
         .context("passing the connect() listener to the supervisor")?;
     drop((listener, diag, pid_ns));
+    // A session's commands come on a socket of their own (SPEC §4.7).
+    let session = match plan.session {
+        true => {
+            let (ours, theirs) =
+                crate::session::wire::Seq::pair().context("the session's socket")?;
+            netns::send_fd(channel, theirs.0.as_fd())
+                .context("passing the session's socket to the supervisor")?;
+            Some(ours)
+        }
+        false => None,
+    };
     phase("connect() listener passed");
     send_phases(channel);
     // 7. Init: the command must not inherit the channel.
@@ -549,7 +560,10 @@ fn pid1(
     }
     drop(clear);
     phase_now(channel, "watch confirmed the start");
-    init::run(plan, channel, init::Reap::Namespace, Some(done))
+    match session {
+        Some(session) => init::serve_session(channel, session, Some(done)),
+        None => init::run(plan, channel, init::Reap::Namespace, Some(done)),
+    }
 }
 
 /// Setup steps' ends, on CLOCK_MONOTONIC, for the supervisor's `-vv`.

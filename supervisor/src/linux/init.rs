@@ -469,3 +469,221 @@ pub fn run(
         }
     }
 }
+
+/// A command the session's supervisor asked for: its argv, environment
+/// and directory (already filtered and checked outside), and the caller's
+/// stdin, stdout and stderr, received with the request.
+#[derive(serde::Deserialize)]
+struct SessionCommand {
+    id: u64,
+    argv: Vec<String>,
+    env: std::collections::BTreeMap<String, String>,
+    cwd: PathBuf,
+}
+
+/// PID 1 of a session (SPEC §4.7): instead of one command, start each
+/// command the supervisor sends on `session`, report its exit, forward
+/// its signals, and keep what it leaves running until the session ends.
+/// Every command starts from this process, which is already inside every
+/// layer of the sandbox: nothing is built per command.
+pub fn serve_session(
+    channel: &mut UnixStream,
+    session: crate::session::wire::Seq,
+    done: Option<std::os::fd::OwnedFd>,
+) -> Result<i32> {
+    use std::os::fd::AsRawFd;
+    wait_for_go(channel)?;
+    let mask = block_signals()?;
+    let sfd = nix::sys::signalfd::SignalFd::with_flags(
+        &mask,
+        nix::sys::signalfd::SfdFlags::SFD_CLOEXEC | nix::sys::signalfd::SfdFlags::SFD_NONBLOCK,
+    )
+    .context("signalfd")?;
+    let mut running: std::collections::HashMap<i32, u64> = Default::default();
+    let send = |v: serde_json::Value| {
+        let _ = session.send_json(&v, &[]);
+    };
+    loop {
+        let mut fds = [
+            libc::pollfd {
+                fd: session.0.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            },
+            libc::pollfd {
+                fd: sfd.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            },
+        ];
+        // SAFETY: poll on two descriptors we own, in an array we own.
+        let n = unsafe { libc::poll(fds.as_mut_ptr(), 2, -1) };
+        if n < 0 {
+            continue;
+        }
+        if fds[1].revents != 0 {
+            while let Ok(Some(_)) = sfd.read_signal() {}
+            loop {
+                match waitpid(
+                    Pid::from_raw(-1),
+                    Some(WaitPidFlag::WNOHANG | WaitPidFlag::__WALL),
+                ) {
+                    Ok(WaitStatus::StillAlive) | Err(_) => break,
+                    Ok(status) => {
+                        let Some(pid) = status.pid() else { continue };
+                        let Some(code) = exit_code(status) else {
+                            continue;
+                        };
+                        if let Some(id) = running.remove(&pid.as_raw()) {
+                            send(serde_json::json!({"op": "exit", "id": id, "code": code}));
+                        }
+                    }
+                }
+            }
+        }
+        if fds[0].revents == 0 {
+            continue;
+        }
+        let (msg, received) = match session.recv_json() {
+            Ok(Some(m)) => m,
+            // The supervisor is gone or said something unreadable: the
+            // session ends (its parent-death signal would end it anyway).
+            Ok(None) | Err(_) => break,
+        };
+        match msg.get("op").and_then(|o| o.as_str()) {
+            Some("spawn") => {
+                let Ok(cmd) = serde_json::from_value::<SessionCommand>(msg.clone()) else {
+                    continue;
+                };
+                match spawn_session_command(&cmd, &received) {
+                    Ok(pid) => {
+                        running.insert(pid.as_raw(), cmd.id);
+                        send(
+                            serde_json::json!({"op": "started", "id": cmd.id, "pid": pid.as_raw()}),
+                        );
+                    }
+                    Err(e) => send(
+                        serde_json::json!({"op": "exec-error", "id": cmd.id, "message": format!("{e:#}")}),
+                    ),
+                }
+            }
+            Some(op @ ("signal" | "kill")) => {
+                let id = msg.get("id").and_then(|i| i.as_u64());
+                let Some((&pid, _)) = running.iter().find(|(_, v)| Some(**v) == id) else {
+                    continue;
+                };
+                let pid = Pid::from_raw(pid);
+                if op == "kill" {
+                    // The command's group and everything below it that /proc
+                    // still shows as its descendant; what it moved out of
+                    // both (a daemon) lives until the session ends.
+                    let below = descendants_of(pid.as_raw() as u32);
+                    let _ = kill(Pid::from_raw(-pid.as_raw()), Signal::SIGKILL);
+                    let _ = kill(pid, Signal::SIGKILL);
+                    for (p, _) in below {
+                        let _ = kill(p, Signal::SIGKILL);
+                    }
+                } else {
+                    let sig = msg
+                        .get("sig")
+                        .and_then(|s| s.as_i64())
+                        .and_then(|s| Signal::try_from(s as i32).ok())
+                        .filter(|s| FORWARDED.contains(s) || *s == Signal::SIGKILL);
+                    if let Some(sig) = sig {
+                        if kill(Pid::from_raw(-pid.as_raw()), sig).is_err() {
+                            let _ = kill(pid, sig);
+                        }
+                    }
+                }
+            }
+            Some("end") => break,
+            _ => {}
+        }
+    }
+    // Nothing started inside outlives the session.
+    let _ = kill(Pid::from_raw(-1), Signal::SIGKILL);
+    let empty = reap_all() && only_init_left();
+    if let Some(done) = done.filter(|_| empty) {
+        let _ = std::fs::File::from(done).write_all(&0i32.to_le_bytes());
+    }
+    Ok(0)
+}
+
+/// Fork one command of the session: its own session and process group
+/// (signals and a timeout reach all of it), the caller's stdio, its
+/// directory and environment. An error before exec comes back on a pipe.
+fn spawn_session_command(cmd: &SessionCommand, stdio: &[std::os::fd::OwnedFd]) -> Result<Pid> {
+    use std::os::fd::AsRawFd;
+    if stdio.len() != 3 {
+        anyhow::bail!("a command needs exactly stdin, stdout and stderr");
+    }
+    let name = cmd.argv.first().context("no command given")?;
+    let argv = cstrings(cmd.argv.iter().cloned())?;
+    let envp = cstrings(cmd.env.iter().map(|(k, v)| format!("{k}={v}")))?;
+    let cwd = CString::new(cmd.cwd.as_os_str().as_encoded_bytes()).context("directory")?;
+    let (err_r, err_w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).context("pipe")?;
+    let ptrs = |v: &[CString]| {
+        v.iter()
+            .map(|c| c.as_ptr())
+            .chain(std::iter::once(std::ptr::null()))
+            .collect::<Vec<_>>()
+    };
+    let (argp, envpp) = (ptrs(&argv), ptrs(&envp));
+    let raw: Vec<i32> = stdio.iter().map(|f| f.as_raw_fd()).collect();
+    // SAFETY: init is single-threaded; the child only makes system calls
+    // and looks its program up before exec or _exit.
+    match unsafe { fork() }.context("starting the command")? {
+        ForkResult::Child => unsafe {
+            let fail = |what: &str| -> ! {
+                let e = std::io::Error::last_os_error();
+                let _ = nix::unistd::write(&err_w, format!("{what}: {e}").as_bytes());
+                libc::_exit(127)
+            };
+            let mut empty: libc::sigset_t = std::mem::zeroed();
+            libc::sigemptyset(&mut empty);
+            libc::sigprocmask(libc::SIG_SETMASK, &empty, std::ptr::null_mut());
+            for sig in [libc::SIGPIPE, libc::SIGTTOU, libc::SIGTTIN] {
+                libc::signal(sig, libc::SIG_DFL);
+            }
+            libc::setsid();
+            // Above 2 first, so that no dup2 overwrites one still to come.
+            let mut high = [0i32; 3];
+            for (i, fd) in raw.iter().enumerate() {
+                high[i] = libc::fcntl(*fd, libc::F_DUPFD_CLOEXEC, 10);
+                if high[i] < 0 {
+                    fail("stdio");
+                }
+            }
+            for (i, fd) in high.iter().enumerate() {
+                if libc::dup2(*fd, i as i32) < 0 {
+                    fail("stdio");
+                }
+            }
+            if libc::chdir(cwd.as_ptr()) != 0 {
+                fail(&format!("cannot enter {}", cmd.cwd.display()));
+            }
+            let Some(prog) = find_program(name, cmd.env.get("PATH").map(String::as_str)) else {
+                let _ = nix::unistd::write(&err_w, format!("command not found: {name}").as_bytes());
+                libc::_exit(127)
+            };
+            let Ok(path) = CString::new(prog.as_os_str().as_encoded_bytes()) else {
+                libc::_exit(127)
+            };
+            libc::syscall(libc::SYS_close_range, 3, libc::c_uint::MAX, 4);
+            libc::execve(path.as_ptr(), argp.as_ptr(), envpp.as_ptr());
+            fail(&format!("cannot run {}", prog.display()))
+        },
+        ForkResult::Parent { child } => {
+            drop(err_w);
+            let mut msg = String::new();
+            let _ = std::io::Read::read_to_string(&mut std::fs::File::from(err_r), &mut msg);
+            if !msg.is_empty() {
+                // It has exited (127): reaped with the others; its exit
+                // is not reported, the error is.
+                let _ = waitpid(child, None);
+                anyhow::bail!("{msg}");
+            }
+            Ok(child)
+        }
+    }
+}

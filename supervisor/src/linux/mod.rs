@@ -125,6 +125,8 @@ pub struct Sandbox {
     pub listener: Option<OwnedFd>,
     /// Transparent capture's sockets (SPEC §5.5), or why it is off.
     pub capture: Option<std::result::Result<capture::Received, String>>,
+    /// A session's command socket to PID 1 (SPEC §4.7).
+    pub session: Option<OwnedFd>,
     channel: UnixStream,
     cgroups: limits::Cgroup,
 }
@@ -232,6 +234,10 @@ impl Begun {
             // it is stopped.
             unixconnect::serve(plan, fd, diag, &pid_ns)?;
         }
+        let session = match plan.session && !self.degraded {
+            true => Some(recv_or_error(channel)?),
+            false => None,
+        };
         let Some(child) = self.spawned.child.take() else {
             anyhow::bail!("the sandbox helper was already used");
         };
@@ -239,6 +245,7 @@ impl Begun {
             child,
             listener,
             capture,
+            session,
             channel: self.channel,
             cgroups: self.cgroups,
         })
@@ -381,6 +388,9 @@ pub fn ahead_from_raw(args: &[std::ffi::OsString]) -> Option<Ahead> {
         match arg {
             "--" => break,
             "--allow-degraded" => degraded = true,
+            // A command for a running session builds nothing.
+            "--session" => return None,
+            _ if arg.starts_with("--session=") => return None,
             "--network" => host = args.next() == Some(Some("host")),
             _ if arg.starts_with("--network=") => host = arg == "--network=host",
             // Options (and the values of those that take one) are skipped;
@@ -392,7 +402,7 @@ pub fn ahead_from_raw(args: &[std::ffi::OsString]) -> Option<Ahead> {
             _ => return None,
         }
     }
-    if !run {
+    if !run || std::env::var_os("AIRLOCK_SESSION").is_some_and(|s| !s.is_empty()) {
         return None;
     }
     if degraded || std::env::var_os("AIRLOCK_FORCE_TIER").is_some() {

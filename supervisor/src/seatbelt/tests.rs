@@ -52,6 +52,8 @@ fn plan(
         unix_sockets: vec![],
         limits: Default::default(),
         log: String::new(),
+        start_note: None,
+        session: false,
     }
 }
 

@@ -1,0 +1,166 @@
+//! `airlock run --session NAME -- cmd`: one command in a running session.
+//! Nothing of the sandbox is built here: the request goes to the session's
+//! supervisor with this process's stdin, stdout and stderr, and this
+//! process waits, passes its signals on and exits with the command's
+//! status (SPEC §4.7).
+
+use std::os::fd::AsRawFd;
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use nix::sys::signal::{SigSet, SigmaskHow, Signal};
+use serde_json::{json, Value};
+
+use crate::cli::RunArgs;
+
+const PASSED_ON: &[Signal] = &[
+    Signal::SIGINT,
+    Signal::SIGTERM,
+    Signal::SIGHUP,
+    Signal::SIGQUIT,
+    Signal::SIGWINCH,
+];
+
+/// The options that shape a sandbox belong to `session start`: given
+/// here they would silently do nothing, so they are refused.
+fn refuse_sandbox_options(args: &RunArgs) -> Result<()> {
+    let p = &args.policy;
+    let shaping = [
+        ("--policy", !p.policy.is_empty()),
+        ("--preset", !p.preset.is_empty()),
+        ("--allow", !p.allow.is_empty()),
+        ("--deny", !p.deny.is_empty()),
+        ("--inspect", !p.inspect.is_empty()),
+        ("--resolve", !p.resolve.is_empty()),
+        ("--allow-private", !p.allow_private.is_empty()),
+        ("--upstream-ca", !p.upstream_ca.is_empty()),
+        ("--ask", p.ask.is_some()),
+        ("--audit-log", p.audit_log.is_some()),
+        ("--otlp", p.otlp.is_some()),
+        ("--dns-server", p.dns_server.is_some()),
+        ("--workspace", p.workspace.is_some()),
+        ("--write", !args.write.is_empty()),
+        ("--read-only", args.read_only),
+        ("--network", args.network.is_some()),
+        ("--allow-degraded", args.allow_degraded),
+        ("--learn", args.learn.is_some()),
+        ("--pass-env", !args.pass_env.is_empty()),
+    ];
+    if let Some((flag, _)) = shaping.iter().find(|(_, set)| *set) {
+        bail!(
+            "{flag} shapes the sandbox, which the session built when it started: give it to `airlock session start`, or run without --session"
+        );
+    }
+    Ok(())
+}
+
+pub fn run(args: &RunArgs, name: &str) -> Result<ExitCode> {
+    refuse_sandbox_options(args)?;
+    let timeout = args
+        .timeout
+        .as_deref()
+        .map(|t| {
+            airlock_policy::units::parse_duration(t).map_err(|e| anyhow::anyhow!("--timeout: {e}"))
+        })
+        .transpose()?;
+    // Opened now, without following links, as a one-shot run opens it.
+    let report = args
+        .report
+        .as_deref()
+        .map(crate::report::open)
+        .transpose()?;
+    let seq = super::connect(name)?;
+    let cwd = std::env::current_dir().context("the current directory")?;
+    let env: Vec<(String, String)> = std::env::vars().collect();
+    // Signals are taken from here on: the command gets them.
+    let mut mask = SigSet::empty();
+    for s in PASSED_ON {
+        mask.add(*s);
+    }
+    nix::sys::signal::sigprocmask(SigmaskHow::SIG_BLOCK, Some(&mask), None)
+        .context("blocking signals")?;
+    let sfd = nix::sys::signalfd::SignalFd::with_flags(
+        &mask,
+        nix::sys::signalfd::SfdFlags::SFD_CLOEXEC | nix::sys::signalfd::SfdFlags::SFD_NONBLOCK,
+    )
+    .context("signalfd")?;
+    seq.send_json(
+        &json!({"op": "run", "argv": args.command, "cwd": cwd, "env": env}),
+        &[0, 1, 2],
+    )
+    .context("sending the command to the session")?;
+    let deadline = timeout.map(|t| Instant::now() + t);
+    let mut timed_out = false;
+    let answer = loop {
+        let wait_ms = match deadline {
+            Some(d) if !timed_out => {
+                let left = d.saturating_duration_since(Instant::now());
+                i32::try_from(left.as_millis()).unwrap_or(i32::MAX)
+            }
+            _ => -1,
+        };
+        let mut fds = [
+            libc::pollfd {
+                fd: seq.0.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            },
+            libc::pollfd {
+                fd: sfd.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            },
+        ];
+        // SAFETY: poll on descriptors we own.
+        let n = unsafe { libc::poll(fds.as_mut_ptr(), 2, wait_ms) };
+        if n < 0 {
+            continue;
+        }
+        if n == 0 {
+            // The timeout: the command's whole process group is killed.
+            timed_out = true;
+            let _ = seq.send_json(&json!({"op": "kill"}), &[]);
+            continue;
+        }
+        if fds[1].revents != 0 {
+            while let Ok(Some(info)) = sfd.read_signal() {
+                let _ = seq.send_json(&json!({"op": "signal", "sig": info.ssi_signo}), &[]);
+            }
+        }
+        if fds[0].revents != 0 {
+            match seq.recv_json() {
+                Ok(Some((v, _))) => break v,
+                _ => bail!("the session {name:?} went away before the command ended"),
+            }
+        }
+    };
+    for note in answer
+        .get("notes")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+    {
+        if let Some(n) = note.as_str() {
+            eprintln!("{n}");
+        }
+    }
+    let mut code = answer.get("code").and_then(Value::as_i64).unwrap_or(125) as i32;
+    if answer.get("type").and_then(Value::as_str) == Some("error") {
+        let m = answer.get("message").and_then(Value::as_str).unwrap_or("");
+        eprintln!("airlock: {m}");
+    }
+    if timed_out {
+        eprintln!(
+            "airlock: timed out after {:?}; the command was killed (what it left in the background runs until the session ends)",
+            timeout.unwrap_or(Duration::ZERO)
+        );
+        code = i32::from(crate::run_cmd::EXIT_TIMEOUT);
+    }
+    if let (Some(file), Some(r)) = (report, answer.get("report")) {
+        let mut r = r.clone();
+        r["exit_code"] = json!(code);
+        crate::report::write_value(file, &r)?;
+    }
+    Ok(ExitCode::from(code.clamp(0, 255) as u8))
+}

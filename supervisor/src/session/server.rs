@@ -1,0 +1,426 @@
+//! The session's supervisor while it serves (SPEC §4.7): it accepts
+//! commands on the session's socket from this user's processes outside
+//! every sandbox, hands each to the sandbox's PID 1 with the caller's
+//! stdio, and answers with its exit status, what the proxy refused for it
+//! and what the check found when it ended.
+
+use std::collections::{BTreeMap, HashMap};
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{mpsc, Arc, Mutex};
+use std::time::Instant;
+
+use airlock_proxy::{Blocked, Engine};
+use anyhow::{Context, Result};
+use serde_json::{json, Value};
+
+use super::wire::Seq;
+use crate::plan::Plan;
+
+/// Set on the re-executed `session start`: the descriptor on which it says
+/// it serves (or closes without a word when it could not start).
+pub const SERVE_ENV: &str = "AIRLOCK_SESSION_SERVE";
+
+/// The session's socket, bound before the sandbox is built (a name in use
+/// is refused before anything starts).
+pub struct Listening {
+    fd: OwnedFd,
+    name: String,
+    socket: PathBuf,
+    meta: PathBuf,
+    ready: Option<std::fs::File>,
+}
+
+impl Drop for Listening {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.socket);
+        let _ = std::fs::remove_file(&self.meta);
+    }
+}
+
+/// Bind session `name`'s socket (replacing a stale one nobody serves).
+pub fn bind(name: &str) -> Result<Listening> {
+    use nix::sys::socket::{bind, listen, socket, AddressFamily, Backlog, SockFlag, SockType};
+    super::check_name(name)?;
+    let dir = super::dir()?;
+    let path = super::socket_path(&dir, name);
+    if super::connect(name).is_ok() {
+        anyhow::bail!("a session named {name:?} is already running");
+    }
+    let _ = std::fs::remove_file(&path);
+    let fd = socket(
+        AddressFamily::Unix,
+        SockType::SeqPacket,
+        SockFlag::SOCK_CLOEXEC,
+        None,
+    )
+    .context("socket")?;
+    let addr = nix::sys::socket::UnixAddr::new(&path).context("the session's socket path")?;
+    bind(fd.as_raw_fd(), &addr).with_context(|| format!("binding {}", path.display()))?;
+    listen(&fd, Backlog::new(64).unwrap_or(Backlog::MAXCONN)).context("listen")?;
+    let ready = std::env::var(SERVE_ENV)
+        .ok()
+        .and_then(|f| f.parse::<i32>().ok())
+        .filter(|f| *f > 2)
+        // SAFETY: `session start` passed us this descriptor for this.
+        .map(|f| unsafe { <std::fs::File as std::os::fd::FromRawFd>::from_raw_fd(f) });
+    Ok(Listening {
+        fd,
+        name: name.to_string(),
+        socket: path,
+        meta: super::meta_path(&dir, name),
+        ready,
+    })
+}
+
+/// What each command's environment is built from (SPEC §4.3): the
+/// caller's, filtered by the session's policy, then what airlock sets.
+pub struct EnvRecipe {
+    pub pass: Vec<String>,
+    pub set: BTreeMap<String, String>,
+    /// What the sandbox's environment holds that no caller's does: the
+    /// proxy and CA variables, the presets' settings.
+    pub overlay: BTreeMap<String, String>,
+}
+
+impl EnvRecipe {
+    fn for_command(&self, caller: Vec<(String, String)>, cwd: &Path) -> BTreeMap<String, String> {
+        let mut env = crate::env::scrub(caller, &self.pass, &self.set);
+        env.extend(self.overlay.clone());
+        env.insert("PWD".into(), cwd.display().to_string());
+        env
+    }
+}
+
+/// What the serving threads share.
+pub struct Setup<'a> {
+    pub engine: &'a Engine,
+    pub plan: &'a Plan,
+    pub env: EnvRecipe,
+    pub workspace: &'a Path,
+    pub tier: &'static str,
+    pub run: &'a str,
+    /// The post-run check of one command: what it planted, judged when it
+    /// ends (SPEC §4.7), with the sandbox held still meanwhile.
+    pub check: &'a (dyn Fn() -> Vec<crate::integrity::Outcome> + Sync),
+}
+
+/// The request that ended the session: its stderr, where the end's
+/// findings go, the report file, and the socket to answer on once done.
+pub struct Ended {
+    pub stderr: Option<OwnedFd>,
+    pub report: Option<OwnedFd>,
+    pub reply: Option<Seq>,
+}
+
+enum Event {
+    Init(Value),
+    Client(Value),
+    ClientGone,
+}
+
+type Routes = Mutex<HashMap<u64, mpsc::Sender<Event>>>;
+
+/// Serve until a client asks the session to end (or PID 1 goes away).
+pub fn serve(listening: Listening, init: Seq, setup: &Setup) -> Result<Ended> {
+    let mut listening = listening;
+    let info = json!({
+        "name": listening.name,
+        "socket": listening.socket,
+        "pid": std::process::id(),
+    });
+    let _ = crate::integrity::journal::make_dir();
+    std::fs::write(
+        &listening.meta,
+        json!({"name": listening.name, "socket": listening.socket, "pid": std::process::id(),
+               "workspace": setup.workspace, "run": setup.run})
+        .to_string(),
+    )
+    .with_context(|| format!("writing {}", listening.meta.display()))?;
+    if let Some(mut ready) = listening.ready.take() {
+        use std::io::Write;
+        let _ = ready.write_all(format!("{info}\n").as_bytes());
+    }
+    let routes: Routes = Mutex::new(HashMap::new());
+    let ended: Mutex<Option<Ended>> = Mutex::new(None);
+    let ids = AtomicU64::new(0);
+    let checking = Mutex::new(());
+    let (wake_r, wake_w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).context("pipe")?;
+    let init = Arc::new(init);
+    std::thread::scope(|scope| {
+        // PID 1's words, each to the command it is about.
+        {
+            let (init, routes, wake_w) = (init.clone(), &routes, &wake_w);
+            scope.spawn(move || {
+                while let Ok(Some((msg, _))) = init.recv_json() {
+                    let id = msg.get("id").and_then(Value::as_u64);
+                    let tx = id.and_then(|id| lock(routes).get(&id).cloned());
+                    if let Some(tx) = tx {
+                        let _ = tx.send(Event::Init(msg));
+                    }
+                }
+                // PID 1 is gone: nothing more can run.
+                let _ = nix::unistd::write(wake_w, b"x");
+            });
+        }
+        loop {
+            let mut fds = [
+                libc::pollfd {
+                    fd: listening.fd.as_raw_fd(),
+                    events: libc::POLLIN,
+                    revents: 0,
+                },
+                libc::pollfd {
+                    fd: wake_r.as_raw_fd(),
+                    events: libc::POLLIN,
+                    revents: 0,
+                },
+            ];
+            // SAFETY: poll on descriptors we own.
+            if unsafe { libc::poll(fds.as_mut_ptr(), 2, -1) } < 0 {
+                continue;
+            }
+            if fds[1].revents != 0 {
+                break;
+            }
+            let Ok(conn) = nix::sys::socket::accept4(
+                listening.fd.as_raw_fd(),
+                nix::sys::socket::SockFlag::SOCK_CLOEXEC,
+            ) else {
+                continue;
+            };
+            // SAFETY: accept4 returned a new descriptor that we own.
+            let conn: OwnedFd = unsafe { std::os::fd::FromRawFd::from_raw_fd(conn) };
+            let (init, routes, ended, ids, checking, wake_w, info) =
+                (&init, &routes, &ended, &ids, &checking, &wake_w, &info);
+            scope.spawn(move || {
+                // Only this user's processes outside every sandbox.
+                if let Err(e) = super::peer_outside(&conn) {
+                    tracing::warn!("refused a session client: {e:#}");
+                    return;
+                }
+                let conn = Arc::new(Seq(conn));
+                let Ok(Some((req, fds))) = conn.recv_json() else {
+                    return;
+                };
+                match req.get("op").and_then(Value::as_str) {
+                    Some("info") => {
+                        let mut v = info.clone();
+                        v["workspace"] = json!(setup.workspace);
+                        v["commands"] = json!(ids.load(Ordering::Relaxed));
+                        let _ = conn.send_json(&v, &[]);
+                    }
+                    Some("run") => {
+                        let id = ids.fetch_add(1, Ordering::Relaxed) + 1;
+                        let reply =
+                            run_command(id, &req, fds, &conn, init, routes, checking, setup);
+                        let _ = conn.send_json(&reply, &[]);
+                        let _ = nix::sys::socket::shutdown(
+                            conn.0.as_raw_fd(),
+                            nix::sys::socket::Shutdown::Both,
+                        );
+                    }
+                    Some("end") => {
+                        let mut fds = fds.into_iter();
+                        let stderr = fds.next();
+                        let report = match req.get("report").and_then(Value::as_bool) {
+                            Some(true) => fds.next(),
+                            _ => None,
+                        };
+                        if let Ok(mut e) = ended.lock() {
+                            if e.is_none() {
+                                let reply = Arc::try_unwrap(conn).ok();
+                                *e = Some(Ended {
+                                    stderr,
+                                    report,
+                                    reply,
+                                });
+                            }
+                        }
+                        let _ = nix::unistd::write(wake_w, b"e");
+                    }
+                    _ => {
+                        let _ = conn.send_json(
+                            &json!({"type": "error", "message": "unknown request"}),
+                            &[],
+                        );
+                    }
+                }
+            });
+        }
+        // Stop every command: PID 1 kills the whole sandbox; the commands
+        // still waiting hear that the session ended.
+        let _ = init.send_json(&json!({"op": "end"}), &[]);
+        lock(&routes).clear();
+    });
+    let ended = ended.into_inner().ok().flatten().unwrap_or(Ended {
+        stderr: None,
+        report: None,
+        reply: None,
+    });
+    Ok(ended)
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// What a `run` request asks for.
+#[derive(serde::Deserialize)]
+struct RunRequest {
+    argv: Vec<String>,
+    cwd: PathBuf,
+    env: Vec<(String, String)>,
+}
+
+/// One command, from request to answer.
+#[allow(clippy::too_many_arguments)]
+fn run_command(
+    id: u64,
+    req: &Value,
+    stdio: Vec<OwnedFd>,
+    conn: &Arc<Seq>,
+    init: &Seq,
+    routes: &Routes,
+    checking: &Mutex<()>,
+    setup: &Setup,
+) -> Value {
+    let started = Instant::now();
+    let Ok(req) = serde_json::from_value::<RunRequest>(req.clone()) else {
+        return json!({"type": "error", "code": 125, "message": "a malformed request"});
+    };
+    if req.argv.is_empty() || stdio.len() != 3 {
+        return json!({"type": "error", "code": 125, "message": "a command and its stdin, stdout and stderr are needed"});
+    }
+    let mut notes = vec![];
+    let cwd = match setup.plan.start_dir(&req.cwd) {
+        Ok(dir) => dir,
+        Err(why) => {
+            notes.push(format!(
+                "airlock: the command starts in the workspace root {}: {why}",
+                crate::sources::shown(&setup.plan.cwd)
+            ));
+            setup.plan.cwd.clone()
+        }
+    };
+    let env = setup.env.for_command(req.env, &cwd);
+    let before = setup.engine.blocked();
+    let (tx, rx) = mpsc::channel();
+    lock(routes).insert(id, tx.clone());
+    // The caller's later words: a signal to pass on, a kill on its
+    // timeout, or its going away.
+    {
+        let conn = conn.clone();
+        std::thread::spawn(move || loop {
+            match conn.recv_json() {
+                Ok(Some((v, _))) => {
+                    if tx.send(Event::Client(v)).is_err() {
+                        return;
+                    }
+                }
+                _ => {
+                    let _ = tx.send(Event::ClientGone);
+                    return;
+                }
+            }
+        });
+    }
+    let raw: Vec<i32> = stdio.iter().map(AsRawFd::as_raw_fd).collect();
+    // No command starts while a check holds the sandbox still: it would
+    // run unseen by it.
+    let mut starting = Some(lock(checking));
+    let spawn = json!({"op": "spawn", "id": id, "argv": req.argv, "env": env, "cwd": cwd});
+    if let Err(e) = init.send_json(&spawn, &raw) {
+        lock(routes).remove(&id);
+        return json!({"type": "error", "code": 125, "message": format!("the session's sandbox is gone: {e}")});
+    }
+    drop(stdio);
+    let mut killed = false;
+    let answer = loop {
+        match rx.recv() {
+            Err(_) => {
+                break json!({"type": "error", "code": 125, "message": "the session ended before the command did"})
+            }
+            Ok(Event::Init(msg)) => match msg.get("op").and_then(Value::as_str) {
+                Some("started") => starting = None,
+                Some("exec-error") => {
+                    let m = msg.get("message").and_then(Value::as_str).unwrap_or("");
+                    break json!({"type": "error", "code": 127,
+                        "message": airlock_proxy::escape::line(m, 1000)});
+                }
+                Some("exit") => {
+                    let code = msg.get("code").and_then(Value::as_i64).unwrap_or(125);
+                    break json!({"type": "exit", "code": code});
+                }
+                _ => {}
+            },
+            Ok(Event::Client(v)) => {
+                let op = v.get("op").and_then(Value::as_str);
+                if op == Some("kill") {
+                    killed = true;
+                    let _ = init.send_json(&json!({"op": "kill", "id": id}), &[]);
+                } else if op == Some("signal") {
+                    let _ = init
+                        .send_json(&json!({"op": "signal", "id": id, "sig": v.get("sig")}), &[]);
+                }
+            }
+            Ok(Event::ClientGone) => {
+                // Nobody waits for it any more: it does not run on alone.
+                let _ = init.send_json(&json!({"op": "kill", "id": id}), &[]);
+            }
+        }
+    };
+    drop(starting);
+    lock(routes).remove(&id);
+    // What this command planted, judged now that it ended (SPEC §4.7).
+    let changes = {
+        let _one_at_a_time = lock(checking);
+        (setup.check)()
+    };
+    for o in &changes {
+        notes.push(format!(
+            "airlock: the sandbox changed a protected path: {}",
+            crate::sources::escape(&crate::integrity::quarantine::describe(o))
+        ));
+        if let Some(log) = setup.engine.audit() {
+            log.protected(&o.path, o.change, &o.action, o.dest.as_deref());
+        }
+    }
+    let blocked = newly_blocked(&before, &setup.engine.blocked());
+    if let Some(block) = crate::report::stderr_block(&blocked) {
+        notes.push(block);
+    }
+    let code = answer.get("code").and_then(Value::as_i64).unwrap_or(125);
+    let report = json!({
+        "run": setup.run,
+        "command": id,
+        "exit_code": code,
+        "tier": setup.tier,
+        "cwd": cwd,
+        "duration_ms": started.elapsed().as_millis() as u64,
+        "blocked": blocked,
+        "protected_changes": changes,
+        "killed": killed,
+    });
+    let mut answer = answer;
+    answer["notes"] = json!(notes);
+    answer["report"] = report;
+    answer
+}
+
+/// What was refused since `before`: counts that grew, by the amount.
+fn newly_blocked(before: &[Blocked], after: &[Blocked]) -> Vec<Blocked> {
+    let key = |b: &Blocked| (b.host.clone(), b.port, b.reason.clone());
+    let old: HashMap<_, u64> = before.iter().map(|b| (key(b), b.count)).collect();
+    after
+        .iter()
+        .filter_map(|b| {
+            let grew = b.count - old.get(&key(b)).copied().unwrap_or(0).min(b.count);
+            (grew > 0).then(|| Blocked {
+                count: grew,
+                ..b.clone()
+            })
+        })
+        .collect()
+}

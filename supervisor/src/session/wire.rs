@@ -1,0 +1,108 @@
+//! Messages with descriptors over unix SOCK_SEQPACKET sockets: one JSON
+//! document a message, its descriptors (a command's stdio, a report file)
+//! attached. Used between a session's clients and its supervisor, and
+//! between the supervisor and the sandbox's PID 1.
+
+use std::io::{IoSlice, IoSliceMut};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+
+use nix::sys::socket::{
+    recvmsg, sendmsg, ControlMessage, ControlMessageOwned, MsgFlags, SockFlag, SockType,
+};
+
+/// The largest message either side sends: an argv and an environment.
+pub const MAX_MESSAGE: usize = 1 << 20;
+
+/// A connected SOCK_SEQPACKET socket.
+pub struct Seq(pub OwnedFd);
+
+impl Seq {
+    /// A connected pair (close-on-exec on both ends).
+    pub fn pair() -> nix::Result<(Seq, Seq)> {
+        let (a, b) = nix::sys::socket::socketpair(
+            nix::sys::socket::AddressFamily::Unix,
+            SockType::SeqPacket,
+            None,
+            SockFlag::SOCK_CLOEXEC,
+        )?;
+        Ok((Seq(a), Seq(b)))
+    }
+
+    /// Send one message with `fds` attached. MSG_NOSIGNAL: a peer that
+    /// went away is an error here, not a SIGPIPE.
+    pub fn send(&self, body: &[u8], fds: &[RawFd]) -> nix::Result<()> {
+        let cmsg = [ControlMessage::ScmRights(fds)];
+        let cmsgs: &[ControlMessage] = if fds.is_empty() { &[] } else { &cmsg };
+        loop {
+            match sendmsg::<()>(
+                self.0.as_raw_fd(),
+                &[IoSlice::new(body)],
+                cmsgs,
+                MsgFlags::MSG_NOSIGNAL,
+                None,
+            ) {
+                Err(nix::errno::Errno::EINTR) => continue,
+                Err(e) => return Err(e),
+                Ok(_) => return Ok(()),
+            }
+        }
+    }
+
+    pub fn send_json(&self, value: &serde_json::Value, fds: &[RawFd]) -> nix::Result<()> {
+        self.send(value.to_string().as_bytes(), fds)
+    }
+
+    /// One message and the descriptors that came with it (close-on-exec).
+    /// `None` when the peer closed. A message cut short (larger than
+    /// `MAX_MESSAGE`) or with more descriptors than fit is an error, and
+    /// the descriptors that did arrive are closed.
+    pub fn recv(&self) -> nix::Result<Option<(Vec<u8>, Vec<OwnedFd>)>> {
+        let mut buf = vec![0u8; MAX_MESSAGE];
+        let mut space = nix::cmsg_space!([RawFd; 4]);
+        loop {
+            let mut iov = [IoSliceMut::new(&mut buf)];
+            let msg = match recvmsg::<()>(
+                self.0.as_raw_fd(),
+                &mut iov,
+                Some(&mut space),
+                MsgFlags::MSG_CMSG_CLOEXEC,
+            ) {
+                Err(nix::errno::Errno::EINTR) => continue,
+                Err(e) => return Err(e),
+                Ok(m) => m,
+            };
+            let mut fds = vec![];
+            for c in msg.cmsgs()? {
+                if let ControlMessageOwned::ScmRights(raw) = c {
+                    for r in raw {
+                        // SAFETY: the kernel just installed these for us.
+                        fds.push(unsafe { OwnedFd::from_raw_fd(r) });
+                    }
+                }
+            }
+            if msg
+                .flags
+                .intersects(MsgFlags::MSG_TRUNC | MsgFlags::MSG_CTRUNC)
+            {
+                return Err(nix::errno::Errno::EMSGSIZE);
+            }
+            let n = msg.bytes;
+            if n == 0 && fds.is_empty() {
+                return Ok(None);
+            }
+            buf.truncate(n);
+            return Ok(Some((buf, fds)));
+        }
+    }
+
+    /// `recv`, decoded as JSON.
+    pub fn recv_json(&self) -> nix::Result<Option<(serde_json::Value, Vec<OwnedFd>)>> {
+        match self.recv()? {
+            None => Ok(None),
+            Some((body, fds)) => match serde_json::from_slice(&body) {
+                Ok(v) => Ok(Some((v, fds))),
+                Err(_) => Err(nix::errno::Errno::EBADMSG),
+            },
+        }
+    }
+}
