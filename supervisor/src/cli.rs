@@ -32,6 +32,11 @@ pub enum Command {
     Approve {
         #[arg(long)]
         socket: PathBuf,
+        /// How long to wait for the socket to appear (e.g. 30s; "0" fails at
+        /// once). Default: wait until it does. The approver serves until the
+        /// socket's run or session ends, every command of a session included.
+        #[arg(long, value_name = "DURATION")]
+        wait: Option<String>,
     },
     /// Validate, explain and inspect policy.
     #[command(subcommand)]

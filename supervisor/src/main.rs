@@ -270,7 +270,17 @@ fn main() -> ExitCode {
         }
         Command::Session(SessionCommand::List { json }) => session::list(*json),
         Command::Proxy(args) => proxy_cmd::run(args),
-        Command::Approve { socket } => approve::client::run(socket),
+        Command::Approve { socket, wait } => match wait
+            .as_deref()
+            .map(|w| match w {
+                "0" => Ok(std::time::Duration::ZERO),
+                w => airlock_policy::units::parse_duration(w),
+            })
+            .transpose()
+        {
+            Ok(wait) => approve::client::run(socket, wait),
+            Err(e) => Err(anyhow::anyhow!("--wait: {e}")),
+        },
         Command::Ca { action, out } => ca_cmd::run(*action, out.as_deref()),
         Command::Doctor { json } => doctor::run(*json),
         Command::Audit { files, json } => audit_cmd::run(files, *json),

@@ -135,9 +135,37 @@ fn question(msg: &Value) -> String {
     format!("\nconnect to {host}:{port}?\n  command: {who}\n  [o]nce [s]ession [a]lways [d]eny: ")
 }
 
-pub fn run(path: &Path) -> Result<ExitCode> {
-    let stream =
-        UnixStream::connect(path).with_context(|| format!("connecting to {}", path.display()))?;
+/// Connect to the approval socket, waiting for it to appear when it is
+/// not there yet (a harness starts the approver before the session or
+/// run that binds it). `wait`: how long; `None` is for ever.
+fn connect(path: &Path, wait: Option<std::time::Duration>) -> Result<UnixStream> {
+    let start = std::time::Instant::now();
+    let mut said = false;
+    loop {
+        match UnixStream::connect(path) {
+            Ok(s) => return Ok(s),
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::NotFound | std::io::ErrorKind::ConnectionRefused
+                ) && wait.is_none_or(|w| start.elapsed() < w) =>
+            {
+                if !said {
+                    eprintln!(
+                        "airlock approve: waiting for {} to appear",
+                        escape::line(&path.display().to_string(), 300)
+                    );
+                    said = true;
+                }
+                std::thread::sleep(std::time::Duration::from_millis(50));
+            }
+            Err(e) => return Err(e).with_context(|| format!("connecting to {}", path.display())),
+        }
+    }
+}
+
+pub fn run(path: &Path, wait: Option<std::time::Duration>) -> Result<ExitCode> {
+    let stream = connect(path, wait)?;
     let mut writer = stream.try_clone().context("socket")?;
     eprintln!(
         "airlock approve: connected to {}; answer each question with one lowercase key: o (once), s (session), a (always) or d (deny){}; anything else denies, as at the --ask tty prompt",

@@ -1,0 +1,334 @@
+//! Sessions (SPEC §4.7) driven as an agent harness drives them: one
+//! sandbox, many short commands from subdirectories of a repository, an
+//! approval given once, a server left running by one command and reached
+//! by the next, plants caught when the command that made them ends, and
+//! the report at the end. As root and as an ordinary user.
+
+use std::io::Write;
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use airlock_tests::who::Who;
+use airlock_tests::*;
+
+fn base() -> PathBuf {
+    std::env::var_os("AIRLOCK_TEST_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("/var/tmp/airlock-sessions"))
+}
+
+/// `airlock ARGS` for the fixture, in `dir`, as `who`.
+fn airlock_in(f: &Fixture, who: Who, dir: &Path, args: &[&str]) -> Command {
+    let mut c = Command::new(airlock_bin());
+    c.env_clear()
+        .env(
+            "PATH",
+            std::env::var("PATH").unwrap_or_else(|_| "/usr/bin:/bin".into()),
+        )
+        .env("HOME", &f.home)
+        .env("XDG_CONFIG_HOME", f.home.join(".config"))
+        .env("XDG_DATA_HOME", f.home.join(".local/share"))
+        .env(
+            "AIRLOCK_MANAGED_POLICY",
+            f.home.join("no-managed-policy.toml"),
+        )
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .current_dir(dir)
+        .args(args)
+        .stdin(Stdio::null());
+    who.wrap(c)
+}
+
+/// A running session, ended (or killed) on drop.
+struct Session<'a> {
+    f: &'a Fixture,
+    who: Who,
+    name: String,
+    pid: u32,
+}
+
+impl<'a> Session<'a> {
+    fn start(f: &'a Fixture, who: Who, name: &str, extra: &[&str]) -> Session<'a> {
+        let mut args = vec!["session", "start", "--name", name];
+        args.extend_from_slice(extra);
+        let out = run(&mut airlock_in(f, who, &f.ws, &args));
+        assert_eq!(out.code, 0, "{who:?}: session start: {}", out.stderr);
+        let info: serde_json::Value =
+            serde_json::from_str(out.stdout.trim()).expect("session start prints JSON");
+        assert_eq!(info["name"], name, "{info}");
+        assert!(info["socket"]
+            .as_str()
+            .is_some_and(|s| s.ends_with(".sock")));
+        Session {
+            f,
+            who,
+            name: name.to_string(),
+            pid: info["pid"].as_u64().expect("pid") as u32,
+        }
+    }
+
+    fn cmd(&self, dir: &Path, extra: &[&str], argv: &[&str]) -> Command {
+        let mut args = vec!["run", "--session", &self.name];
+        args.extend_from_slice(extra);
+        args.push("--");
+        args.extend_from_slice(argv);
+        airlock_in(self.f, self.who, dir, &args)
+    }
+
+    fn sh(&self, dir: &Path, script: &str) -> Out {
+        run(&mut self.cmd(dir, &[], &["sh", "-c", script]))
+    }
+
+    fn end(&mut self, extra: &[&str]) -> Out {
+        let mut args = vec!["session", "end", &self.name];
+        args.extend_from_slice(extra);
+        let name = self.name.clone();
+        let out = run(&mut airlock_in(self.f, self.who, &self.f.ws, &args));
+        self.name = format!("{name}-ended");
+        out
+    }
+}
+
+impl Drop for Session<'_> {
+    fn drop(&mut self) {
+        if !self.name.ends_with("-ended") {
+            // SAFETY: kill(2) on the session's supervisor.
+            unsafe { libc::kill(self.pid as i32, libc::SIGTERM) };
+        }
+    }
+}
+
+fn git(f: &Fixture, who: Who, dir: &Path, args: &[&str]) {
+    let st = who.host(f, dir, "git", args).status().expect("git");
+    assert!(st.success(), "git {args:?}");
+}
+
+#[test]
+fn a_harness_runs_a_task_in_one_session() {
+    for who in Who::all() {
+        let f = Fixture::new_in(&base());
+        let deep = f.ws.join("src/deep");
+        std::fs::create_dir_all(&deep).unwrap();
+        std::fs::write(f.ws.join("src/app.py"), "print('foo')\n").unwrap();
+        who.prepare(&f);
+        git(&f, who, &f.ws, &["init", "-q"]);
+        let origin = Origin::start("origin");
+        let sock = f.home.join("approve.sock");
+        let ask = format!("socket:{}", sock.display());
+        // The ready client, started before the socket exists (it waits),
+        // as the session's user; one answer typed ahead: allow-session.
+        let mut approve = airlock_in(
+            &f,
+            who,
+            &f.ws,
+            &["approve", "--socket", sock.to_str().unwrap()],
+        );
+        let mut approve = approve
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut typed = approve.stdin.take().unwrap();
+        typed.write_all(b"s\n").unwrap();
+        let mut s = Session::start(
+            &f,
+            who,
+            "task",
+            &[
+                "--resolve",
+                "unlisted.test=127.0.0.1",
+                "--allow-private",
+                "127.0.0.0/8",
+                "--ask",
+                &ask,
+                "--deny",
+                "denied.test",
+            ],
+        );
+
+        // The command runs where the harness is, not at the workspace root.
+        let out = s.sh(&deep, "pwd");
+        assert_eq!(out.code, 0, "{who:?}: {}", out.stderr);
+        assert_eq!(out.stdout.trim(), deep.display().to_string(), "{who:?}");
+        // Edits from a subdirectory land in the host tree.
+        let out = s.sh(&f.ws.join("src"), "sed -i s/foo/bar/ app.py");
+        assert_eq!(out.code, 0, "{who:?}: {}", out.stderr);
+        assert_eq!(
+            std::fs::read_to_string(f.ws.join("src/app.py")).unwrap(),
+            "print('bar')\n"
+        );
+        // Its own exit status, stdout and stderr.
+        let out = s.sh(&f.ws, "echo out; echo err >&2; exit 7");
+        assert_eq!(
+            (out.code, out.stdout.as_str(), out.stderr.as_str()),
+            (7, "out\n", "err\n"),
+            "{who:?}"
+        );
+
+        // One approval serves every later command of the session.
+        let url = format!("http://unlisted.test:{}/", origin.port());
+        for _ in 0..3 {
+            let out = s.sh(
+                &deep,
+                &format!("curl -s -o /dev/null -w '%{{http_code}}' {url}"),
+            );
+            assert_eq!(out.stdout, "200", "{who:?}: {}", out.stderr);
+        }
+
+        assert_eq!(origin.hits(), 3);
+
+        // A refusal is explained on the command's own stderr.
+        let out = s.sh(&f.ws, "curl -s -o /dev/null http://denied.test/ || true");
+        assert!(
+            out.stderr
+                .contains("airlock: blocked 1 connection: denied.test:80"),
+            "{who:?}: {}",
+            out.stderr
+        );
+
+        // A server one command leaves running is there for the next.
+        let port = 20000 + (std::process::id() % 20000) as u16 + who as u16;
+        let out = s.sh(
+            &f.ws,
+            &format!("python3 -m http.server {port} --bind 127.0.0.1 >/dev/null 2>&1 &"),
+        );
+        assert_eq!(out.code, 0, "{who:?}: {}", out.stderr);
+        let probe = format!(
+            "for i in $(seq 50); do c=$(curl -s -o /dev/null -w '%{{http_code}}' http://127.0.0.1:{port}/); [ \"$c\" = 200 ] && echo 200 && exit 0; sleep 0.1; done; exit 1"
+        );
+        let out = s.sh(&f.ws, &probe);
+        assert_eq!(out.stdout, "200\n", "{who:?}: {} {}", out.code, out.stderr);
+
+        // A command past its timeout is killed, alone.
+        let t = Instant::now();
+        let out = run(&mut s.cmd(
+            &f.ws,
+            &["--timeout", "1s"],
+            &["sh", "-c", "trap '' TERM INT HUP; sleep 30"],
+        ));
+        assert_eq!(out.code, 124, "{who:?}: {}", out.stderr);
+        assert!(t.elapsed() < Duration::from_secs(10));
+        let out = s.sh(&f.ws, &probe);
+        assert_eq!(
+            out.stdout, "200\n",
+            "{who:?}: the server outlives another command's timeout"
+        );
+
+        // A repository planted mid-session is caught when its command ends,
+        // not only when the session does.
+        let out = s.sh(
+            &f.ws,
+            "mkdir -p plant && cd plant && git init -q && printf '#!/bin/sh\\ntouch /tmp/PWNED\\n' > .git/hooks/post-checkout && chmod +x .git/hooks/post-checkout",
+        );
+        assert!(
+            out.stderr.contains("changed a protected path") && out.stderr.contains("post-checkout"),
+            "{who:?}: {}",
+            out.stderr
+        );
+        assert!(
+            !f.ws.join("plant/.git/hooks/post-checkout").exists(),
+            "{who:?}"
+        );
+
+        // The end: everything stopped, the whole check, the report.
+        let report = f.home.join("session-report.json");
+        let out = s.end(&["--report", report.to_str().unwrap()]);
+        assert_eq!(out.code, 0, "{who:?}: {}", out.stderr);
+        let rep: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
+        // The approver stayed for the whole session, and was asked once.
+        drop(typed);
+        let approved = output_of(approve);
+        assert_eq!(
+            approved.stderr.matches("connect to unlisted.test").count(),
+            1,
+            "{who:?}: {}",
+            approved.stderr
+        );
+        assert!(
+            approved.stderr.contains("waiting for"),
+            "{}",
+            approved.stderr
+        );
+        assert_eq!(rep["tier"], "linux-namespaces", "{rep}");
+        assert!(
+            rep["approvals"].as_array().is_some_and(|a| a.len() == 1),
+            "{rep}"
+        );
+        // Nothing of the session is left running.
+        let gone = format!("http://127.0.0.1:{port}/");
+        let left = Command::new("curl")
+            .args(["-s", "-o", "/dev/null", "--max-time", "2", &gone])
+            .status()
+            .unwrap();
+        assert!(!left.success(), "{who:?}: the session's server outlived it");
+        let list = run(&mut airlock_in(
+            &f,
+            who,
+            &f.ws,
+            &["session", "list", "--json"],
+        ));
+        assert_eq!(list.stdout.trim(), "[]", "{who:?}");
+    }
+}
+
+#[test]
+fn commands_run_at_once_and_a_dead_client_leaves_nothing_running() {
+    let who = Who::Me;
+    let f = Fixture::new_in(&base());
+    let s = Session::start(&f, who, "pair", &[]);
+    let t = Instant::now();
+    let slow = spawn_piped(&mut s.cmd(&f.ws, &[], &["sh", "-c", "sleep 1; echo slow"]));
+    let fast = s.sh(&f.ws, "echo fast");
+    assert_eq!(fast.stdout, "fast\n");
+    assert!(
+        t.elapsed() < Duration::from_millis(900),
+        "the fast one waited"
+    );
+    assert_eq!(output_of(slow).stdout, "slow\n");
+    // A client killed mid-command takes its command with it.
+    let mut c = s.cmd(&f.ws, &[], &["sh", "-c", "sleep 30; touch ran-on"]);
+    let mut child = c.spawn().unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    child.kill().unwrap();
+    let _ = child.wait();
+    std::thread::sleep(Duration::from_millis(300));
+    let out = s.sh(&f.ws, "ps -eo args | grep -c '[s]leep 30' || true");
+    assert_eq!(out.stdout.trim(), "0", "{}", out.stderr);
+}
+
+#[test]
+fn the_session_socket_serves_no_sandboxed_process() {
+    for who in Who::all() {
+        let f = Fixture::new_in(&base());
+        who.prepare(&f);
+        let s = Session::start(&f, who, "guarded", &[]);
+        let sock = f.home.join(".local/state/airlock/sessions/guarded.sock");
+        assert!(sock.exists(), "{}", sock.display());
+        // From inside the session: neither reachable nor, were it reached,
+        // served (the server checks the peer's user namespace).
+        let script = format!(
+            "python3 -c \"import socket,sys\ns=socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)\ntry:\n  s.connect('{}')\n  s.send(b'{{\\\"op\\\":\\\"info\\\"}}')\n  print('reply', s.recv(4096))\nexcept OSError as e:\n  print('refused', e)\n\"",
+            sock.display()
+        );
+        let out = s.sh(&f.ws, &script);
+        assert!(
+            out.stdout.starts_with("refused") || out.stdout.contains("reply b''"),
+            "{who:?}: {}{}",
+            out.stdout,
+            out.stderr
+        );
+        // Nor a nested `airlock run --session` inside it.
+        let inner = format!("{} run --session guarded -- true", airlock_bin().display());
+        let out = s.sh(&f.ws, &inner);
+        assert_ne!(out.code, 0, "{who:?}: {}", out.stderr);
+        // Garbage from outside breaks nothing.
+        let fd = UnixStream::connect(&sock);
+        drop(fd);
+        let out = s.sh(&f.ws, "echo still");
+        assert_eq!(out.stdout, "still\n", "{who:?}: {}", out.stderr);
+    }
+}
