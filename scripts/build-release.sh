@@ -3,7 +3,7 @@
 # statically (static-pie, so still address-randomised). A static binary
 # starts without the dynamic loader mapping and binding libc, libm and
 # libgcc_s, which is about a third of `airlock run -- /bin/true` on a
-# small machine (README, Performance). Only the final link of airlock
+# small machine (docs/src/performance.md). Only the final link of airlock
 # differs: its dependencies, and the build scripts and procedural macros
 # that run on the host, are built as usual (RUSTFLAGS would reach those
 # too, and a procedural macro cannot be linked statically). The binary is

@@ -150,7 +150,7 @@ impl Otlp {
         log.set_severity_text(text);
         let value = serde_json::to_value(r).unwrap_or_default();
         log.set_body(AnyValue::String(value.to_string().into()));
-        // The same stable field names as the JSON line (README schema),
+        // The same stable field names as the JSON line (docs/src/audit.md, Schema),
         // so a collector can filter without parsing the body.
         if let serde_json::Value::Object(map) = value {
             for (k, v) in map {

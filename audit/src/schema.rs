@@ -1,5 +1,5 @@
 //! The audit schema (SPEC §6): one typed event per kind. The field names
-//! are a stable interface (README "Audit log schema"): renaming one breaks
+//! are a stable interface (docs/src/audit.md, "Schema"): renaming one breaks
 //! every SIEM query written against it, so they only ever grow.
 
 use serde::{Deserialize, Serialize};

@@ -82,7 +82,7 @@ fn method_override(headers: &http::HeaderMap, path_and_query: &str) -> Option<St
     let query = path_and_query.split_once('?')?.1;
     // Each key as frameworks read it: `&` or `;` between pairs (Rack), `+`
     // a space, percent-decoded, and PHP's names, where `.` and a space
-    // become `_`. (A `_method` in a form body is not read: see README.)
+    // become `_`. (A `_method` in a form body is not read: see docs/src/inspection.md.)
     query
         .split(['&', ';'])
         .map(|kv| kv.split('=').next().unwrap_or_default().replace('+', " "))

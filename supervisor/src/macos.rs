@@ -4,7 +4,7 @@
 //! is left running when `run` goes on to its post-run checks (SPEC §4.5).
 //!
 //! Written and type-checked on Linux (`scripts/check-targets.sh`); what
-//! only a Mac can confirm is listed in the README's "verify on a Mac".
+//! only a Mac can confirm is listed in docs/src/macos.md, "Verify on a Mac".
 
 use std::ffi::{c_char, c_int, CStr, CString};
 use std::os::unix::fs::DirBuilderExt;

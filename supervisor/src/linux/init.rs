@@ -84,7 +84,7 @@ fn descendants_of(me: u32) -> Vec<(Pid, char)> {
 /// look at /proc finds all of it stopped (a stopped process cannot fork,
 /// nor wake one that is), then killed whole: a chain that regrows as its
 /// head dies cannot outrun that; a storm that replaces itself faster than
-/// /proc can be read still can (README, the degraded tier): the fallback
+/// /proc can be read still can (docs/src/degraded.md): the fallback
 /// where Landlock cannot scope signals (`scope.rs`).
 pub fn kill_descendants() {
     let me = std::process::id();

@@ -1,7 +1,7 @@
 //! What the Linux tests cannot prove about the Seatbelt profile: they read
 //! the profile with an SBPL interpreter that follows Seatbelt's documented
 //! rules, but only a Mac runs the real one. `airlock doctor` prints this
-//! list on macOS, and the README carries the same checks (a test keeps the
+//! list on macOS, and docs/src/macos.md carries the same checks (a test keeps the
 //! two in step). Each check is one line to run in a scratch git repository
 //! with a `.env` file; "refused" means the command fails with "Operation
 //! not permitted", "works" that it succeeds.
@@ -83,18 +83,19 @@ pub const VERIFY_ON_A_MAC: &[(&str, &str)] = &[
 mod tests {
     use super::*;
 
-    /// The README's "verify on a Mac" list is this list.
+    /// The book's "verify on a Mac" list (docs/src/macos.md) is this list.
     #[test]
-    fn readme_lists_every_check() {
-        let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../README.md"))
-            .expect("README.md");
+    fn docs_list_every_check() {
+        let page =
+            std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/src/macos.md"))
+                .expect("docs/src/macos.md");
         let block: String = VERIFY_ON_A_MAC
             .iter()
             .map(|(what, check)| format!("- {what}:\n  `{check}`\n"))
             .collect();
         assert!(
-            readme.contains(&block),
-            "README.md's \"verify on a Mac\" list must read:\n{block}"
+            page.contains(&block),
+            "docs/src/macos.md's \"verify on a Mac\" list must read:\n{block}"
         );
     }
 }

@@ -23,7 +23,7 @@
 //!
 //! Inside writable roots the whole root is granted, whatever the inode, so
 //! a name there is no more readable for being moved in than for being made
-//! (a stated residual, README). The same watch runs there anyway, and
+//! (a stated residual, docs/src/security.md). The same watch runs there anyway, and
 //! cannot tell the host from the sandbox: a symlink or an old inode put at
 //! a denied name there stops the run even when the sandbox did it. That
 //! costs the sandbox nothing it was allowed (`ln -s`/`mv` onto a name it
