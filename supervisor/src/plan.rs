@@ -25,6 +25,12 @@ pub enum Net {
 pub struct Plan {
     pub argv: Vec<String>,
     pub env: BTreeMap<String, String>,
+    /// Host variables left outside (names only), for the exit report.
+    #[serde(skip)]
+    pub withheld_env: Vec<String>,
+    /// `[env].pass` globs that matched a withheld name, for stderr.
+    #[serde(skip)]
+    pub env_warnings: Vec<String>,
     pub cwd: PathBuf,
     pub net: Net,
     /// Landlock read (and execute) roots.
@@ -311,19 +317,18 @@ pub fn build(policy: &Policy, o: &Options) -> Plan {
         .cloned()
         .collect();
 
-    let mut env = crate::env::scrub(
+    let scrubbed = crate::env::scrub(
         o.host_env.clone(),
-        &policy
-            .env_pass
-            .iter()
-            .map(|e| e.value.clone())
-            .collect::<Vec<_>>(),
+        policy.env_inherit.value,
+        &policy.env_pass,
         &policy
             .env_set
             .iter()
             .map(|(k, v)| (k.clone(), v.value.clone()))
             .collect(),
+        o.net != Net::Host,
     );
+    let mut env = scrubbed.env;
     if o.net == Net::Proxy {
         crate::env::add_proxy(&mut env, SANDBOX_PROXY_PORT);
     }
@@ -331,6 +336,8 @@ pub fn build(policy: &Policy, o: &Options) -> Plan {
     Plan {
         argv: o.argv.to_vec(),
         env,
+        withheld_env: scrubbed.withheld,
+        env_warnings: scrubbed.warnings,
         cwd: workspace,
         net: o.net,
         read,

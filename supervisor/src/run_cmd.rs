@@ -13,7 +13,7 @@ use anyhow::{Context, Result};
 use crate::cli::RunArgs;
 use crate::plan::{self, Net, Options};
 use crate::proxy_cmd::run_id;
-use crate::report::{self, ProtectedPaths, Report};
+use crate::report::{self, Head, ProtectedPaths};
 use crate::sources::build_policy;
 
 pub const EXIT_TIMEOUT: u8 = 124;
@@ -144,6 +144,9 @@ pub fn run(args: &RunArgs, early: Early, log: String) -> Result<ExitCode> {
         },
     );
     plan.log = log;
+    for w in &plan.env_warnings {
+        eprintln!("airlock: {w}");
+    }
     tracing::debug!(elapsed = ?started.elapsed(), "plan built");
     crate::integrity::set::check_deny_read_links(&plan.deny_read, &plan.write)
         .map_err(anyhow::Error::msg)?;
@@ -618,9 +621,16 @@ fn run_platform(
     if let Some(b) = &bundle {
         b.remove();
     }
-    let blocked = engine.blocked();
-    let approvals = engine.approvals();
-    if let Some(block) = report::stderr_block(&blocked) {
+    let mut summary = report::Summary::new(
+        engine.blocked(),
+        engine.blocked_beyond(),
+        engine.upstream_failures(),
+        engine.upstream_beyond(),
+    );
+    summary.approvals = engine.approvals();
+    summary.withheld_env = std::mem::take(&mut plan.withheld_env);
+    summary.inherit_none = engine.policy().env_inherit.value == airlock_policy::EnvInherit::None;
+    if let Some(block) = summary.stderr_block(code != 0) {
         eprintln!("{block}");
     }
     let duration_ms = started.elapsed().as_millis() as u64;
@@ -637,21 +647,19 @@ fn run_platform(
     if let Some(file) = report_file {
         report::write(
             file,
-            &Report {
+            &summary.report(Head {
                 exit_code: code,
                 tier: sandbox.tier,
                 residual_risk: (sandbox.tier == "linux-degraded")
                     .then_some(crate::doctor::DEGRADED_RESIDUAL_RISK),
                 duration_ms,
-                blocked: &blocked,
-                approvals: &approvals,
                 protected_paths: ProtectedPaths {
                     deny_read: &plan.deny_read,
                     deny_write: &plan.deny_write,
                 },
                 run: &run,
                 protected_changes: &protected_changes,
-            },
+            }),
         )?;
     }
     tracing::debug!(elapsed = ?started.elapsed(), "run finished");
