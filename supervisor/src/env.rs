@@ -42,14 +42,17 @@ fn label(p: &Located<String>) -> String {
     }
 }
 
-/// Scrub the host environment. `drop_proxy`: the sandbox has no host
-/// network (proxy or none), so the host's proxy variables mean nothing
-/// there.
+/// Scrub the host environment. `also_secret`: names withheld whatever
+/// they look like (those a `[[network.credential]]` reads, which the proxy
+/// adds so that the sandbox never sees them). `drop_proxy`: the sandbox
+/// has no host network (proxy or none), so the host's proxy variables
+/// mean nothing there.
 pub fn scrub(
     host: impl IntoIterator<Item = (String, String)>,
     inherit: EnvInherit,
     pass: &[Located<String>],
     set: &BTreeMap<String, String>,
+    also_secret: &[String],
     drop_proxy: bool,
 ) -> Scrubbed {
     let mut out = Scrubbed::default();
@@ -62,7 +65,7 @@ pub fn scrub(
             out.env.insert(k, v);
             continue;
         }
-        if secret_name(&k) || secret_value(&v) {
+        if secret_name(&k) || secret_value(&v) || also_secret.contains(&k) {
             for (i, p) in pass.iter().enumerate() {
                 if p.value.contains('*') && glob(&p.value, &k) {
                     glob_hits.entry(i).or_default().push(k.clone());
@@ -163,7 +166,14 @@ mod tests {
     }
 
     fn all(vars: &[(&str, &str)], pass: &[Located<String>]) -> Scrubbed {
-        scrub(host(vars), EnvInherit::All, pass, &BTreeMap::new(), true)
+        scrub(
+            host(vars),
+            EnvInherit::All,
+            pass,
+            &BTreeMap::new(),
+            &[],
+            true,
+        )
     }
 
     #[test]
@@ -291,6 +301,7 @@ mod tests {
             EnvInherit::None,
             &[flag("MY_*"), flag("EDITOR")],
             &BTreeMap::new(),
+            &[],
             true,
         );
         for k in ["PATH", "LC_ALL", "HOME", "EDITOR", "MY_SETTING"] {
@@ -320,7 +331,7 @@ mod tests {
         .into_iter()
         .map(|(k, v)| (k.to_string(), v.to_string()))
         .collect();
-        let mut s = scrub(host(&vars), EnvInherit::All, &[], &set, true);
+        let mut s = scrub(host(&vars), EnvInherit::All, &[], &set, &[], true);
         add_proxy(&mut s.env, 3128);
         assert_eq!(s.env["HTTP_PROXY"], "http://127.0.0.1:3128");
         assert_eq!(s.env["https_proxy"], "http://127.0.0.1:3128");
@@ -333,8 +344,18 @@ mod tests {
         assert_eq!(s.env["PIP_INDEX_URL"], "https://pypi.corp.test/simple");
         assert!(s.withheld.is_empty(), "{:?}", s.withheld);
         // With the host's network, its proxy is the command's to use.
-        let s = scrub(host(&vars), EnvInherit::All, &[], &set, false);
+        let s = scrub(host(&vars), EnvInherit::All, &[], &set, &[], false);
         assert_eq!(s.env["HTTP_PROXY"], "http://corp:8080");
+        // What a credential reads stays outside, whatever its name.
+        let s = scrub(
+            host(&[("ORG_API_BEARER", "b"), ("CI", "1")]),
+            EnvInherit::All,
+            &[],
+            &BTreeMap::new(),
+            &["ORG_API_BEARER".to_string()],
+            true,
+        );
+        assert_eq!(s.withheld, ["ORG_API_BEARER"]);
     }
 
     #[test]

@@ -317,6 +317,16 @@ pub fn build(policy: &Policy, o: &Options) -> Plan {
         .cloned()
         .collect();
 
+    // The variables credentials are read from: the proxy adds them, and
+    // the sandbox never sees them (SPEC §3.1), whatever their names.
+    let credential_vars = std::cell::RefCell::new(vec![]);
+    for c in &policy.credentials {
+        let _ = airlock_policy::request::expand_env(&c.value, |name| {
+            credential_vars.borrow_mut().push(name.to_string());
+            Some(String::new())
+        });
+    }
+    let credential_vars = credential_vars.into_inner();
     let scrubbed = crate::env::scrub(
         o.host_env.clone(),
         policy.env_inherit.value,
@@ -326,6 +336,7 @@ pub fn build(policy: &Policy, o: &Options) -> Plan {
             .iter()
             .map(|(k, v)| (k.clone(), v.value.clone()))
             .collect(),
+        &credential_vars,
         o.net != Net::Host,
     );
     let mut env = scrubbed.env;

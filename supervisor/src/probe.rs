@@ -116,6 +116,7 @@ impl SystemProbe<'_> {
             airlock_policy::EnvInherit::None,
             &[],
             &Default::default(),
+            &[],
             true,
         )
         .env;
