@@ -475,8 +475,10 @@ mod tests {
 
     #[test]
     fn withheld_names_only_alongside_something_else_or_a_failure() {
-        let mut s = Summary::default();
-        s.withheld_env = vec!["MY_API_KEY".into()];
+        let mut s = Summary {
+            withheld_env: vec!["MY_API_KEY".into()],
+            ..Summary::default()
+        };
         assert_eq!(s.stderr_block(false), None);
         assert_eq!(
             s.stderr_block(true).unwrap(),
