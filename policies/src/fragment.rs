@@ -7,7 +7,7 @@ use std::time::Duration;
 use ipnet::IpNet;
 
 use crate::host::Host;
-use crate::model::{NetworkMode, Unknown};
+use crate::model::{EnvInherit, NetworkMode, Unknown};
 use crate::pattern::{Pattern, PatternList};
 use crate::request::{Credential, RequestRule};
 use crate::source::{Layer, Located, Origin};
@@ -41,6 +41,7 @@ pub struct Fragment {
     pub max_tunnels: Option<Located<u32>>,
     pub request_rules: Vec<RequestRule>,
     pub credentials: Vec<Credential>,
+    pub env_inherit: Option<Located<EnvInherit>>,
     pub env_pass: Vec<Located<String>>,
     pub env_set: Vec<(String, Located<String>)>,
     pub timeout: Option<Located<Duration>>,
@@ -84,6 +85,7 @@ impl Fragment {
             max_tunnels: None,
             request_rules: vec![],
             credentials: vec![],
+            env_inherit: None,
             env_pass: vec![],
             env_set: vec![],
             timeout: None,

@@ -4,6 +4,7 @@
 
 pub mod address;
 pub mod decide;
+pub mod env;
 pub mod fragment;
 pub mod host;
 pub mod load;
@@ -23,7 +24,7 @@ pub use fragment::{flag_rule, Fragment, Rule};
 pub use host::{Host, InvalidHost, Target, TargetError};
 pub use load::{load_str, parse_cidr};
 pub use merge::{Conflict, Policy};
-pub use model::{NetworkMode, Unknown};
+pub use model::{EnvInherit, NetworkMode, Unknown};
 pub use pattern::{Pattern, PatternList, PatternMatch};
 pub use preset::{Probe, Resolved, PRESETS};
 pub use source::{Diagnostic, Layer, Located, Origin};

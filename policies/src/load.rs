@@ -290,6 +290,11 @@ pub fn load_str(text: &str, path: &str, layer: Layer) -> Result<Fragment, Vec<Di
         });
     }
 
+    f.env_inherit = file
+        .env
+        .inherit
+        .as_ref()
+        .map(|v| cx.locate(*v.get_ref(), &v.span()));
     f.env_pass = cx.texts(&file.env.pass);
     f.env_set = file
         .env

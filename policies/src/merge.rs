@@ -10,7 +10,7 @@ use ipnet::IpNet;
 
 use crate::fragment::{Fragment, Rule};
 use crate::host::Host;
-use crate::model::{NetworkMode, Unknown};
+use crate::model::{EnvInherit, NetworkMode, Unknown};
 use crate::preset::{self, Probe, Resolved};
 use crate::request::{Credential, RequestRule};
 use crate::source::{Layer, Located, Origin};
@@ -45,6 +45,9 @@ pub struct Policy {
     pub upstream_ca: Vec<Located<String>>,
     pub request_rules: Vec<RequestRule>,
     pub credentials: Vec<Credential>,
+    /// `[env] inherit`: "none" at any layer wins, so no file (a project's
+    /// `airlock.toml` included) can widen what another narrowed.
+    pub env_inherit: Located<EnvInherit>,
     pub env_pass: Vec<Located<String>>,
     pub env_set: BTreeMap<String, Located<String>>,
     pub timeout: Option<Located<Duration>>,
@@ -152,6 +155,11 @@ impl Policy {
             .find_map(|f| f.unknown.clone())
             .filter(|u| u.value == Unknown::Deny);
         let require_sandbox = managed.iter().rev().find_map(|f| f.require_sandbox.clone());
+        let managed_inherit_none = managed
+            .iter()
+            .rev()
+            .find_map(|f| f.env_inherit.clone())
+            .filter(|i| i.value == EnvInherit::None);
 
         for f in lower() {
             if let Some(u) = &f.user_allow {
@@ -176,6 +184,15 @@ impl Policy {
                     conflicts.push(Conflict {
                         origin: u.origin.clone(),
                         message: "network.unknown = \"ask\" is overridden: the managed policy turns approvals off".into(),
+                        managed: m.origin.clone(),
+                    });
+                }
+            }
+            if let (Some(m), Some(i)) = (&managed_inherit_none, &f.env_inherit) {
+                if i.value == EnvInherit::All {
+                    conflicts.push(Conflict {
+                        origin: i.origin.clone(),
+                        message: "env.inherit = \"all\" is overridden: the managed policy passes only the strict list".into(),
                         managed: m.origin.clone(),
                     });
                 }
@@ -296,6 +313,16 @@ impl Policy {
                 .iter()
                 .flat_map(|f| f.credentials.iter().cloned())
                 .collect(),
+            env_inherit: frags
+                .iter()
+                .rev()
+                .find_map(|f| {
+                    f.env_inherit
+                        .clone()
+                        .filter(|i| i.value == EnvInherit::None)
+                })
+                .or_else(|| last(&frags, |f| &f.env_inherit))
+                .unwrap_or(Located::built_in(EnvInherit::All)),
             env_pass: all(|f| &f.env_pass),
             env_set,
             timeout: last(&frags, |f| &f.timeout),

@@ -101,9 +101,19 @@ pub struct CredentialSection {
     pub value: Text,
 }
 
+/// `[env] inherit` (SPEC §4.3): the host environment less what looks like
+/// a secret, or only the strict pass list.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum EnvInherit {
+    All,
+    None,
+}
+
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct EnvSection {
+    pub inherit: Option<Spanned<EnvInherit>>,
     #[serde(default)]
     pub pass: Vec<Text>,
     #[serde(default)]

@@ -179,3 +179,39 @@ fn flags_sit_between_project_and_managed() {
     assert_eq!(d(&p, "flag.test").reason, Reason::Denylisted);
     assert!(flag_rule("--allow", "*", PatternList::Allow).is_err());
 }
+
+#[test]
+fn env_inherit_none_at_any_layer_wins() {
+    assert_eq!(policy(vec![]).env_inherit.value, EnvInherit::All);
+    let p = policy(vec![
+        frag(Layer::User, "u.toml", "[env]\ninherit = \"none\"\n"),
+        frag(Layer::Project, "p.toml", "[env]\ninherit = \"all\"\n"),
+    ]);
+    assert_eq!(p.env_inherit.value, EnvInherit::None);
+    assert_eq!(
+        p.env_inherit.origin,
+        Origin::File {
+            path: "u.toml".into(),
+            line: 2
+        }
+    );
+    assert!(p.conflicts.is_empty());
+    let p = policy(vec![
+        frag(Layer::Project, "p.toml", "[env]\ninherit = \"all\"\n"),
+        frag(Layer::Managed, "m.toml", "[env]\ninherit = \"none\"\n"),
+    ]);
+    assert_eq!(p.env_inherit.value, EnvInherit::None);
+    assert_eq!(p.conflicts.len(), 1, "{:?}", p.conflicts);
+}
+
+#[test]
+fn env_inherit_unknown_values_are_errors_with_their_place() {
+    let e = load_str("[env]\ninherit = \"some\"\n", "p.toml", Layer::Project).unwrap_err();
+    let text = e[0].to_string();
+    assert!(text.starts_with("p.toml:2:11:"), "{text}");
+    assert!(text.contains("some") || text.contains("variant"), "{text}");
+    let e = load_str("[env]\ninherit = true\n", "p.toml", Layer::Project).unwrap_err();
+    assert!(e[0].to_string().starts_with("p.toml:2:11:"), "{e:?}");
+    let e = load_str("[env]\ninherits = \"none\"\n", "p.toml", Layer::Project).unwrap_err();
+    assert!(e[0].to_string().starts_with("p.toml:2:1:"), "{e:?}");
+}

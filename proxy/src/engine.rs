@@ -102,6 +102,53 @@ pub struct Blocked {
     pub how_to_allow: String,
 }
 
+/// An allowed host that could not be reached (SPEC §7): the exit report
+/// says so, with why, instead of leaving a bare 502 to be retried blindly.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct UpstreamFailure {
+    pub host: String,
+    pub port: Option<u16>,
+    /// `upstream-unreachable` or `upstream-timeout`.
+    pub reason: String,
+    pub count: u64,
+    /// The last failure's detail (refused, timed out, TLS failed...).
+    pub detail: String,
+}
+
+/// Distinct (host, port, reason) entries each tally keeps: past it,
+/// refusals are only counted, so a command that tries a million names
+/// cannot grow the supervisor's memory or the exit report without bound.
+pub const TALLY_CAP: usize = 1000;
+
+/// A bounded tally of what the exit report lists.
+struct Tally<V> {
+    entries: BTreeMap<BlockedKey, (u64, V)>,
+    /// Events whose entry was not kept (the cap was reached).
+    beyond: u64,
+}
+
+impl<V> Default for Tally<V> {
+    fn default() -> Self {
+        Tally {
+            entries: BTreeMap::new(),
+            beyond: 0,
+        }
+    }
+}
+
+impl<V> Tally<V> {
+    /// Count one event; `Some` with the entry's value when it is kept.
+    fn count(&mut self, key: BlockedKey, init: impl FnOnce() -> V) -> Option<&mut V> {
+        if !self.entries.contains_key(&key) && self.entries.len() >= TALLY_CAP {
+            self.beyond += 1;
+            return None;
+        }
+        let e = self.entries.entry(key).or_insert_with(|| (0, init()));
+        e.0 += 1;
+        Some(&mut e.1)
+    }
+}
+
 pub struct EngineConfig {
     pub policy: Arc<Policy>,
     pub audit: Option<AuditLog>,
@@ -141,7 +188,9 @@ pub struct Engine {
     inflight: Mutex<Inflight>,
     /// (host, port, reason) -> (count, the address a private-address
     /// refusal resolved to).
-    blocked: Mutex<BTreeMap<BlockedKey, (u64, Option<IpAddr>)>>,
+    blocked: Mutex<Tally<Option<IpAddr>>>,
+    /// Allowed hosts that could not be reached -> (count, last detail).
+    upstream: Mutex<Tally<String>>,
     approvals: Mutex<Vec<Approval>>,
     metrics: crate::metrics::Metrics,
 }
@@ -195,7 +244,8 @@ impl Engine {
             session: SessionApprovals::default(),
             names: crate::dns::Names::default(),
             inflight: Mutex::new(HashMap::new()),
-            blocked: Mutex::new(BTreeMap::new()),
+            blocked: Mutex::new(Tally::default()),
+            upstream: Mutex::new(Tally::default()),
             approvals: Mutex::new(vec![]),
         })
     }
@@ -580,16 +630,16 @@ impl Engine {
             &decision,
             Some(&refusal.detail),
         );
-        if !matches!(
+        let key = (host, port, refusal.reason);
+        if matches!(
             refusal.reason,
             Reason::UpstreamUnreachable | Reason::UpstreamTimeout
         ) {
-            let mut blocked = lock(&self.blocked);
-            let entry = blocked
-                .entry((host, port, refusal.reason))
-                .or_insert((0, None));
-            entry.0 += 1;
-            entry.1 = entry.1.or(refusal.resolved);
+            if let Some(detail) = lock(&self.upstream).count(key, String::new) {
+                *detail = crate::escape::line(&refusal.detail, 300);
+            }
+        } else if let Some(ip) = lock(&self.blocked).count(key, || None) {
+            *ip = ip.or(refusal.resolved);
         }
         refusal
     }
@@ -704,10 +754,37 @@ impl Engine {
         lock(&self.approvals).clone()
     }
 
+    /// Refusals not among `blocked()` (its distinct entries reached
+    /// `TALLY_CAP`): counted, not listed.
+    pub fn blocked_beyond(&self) -> u64 {
+        lock(&self.blocked).beyond
+    }
+
+    /// Allowed hosts that could not be reached, for the exit report.
+    pub fn upstream_failures(&self) -> Vec<UpstreamFailure> {
+        lock(&self.upstream)
+            .entries
+            .iter()
+            .map(|((host, port, reason), (count, detail))| UpstreamFailure {
+                host: crate::escape::line(host, 200),
+                port: *port,
+                reason: reason.as_str().to_string(),
+                count: *count,
+                detail: detail.clone(),
+            })
+            .collect()
+    }
+
+    /// Upstream failures not among `upstream_failures()`.
+    pub fn upstream_beyond(&self) -> u64 {
+        lock(&self.upstream).beyond
+    }
+
     /// What was blocked so far, for the exit report.
     pub fn blocked(&self) -> Vec<Blocked> {
         let user_allow = self.policy().user_allow;
         lock(&self.blocked)
+            .entries
             .iter()
             .map(|((host, port, reason), (count, ip))| {
                 // A name refused at the sandbox's DNS has no port: advise
@@ -757,5 +834,30 @@ fn deny_detail(d: &Decision) -> String {
             "no rule matches it and nobody answered the approval request in time".into()
         }
         other => other.as_str().to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tally_tests {
+    use super::*;
+
+    #[test]
+    fn a_tally_keeps_at_most_its_cap_and_counts_the_rest() {
+        let mut t: Tally<Option<IpAddr>> = Tally::default();
+        for i in 0..(TALLY_CAP as u32 + 500) {
+            let key = (format!("h{i}.test"), Some(443), Reason::NotAllowlisted);
+            t.count(key, || None);
+        }
+        // A kept entry still counts up after the cap is reached.
+        assert!(t
+            .count(
+                ("h0.test".into(), Some(443), Reason::NotAllowlisted),
+                || None
+            )
+            .is_some());
+        assert_eq!(t.entries.len(), TALLY_CAP);
+        assert_eq!(t.beyond, 500);
+        let kept: u64 = t.entries.values().map(|(c, _)| c).sum();
+        assert_eq!(kept + t.beyond, TALLY_CAP as u64 + 501);
     }
 }

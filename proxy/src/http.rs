@@ -382,7 +382,7 @@ async fn forward(
             &target,
             "the upstream closed the connection",
         );
-        return full(r.response());
+        return full(engine.refused(&conn, Protocol::Http, r, None).response());
     }
     let client_upgrade = upgrade.then(|| hyper::upgrade::on(&mut req));
     let sent = upstream.sender.send_request(req).await;
@@ -403,7 +403,7 @@ async fn forward(
                 &target,
                 format!("the upstream failed: {e}"),
             );
-            return full(r.response());
+            return full(engine.refused(&conn, Protocol::Http, r, None).response());
         }
     };
     let switching = resp.status() == StatusCode::SWITCHING_PROTOCOLS;

@@ -140,13 +140,17 @@ type Upstream = Result<Sender, String>;
 type Slot = Arc<Mutex<Option<Upstream>>>;
 
 /// A fresh upstream for `target`: decided and dialled by the engine, then TLS.
+/// How a redial that `Engine::connect` refused (and so already recorded)
+/// begins, so that the request it fails is not counted twice.
+const REDIAL_REFUSED: &str = "redialling the upstream: ";
+
 async fn redial(engine: &Arc<Engine>, conn: &Conn, target: &Target) -> Upstream {
     let Some(cfg) = engine.inspect_config() else {
         return Err("no inspection config".into());
     };
     match engine.connect(conn, target, Protocol::Connect).await {
         Ok(d) => connect_upstream(cfg, d.stream, target).await,
-        Err(r) => Err(format!("redialling the upstream: {}", r.detail)),
+        Err(r) => Err(format!("{REDIAL_REFUSED}{}", r.detail)),
     }
 }
 
@@ -371,7 +375,10 @@ async fn handle(
     if let Some(e) = broken {
         // Tried again by the next request.
         *slot = None;
-        let r = Refusal::new(Reason::UpstreamUnreachable, &target, e);
+        let r = Refusal::new(Reason::UpstreamUnreachable, &target, e.clone());
+        if e.starts_with(REDIAL_REFUSED) {
+            return full(r.response());
+        }
         return full(engine.refused(&conn, Protocol::Connect, r, None).response());
     }
     crate::http::strip_hop_by_hop(req.headers_mut(), false);

@@ -27,6 +27,6 @@ pub mod tunnel;
 /// The audit log moved to `airlock-audit`; these keep the old paths.
 pub use airlock_audit::{safe_file, AuditLog};
 pub use approve::{Answer, AnswerFuture, Approver, DenyApprover, Question};
-pub use engine::{Approval, Blocked, Engine, EngineConfig, Protocol};
+pub use engine::{Approval, Blocked, Engine, EngineConfig, Protocol, UpstreamFailure, TALLY_CAP};
 pub use identity::{Client, ClientIdentity, SourceAddressOnly};
 pub use serve::serve;

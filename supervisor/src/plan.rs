@@ -25,6 +25,12 @@ pub enum Net {
 pub struct Plan {
     pub argv: Vec<String>,
     pub env: BTreeMap<String, String>,
+    /// Host variables left outside (names only), for the exit report.
+    #[serde(skip)]
+    pub withheld_env: Vec<String>,
+    /// `[env].pass` globs that matched a withheld name, for stderr.
+    #[serde(skip)]
+    pub env_warnings: Vec<String>,
     pub cwd: PathBuf,
     pub net: Net,
     /// Landlock read (and execute) roots.
@@ -70,6 +76,9 @@ pub struct Plan {
     pub unix_sockets: Vec<PathBuf>,
     #[serde(default)]
     pub limits: Limits,
+    /// How the environment was filtered, for a session's commands.
+    #[serde(skip)]
+    pub env_rule: Option<crate::env::Rule>,
     /// Why the command starts in the workspace root rather than the
     /// caller's directory, said on stderr.
     #[serde(skip)]
@@ -322,25 +331,38 @@ pub fn build(policy: &Policy, o: &Options) -> Plan {
         .cloned()
         .collect();
 
-    let mut env = crate::env::scrub(
-        o.host_env.clone(),
-        &policy
-            .env_pass
-            .iter()
-            .map(|e| e.value.clone())
-            .collect::<Vec<_>>(),
-        &policy
+    // The variables credentials are read from: the proxy adds them, and
+    // the sandbox never sees them (SPEC §3.1), whatever their names.
+    let credential_vars = std::cell::RefCell::new(vec![]);
+    for c in &policy.credentials {
+        let _ = airlock_policy::request::expand_env(&c.value, |name| {
+            credential_vars.borrow_mut().push(name.to_string());
+            Some(String::new())
+        });
+    }
+    let credential_vars = credential_vars.into_inner();
+    let env_rule = crate::env::Rule {
+        inherit: policy.env_inherit.value,
+        pass: policy.env_pass.clone(),
+        set: policy
             .env_set
             .iter()
             .map(|(k, v)| (k.clone(), v.value.clone()))
             .collect(),
-    );
+        also_secret: credential_vars,
+        drop_proxy: o.net != Net::Host,
+    };
+    let scrubbed = env_rule.apply(o.host_env.clone());
+    let mut env = scrubbed.env;
     if o.net == Net::Proxy {
         crate::env::add_proxy(&mut env, SANDBOX_PROXY_PORT);
     }
     let mut plan = Plan {
         argv: o.argv.to_vec(),
         env,
+        withheld_env: scrubbed.withheld,
+        env_warnings: scrubbed.warnings,
+        env_rule: Some(env_rule),
         cwd: workspace.clone(),
         net: o.net,
         read,

@@ -109,7 +109,17 @@ impl SystemProbe<'_> {
             .filter(|d| d.starts_with('/') && !self.trust.needs_trust(Path::new(d)))
             .map(str::to_string)
             .collect();
-        let mut env = crate::env::scrub(std::env::vars(), &[], &Default::default());
+        // The strict pass list, as before runs inherited: a probe asks the
+        // tool about its own configuration and needs nothing else.
+        let mut env = crate::env::scrub(
+            std::env::vars(),
+            airlock_policy::EnvInherit::None,
+            &[],
+            &Default::default(),
+            &[],
+            true,
+        )
+        .env;
         env.insert("PATH".into(), path.join(":"));
         env
     }
@@ -129,6 +139,9 @@ fn probe_plan(argv: &[&str], env: BTreeMap<String, String>) -> Plan {
     Plan {
         argv: argv.iter().map(|a| a.to_string()).collect(),
         env,
+        withheld_env: vec![],
+        env_rule: None,
+        env_warnings: vec![],
         cwd: PathBuf::from("/tmp"),
         net: Net::None,
         read: vec![PathBuf::from("/")],

@@ -9,9 +9,16 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use airlock_proxy::safe_file::{self, Mode};
-use airlock_proxy::{Approval, Blocked};
+use airlock_proxy::{Approval, Blocked, UpstreamFailure};
 use anyhow::{Context, Result};
 use serde::Serialize;
+
+/// Entries each list of the report file holds; the rest are counted.
+pub const REPORT_CAP: usize = 100;
+/// Entries each line of the stderr block names; the rest are counted.
+pub const STDERR_CAP: usize = 20;
+/// Withheld variable names the stderr block names.
+const STDERR_ENV_CAP: usize = 10;
 
 #[derive(Serialize)]
 pub struct Report<'a> {
@@ -23,8 +30,21 @@ pub struct Report<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub residual_risk: Option<&'a str>,
     pub duration_ms: u64,
+    /// The most frequent first, at most `REPORT_CAP`.
     pub blocked: &'a [Blocked],
+    /// Every refusal of the run, listed or not.
+    pub blocked_total: u64,
+    /// Refusals of entries past the cap: counted, not listed.
+    pub blocked_not_listed: u64,
+    /// Allowed hosts that could not be reached (SPEC §7), with why.
+    pub upstream_failures: &'a [UpstreamFailure],
+    pub upstream_failures_total: u64,
+    pub upstream_failures_not_listed: u64,
     pub approvals: &'a [Approval],
+    pub approvals_not_listed: usize,
+    /// Host variables left outside the sandbox: names, never values.
+    pub withheld_env: &'a [String],
+    pub withheld_env_not_listed: usize,
     pub protected_paths: ProtectedPaths<'a>,
     /// What the post-run check found and did (SPEC §4.5).
     pub protected_changes: &'a [crate::integrity::Outcome],
@@ -36,29 +56,184 @@ pub struct ProtectedPaths<'a> {
     pub deny_write: &'a [std::path::PathBuf],
 }
 
+/// What a run's end reports, on stderr and in the file, each list bounded
+/// on its own so that a flood in one never buries another.
+#[derive(Default)]
+pub struct Summary {
+    /// The most frequent first.
+    pub blocked: Vec<Blocked>,
+    /// Refusals the proxy counted without keeping their entry.
+    pub blocked_beyond: u64,
+    pub upstream: Vec<UpstreamFailure>,
+    pub upstream_beyond: u64,
+    pub approvals: Vec<Approval>,
+    pub withheld_env: Vec<String>,
+    /// `[env] inherit = "none"`: everything not on the pass list is withheld.
+    pub inherit_none: bool,
+}
+
+impl Summary {
+    pub fn new(
+        mut blocked: Vec<Blocked>,
+        blocked_beyond: u64,
+        mut upstream: Vec<UpstreamFailure>,
+        upstream_beyond: u64,
+    ) -> Summary {
+        // Stable: equal counts keep the proxy's order.
+        blocked.sort_by_key(|b| std::cmp::Reverse(b.count));
+        upstream.sort_by_key(|u| std::cmp::Reverse(u.count));
+        Summary {
+            blocked,
+            blocked_beyond,
+            upstream,
+            upstream_beyond,
+            ..Summary::default()
+        }
+    }
+
+    pub fn blocked_total(&self) -> u64 {
+        self.blocked.iter().map(|b| b.count).sum::<u64>() + self.blocked_beyond
+    }
+
+    pub fn upstream_total(&self) -> u64 {
+        self.upstream.iter().map(|u| u.count).sum::<u64>() + self.upstream_beyond
+    }
+
+    /// The report, its lists cut at `REPORT_CAP`.
+    pub fn report<'a>(&'a self, head: Head<'a>) -> Report<'a> {
+        let cut = |n: usize| n.min(REPORT_CAP);
+        let blocked = &self.blocked[..cut(self.blocked.len())];
+        let upstream = &self.upstream[..cut(self.upstream.len())];
+        Report {
+            run: head.run,
+            exit_code: head.exit_code,
+            tier: head.tier,
+            residual_risk: head.residual_risk,
+            duration_ms: head.duration_ms,
+            blocked,
+            blocked_total: self.blocked_total(),
+            blocked_not_listed: self.blocked_total() - blocked.iter().map(|b| b.count).sum::<u64>(),
+            upstream_failures: upstream,
+            upstream_failures_total: self.upstream_total(),
+            upstream_failures_not_listed: self.upstream_total()
+                - upstream.iter().map(|u| u.count).sum::<u64>(),
+            approvals: &self.approvals[..cut(self.approvals.len())],
+            approvals_not_listed: self.approvals.len() - cut(self.approvals.len()),
+            withheld_env: &self.withheld_env[..cut(self.withheld_env.len())],
+            withheld_env_not_listed: self.withheld_env.len() - cut(self.withheld_env.len()),
+            protected_paths: head.protected_paths,
+            protected_changes: head.protected_changes,
+        }
+    }
+
+    /// The stderr block: a line per category with something in it, each
+    /// naming at most `STDERR_CAP` entries. Withheld variables are named
+    /// only when something else is said or the command failed: every run
+    /// on a desktop withholds `SSH_AUTH_SOCK` and friends, and a line on
+    /// each successful run would be noise; a failed one may have failed
+    /// for want of one of them.
+    pub fn stderr_block(&self, failed: bool) -> Option<String> {
+        let mut lines: Vec<String> = vec![];
+        lines.extend(blocked_line(&self.blocked, self.blocked_beyond));
+        lines.extend(upstream_line(&self.upstream, self.upstream_beyond));
+        if !self.withheld_env.is_empty() && (failed || !lines.is_empty()) {
+            lines.push(self.withheld_line());
+        }
+        (!lines.is_empty()).then(|| lines.join("\n"))
+    }
+
+    fn withheld_line(&self) -> String {
+        let n = self.withheld_env.len();
+        let names = self
+            .withheld_env
+            .iter()
+            .take(STDERR_ENV_CAP)
+            .map(|k| airlock_proxy::escape::line(k, 100))
+            .collect::<Vec<_>>()
+            .join(", ");
+        let more = more(n.saturating_sub(STDERR_ENV_CAP) as u64);
+        let (what, why) = if self.inherit_none {
+            ("host variable", " ([env] inherit = \"none\")")
+        } else {
+            ("secret-looking variable", "")
+        };
+        format!(
+            "airlock: withheld {} {what}{}{why}: {names}{more}; --pass-env NAME passes one.",
+            thousands(n as u64),
+            if n == 1 { "" } else { "s" },
+        )
+    }
+}
+
+/// The parts of the report that are not lists.
+pub struct Head<'a> {
+    pub run: &'a str,
+    pub exit_code: i32,
+    pub tier: &'a str,
+    pub residual_risk: Option<&'a str>,
+    pub duration_ms: u64,
+    pub protected_paths: ProtectedPaths<'a>,
+    pub protected_changes: &'a [crate::integrity::Outcome],
+}
+
+/// `12345` as `12,345`.
+fn thousands(n: u64) -> String {
+    let digits = n.to_string();
+    let mut out = String::with_capacity(digits.len() + digits.len() / 3);
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+/// ` and 19,980 more (see --report / the audit log)`, or nothing.
+fn more(n: u64) -> String {
+    if n == 0 {
+        String::new()
+    } else {
+        format!(" and {} more (see --report / the audit log)", thousands(n))
+    }
+}
+
+fn target_name(host: &str, port: Option<u16>) -> String {
+    match port {
+        Some(p) => format!("{host}:{p}"),
+        None => host.to_string(),
+    }
+}
+
+fn times(count: u64) -> String {
+    if count > 1 {
+        format!(" x{}", thousands(count))
+    } else {
+        String::new()
+    }
+}
+
 /// `airlock: blocked 2 connections: a:443 (not-allowlisted), ...` and the
-/// advice for each reason (SPEC §7: the advice fits the reason).
-pub fn stderr_block(blocked: &[Blocked]) -> Option<String> {
-    if blocked.is_empty() {
+/// advice for each listed reason (SPEC §7: the advice fits the reason).
+fn blocked_line(blocked: &[Blocked], beyond: u64) -> Option<String> {
+    if blocked.is_empty() && beyond == 0 {
         return None;
     }
-    let total: u64 = blocked.iter().map(|b| b.count).sum();
-    let name = |b: &Blocked| match b.port {
-        Some(p) => format!("{}:{p}", b.host),
-        None => b.host.clone(),
-    };
-    let list = blocked
+    let total: u64 = blocked.iter().map(|b| b.count).sum::<u64>() + beyond;
+    let shown = &blocked[..blocked.len().min(STDERR_CAP)];
+    let list = shown
         .iter()
         .map(|b| {
-            let times = if b.count > 1 {
-                format!(" x{}", b.count)
-            } else {
-                String::new()
-            };
-            format!("{} ({}){times}", name(b), b.reason)
+            format!(
+                "{} ({}){}",
+                target_name(&b.host, b.port),
+                b.reason,
+                times(b.count)
+            )
         })
         .collect::<Vec<_>>()
         .join(", ");
+    let unlisted = total - shown.iter().map(|b| b.count).sum::<u64>();
     let noun = if total == 1 {
         "connection"
     } else {
@@ -66,7 +241,7 @@ pub fn stderr_block(blocked: &[Blocked]) -> Option<String> {
     };
     let generic = ["not-allowlisted", "approval-denied", "approval-timeout"];
     let mut advice = vec![];
-    if blocked
+    if shown
         .iter()
         .any(|b| generic.contains(&b.reason.as_str()) && b.how_to_allow.starts_with("--allow"))
     {
@@ -75,16 +250,56 @@ pub fn stderr_block(blocked: &[Blocked]) -> Option<String> {
                 .to_string(),
         );
     }
-    for b in blocked {
+    for b in shown {
         let covered = generic.contains(&b.reason.as_str()) && b.how_to_allow.starts_with("--allow");
         if !covered {
-            advice.push(format!("{}: {}.", name(b), b.how_to_allow));
+            advice.push(format!(
+                "{}: {}.",
+                target_name(&b.host, b.port),
+                b.how_to_allow
+            ));
         }
     }
     advice.dedup();
     Some(format!(
-        "airlock: blocked {total} {noun}: {list}. {}",
+        "airlock: blocked {} {noun}: {list}{}. {}",
+        thousands(total),
+        more(unlisted),
         advice.join(" ")
+    ))
+}
+
+/// `airlock: 1 connection to an allowed host failed: h:443
+/// (upstream-unreachable: connecting to ... refused)`.
+fn upstream_line(upstream: &[UpstreamFailure], beyond: u64) -> Option<String> {
+    if upstream.is_empty() && beyond == 0 {
+        return None;
+    }
+    let total: u64 = upstream.iter().map(|u| u.count).sum::<u64>() + beyond;
+    let shown = &upstream[..upstream.len().min(STDERR_CAP)];
+    let list = shown
+        .iter()
+        .map(|u| {
+            format!(
+                "{} ({}: {}){}",
+                target_name(&u.host, u.port),
+                u.reason,
+                airlock_proxy::escape::line(&u.detail, 200),
+                times(u.count)
+            )
+        })
+        .collect::<Vec<_>>()
+        .join(", ");
+    let unlisted = total - shown.iter().map(|u| u.count).sum::<u64>();
+    let what = if total == 1 {
+        "connection to an allowed host"
+    } else {
+        "connections to allowed hosts"
+    };
+    Some(format!(
+        "airlock: {} {what} failed upstream: {list}{}. The policy allowed them; the host could not be reached.",
+        thousands(total),
+        more(unlisted),
     ))
 }
 
@@ -142,10 +357,14 @@ mod tests {
         }
     }
 
+    fn block(blocked: Vec<Blocked>) -> Option<String> {
+        Summary::new(blocked, 0, vec![], 0).stderr_block(false)
+    }
+
     #[test]
     fn block_names_each_host() {
-        assert_eq!(stderr_block(&[]), None);
-        let text = stderr_block(&[
+        assert_eq!(block(vec![]), None);
+        let text = block(vec![
             b(
                 "evil.example",
                 Some(443),
@@ -164,7 +383,7 @@ mod tests {
         .unwrap();
         assert_eq!(
             text,
-            "airlock: blocked 3 connections: evil.example:443 (not-allowlisted), 169.254.169.254:80 (private-address) x2. \
+            "airlock: blocked 3 connections: 169.254.169.254:80 (private-address) x2, evil.example:443 (not-allowlisted). \
              To allow a host: --allow HOST or add it to [network].allow in airlock.toml. \
              169.254.169.254:80: 169.254.169.254 resolved to 169.254.169.254; allow the range."
         );
@@ -172,7 +391,7 @@ mod tests {
 
     #[test]
     fn advice_fits_the_reason_and_unparsed_targets_have_no_port() {
-        let text = stderr_block(&[
+        let text = block(vec![
             b(
                 "bank.example",
                 Some(443),
@@ -196,5 +415,104 @@ mod tests {
             text.contains("user@127.0.0.1:8080 (invalid-host)"),
             "{text}"
         );
+    }
+
+    /// #28 item 9: 20,000 refusals make a short block and a short report,
+    /// with the counts right, and each category bounded on its own.
+    #[test]
+    fn a_flood_is_counted_not_listed() {
+        let blocked: Vec<Blocked> = (0..(airlock_proxy::TALLY_CAP as u32))
+            .map(|i| {
+                b(
+                    &format!("10.0.{}.{}", i / 256, i % 256),
+                    Some(80),
+                    "private-address",
+                    1 + u64::from(i == 7),
+                    "10.0.0.1 resolved to 10.0.0.1; allow the range",
+                )
+            })
+            .collect();
+        let upstream = vec![UpstreamFailure {
+            host: "up.test".into(),
+            port: Some(443),
+            reason: "upstream-timeout".into(),
+            count: 1,
+            detail: "connecting to 127.0.0.1:443 timed out after 10s".into(),
+        }];
+        let mut s = Summary::new(blocked, 20_000 - 1001, upstream, 0);
+        s.withheld_env = (0..30).map(|i| format!("SECRET_{i:02}")).collect();
+        assert_eq!(s.blocked_total(), 20_000);
+        let text = s.stderr_block(false).unwrap();
+        assert!(text.len() < 8000, "{} bytes", text.len());
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines.len(), 3, "{text}");
+        assert!(
+            lines[0].starts_with("airlock: blocked 20,000 connections: 10.0.0.7:80 (private-address) x2, 10.0.0.0:80"),
+            "{}",
+            lines[0]
+        );
+        assert!(
+            lines[0].contains(" and 19,979 more (see --report / the audit log)."),
+            "{}",
+            lines[0]
+        );
+        assert_eq!(lines[0].matches("(private-address)").count(), STDERR_CAP);
+        assert!(lines[1].starts_with("airlock: 1 connection to an allowed host failed upstream: up.test:443 (upstream-timeout: connecting"), "{}", lines[1]);
+        assert!(
+            lines[2].starts_with("airlock: withheld 30 secret-looking variables: SECRET_00, "),
+            "{}",
+            lines[2]
+        );
+        assert!(lines[2].contains("SECRET_09 and 20 more"), "{}", lines[2]);
+        assert!(!lines[2].contains("SECRET_10"), "{}", lines[2]);
+
+        let empty: Vec<crate::integrity::Outcome> = vec![];
+        let report = s.report(Head {
+            run: "r",
+            exit_code: 0,
+            tier: "linux-full",
+            residual_risk: None,
+            duration_ms: 1,
+            protected_paths: ProtectedPaths {
+                deny_read: &[],
+                deny_write: &[],
+            },
+            protected_changes: &empty,
+        });
+        let json = serde_json::to_value(&report).unwrap();
+        assert_eq!(json["blocked"].as_array().unwrap().len(), REPORT_CAP);
+        assert_eq!(json["blocked_total"], 20_000);
+        assert_eq!(json["blocked_not_listed"], 20_000 - 101);
+        assert_eq!(json["upstream_failures_total"], 1);
+        assert_eq!(json["upstream_failures_not_listed"], 0);
+        assert_eq!(json["withheld_env"].as_array().unwrap().len(), 30);
+        assert!(serde_json::to_string(&report).unwrap().len() < 64 * 1024);
+    }
+
+    #[test]
+    fn withheld_names_only_alongside_something_else_or_a_failure() {
+        let mut s = Summary {
+            withheld_env: vec!["MY_API_KEY".into()],
+            ..Summary::default()
+        };
+        assert_eq!(s.stderr_block(false), None);
+        assert_eq!(
+            s.stderr_block(true).unwrap(),
+            "airlock: withheld 1 secret-looking variable: MY_API_KEY; --pass-env NAME passes one."
+        );
+        s.inherit_none = true;
+        assert!(s
+            .stderr_block(true)
+            .unwrap()
+            .contains("1 host variable ([env] inherit = \"none\"): MY_API_KEY"));
+    }
+
+    #[test]
+    fn thousands_separators() {
+        assert_eq!(thousands(0), "0");
+        assert_eq!(thousands(999), "999");
+        assert_eq!(thousands(1000), "1,000");
+        assert_eq!(thousands(19_980), "19,980");
+        assert_eq!(thousands(1_234_567), "1,234,567");
     }
 }

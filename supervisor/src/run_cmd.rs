@@ -13,7 +13,7 @@ use anyhow::{Context, Result};
 use crate::cli::RunArgs;
 use crate::plan::{self, Net, Options};
 use crate::proxy_cmd::run_id;
-use crate::report::{self, ProtectedPaths, Report};
+use crate::report::{self, Head, ProtectedPaths};
 use crate::sources::build_policy;
 
 pub const EXIT_TIMEOUT: u8 = 124;
@@ -154,6 +154,9 @@ pub fn run(args: &RunArgs, early: Early, log: String, session: Option<&str>) -> 
             "airlock: the command starts in the workspace root {}: {why}",
             crate::sources::shown(&plan.cwd)
         );
+    }
+    for w in &plan.env_warnings {
+        eprintln!("airlock: {w}");
     }
     tracing::debug!(elapsed = ?started.elapsed(), "plan built");
     crate::integrity::set::check_deny_read_links(&plan.deny_read, &plan.write)
@@ -433,7 +436,7 @@ fn run_platform(
         }
         None => None,
     };
-    let env_recipe = listening.as_ref().map(|_| session_env(&policy, &plan));
+    let env_recipe = listening.as_ref().map(|_| session_env(&plan));
     let (audit, otlp) = crate::run_audit::open(&policy, &run)?;
     let inspect = crate::inspect_setup::for_policy(&policy)?;
     // The trust variables are set only when something is inspected.
@@ -715,9 +718,16 @@ fn run_platform(
     if let Some(b) = &bundle {
         b.remove();
     }
-    let blocked = engine.blocked();
-    let approvals = engine.approvals();
-    if let Some(block) = report::stderr_block(&blocked) {
+    let mut summary = report::Summary::new(
+        engine.blocked(),
+        engine.blocked_beyond(),
+        engine.upstream_failures(),
+        engine.upstream_beyond(),
+    );
+    summary.approvals = engine.approvals();
+    summary.withheld_env = std::mem::take(&mut plan.withheld_env);
+    summary.inherit_none = engine.policy().env_inherit.value == airlock_policy::EnvInherit::None;
+    if let Some(block) = summary.stderr_block(code != 0) {
         eprintln!("{block}");
     }
     let duration_ms = started.elapsed().as_millis() as u64;
@@ -734,21 +744,19 @@ fn run_platform(
     if let Some(file) = report_file {
         report::write(
             file,
-            &Report {
+            &summary.report(Head {
                 exit_code: code,
                 tier: sandbox.tier,
                 residual_risk: (sandbox.tier == "linux-degraded")
                     .then_some(crate::doctor::DEGRADED_RESIDUAL_RISK),
                 duration_ms,
-                blocked: &blocked,
-                approvals: &approvals,
                 protected_paths: ProtectedPaths {
                     deny_read: &plan.deny_read,
                     deny_write: &plan.deny_write,
                 },
                 run: &run,
                 protected_changes: &protected_changes,
-            },
+            }),
         )?;
     }
     tracing::debug!(elapsed = ?started.elapsed(), "run finished");
@@ -760,24 +768,19 @@ fn run_platform(
 
 /// How a session's commands get their environment: the caller's,
 /// filtered as the sandbox's was, plus what airlock set in the plan.
-fn session_env(
-    policy: &airlock_policy::Policy,
-    plan: &plan::Plan,
-) -> crate::session::server::EnvRecipe {
-    let pass: Vec<String> = policy.env_pass.iter().map(|e| e.value.clone()).collect();
-    let set: std::collections::BTreeMap<String, String> = policy
-        .env_set
-        .iter()
-        .map(|(k, v)| (k.clone(), v.value.clone()))
-        .collect();
-    let from_host = crate::env::scrub(std::env::vars(), &pass, &set);
+fn session_env(plan: &plan::Plan) -> crate::session::server::EnvRecipe {
+    let rule = plan.env_rule.clone();
+    let from_host = rule
+        .as_ref()
+        .map(|r| r.apply(std::env::vars()).env)
+        .unwrap_or_default();
     let overlay = plan
         .env
         .iter()
         .filter(|(k, v)| k.as_str() != "PWD" && from_host.get(*k) != Some(*v))
         .map(|(k, v)| (k.clone(), v.clone()))
         .collect();
-    crate::session::server::EnvRecipe { pass, set, overlay }
+    crate::session::server::EnvRecipe { rule, overlay }
 }
 
 /// The start of a session's next window. The kernel stamps files with a

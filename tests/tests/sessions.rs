@@ -168,6 +168,13 @@ fn a_harness_runs_a_task_in_one_session() {
             "{who:?}"
         );
 
+        // Each command brings its own environment, filtered as §4.3 says.
+        let out = run(s
+            .cmd(&f.ws, &[], &["sh", "-c", "echo CI=$CI KEY=$MY_API_KEY"])
+            .env("CI", "1")
+            .env("MY_API_KEY", "sekrit"));
+        assert_eq!(out.stdout, "CI=1 KEY=\n", "{who:?}: {}", out.stderr);
+
         // One approval serves every later command of the session.
         let url = format!("http://unlisted.test:{}/", origin.port());
         for _ in 0..3 {

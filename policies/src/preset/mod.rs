@@ -229,6 +229,14 @@ impl Resolved {
             }
             value.push_str(sep);
         }
+        // What the URL rewrite cannot clean (a non-http URL's password, a
+        // bare token) stays outside, said aloud.
+        if crate::env::secret_value(&value) {
+            self.notes.push(format!(
+                "{from} holds a credential that cannot be added by the proxy; not passed"
+            ));
+            return None;
+        }
         self.set_env(name, value.clone(), from);
         Some(value)
     }
@@ -589,6 +597,46 @@ pub(crate) mod tests {
         let r = find("npm").unwrap().resolve(&p);
         assert_eq!(hosts(&r), ["mirror.corp.test", "npm.acme.test:8443"]);
         assert_eq!(r.hosts[0].1, "$NPM_CONFIG_REGISTRY");
+    }
+
+    /// SPEC §3.4: the variables a preset reads are passed, and no secret
+    /// inside one ever is, whatever its shape.
+    #[test]
+    fn presets_pass_their_variables_but_no_secret_inside() {
+        let mut p = FakeProbe::default();
+        for (k, v) in [
+            ("PIP_INDEX_URL", "https://me:pw@pypi.corp.test/simple"),
+            (
+                "PIP_EXTRA_INDEX_URL",
+                "https://extra.corp.test/simple https://tok@more.corp.test/simple",
+            ),
+            ("GOPROXY", "https://proxy.corp.test,direct"),
+            ("GOFLAGS", "-mod=mod"),
+            ("GONOSUMDB", "socks5://u:p@corp.test"),
+            ("SSL_CERT_FILE", "/etc/ssl/corp.pem"),
+            ("GIT_SSL_CAINFO", "ghp_0123456789abcdefABCDEF0123456789abcd"),
+        ] {
+            p.env.insert(k.into(), v.into());
+        }
+        let mut env = BTreeMap::new();
+        for name in ["pypi", "go", "git"] {
+            for (k, v, _) in find(name).unwrap().resolve(&p).env {
+                env.insert(k, v);
+            }
+        }
+        assert_eq!(env["PIP_INDEX_URL"], "https://pypi.corp.test/simple");
+        assert_eq!(
+            env["PIP_EXTRA_INDEX_URL"],
+            "https://extra.corp.test/simple https://more.corp.test/simple"
+        );
+        assert_eq!(env["GOPROXY"], "https://proxy.corp.test,direct");
+        assert_eq!(env["GOFLAGS"], "-mod=mod");
+        assert_eq!(env["SSL_CERT_FILE"], "/etc/ssl/corp.pem");
+        assert!(!env.contains_key("GONOSUMDB"), "{env:?}");
+        assert!(!env.contains_key("GIT_SSL_CAINFO"), "{env:?}");
+        for (k, v) in &env {
+            assert!(!crate::env::secret_value(v), "{k}={v}");
+        }
     }
 
     #[test]

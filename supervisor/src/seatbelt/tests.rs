@@ -28,6 +28,9 @@ fn plan(
     Plan {
         argv: vec!["npm".into(), "install".into()],
         env: BTreeMap::new(),
+        withheld_env: vec![],
+        env_rule: None,
+        env_warnings: vec![],
         cwd: PathBuf::from(WS),
         net,
         read: paths(read),

@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
 use std::time::Instant;
 
-use airlock_proxy::{Blocked, Engine};
+use airlock_proxy::{Blocked, Engine, UpstreamFailure};
 use anyhow::{Context, Result};
 use serde_json::{json, Value};
 
@@ -77,19 +77,30 @@ pub fn bind(name: &str) -> Result<Listening> {
 /// What each command's environment is built from (SPEC §4.3): the
 /// caller's, filtered by the session's policy, then what airlock sets.
 pub struct EnvRecipe {
-    pub pass: Vec<String>,
-    pub set: BTreeMap<String, String>,
+    /// The session's filter (`None`: nothing passes but what airlock sets).
+    pub rule: Option<crate::env::Rule>,
     /// What the sandbox's environment holds that no caller's does: the
     /// proxy and CA variables, the presets' settings.
     pub overlay: BTreeMap<String, String>,
 }
 
 impl EnvRecipe {
-    fn for_command(&self, caller: Vec<(String, String)>, cwd: &Path) -> BTreeMap<String, String> {
-        let mut env = crate::env::scrub(caller, &self.pass, &self.set);
+    /// The command's environment, and the warnings the filter had.
+    fn for_command(
+        &self,
+        caller: Vec<(String, String)>,
+        cwd: &Path,
+    ) -> (BTreeMap<String, String>, Vec<String>) {
+        let (mut env, warnings) = match &self.rule {
+            Some(r) => {
+                let s = r.apply(caller);
+                (s.env, s.warnings)
+            }
+            None => (BTreeMap::new(), vec![]),
+        };
         env.extend(self.overlay.clone());
         env.insert("PWD".into(), cwd.display().to_string());
-        env
+        (env, warnings)
     }
 }
 
@@ -304,8 +315,9 @@ fn run_command(
             setup.plan.cwd.clone()
         }
     };
-    let env = setup.env.for_command(req.env, &cwd);
-    let before = setup.engine.blocked();
+    let (env, warnings) = setup.env.for_command(req.env, &cwd);
+    notes.extend(warnings.into_iter().map(|w| format!("airlock: {w}")));
+    let before = (setup.engine.blocked(), setup.engine.upstream_failures());
     let (tx, rx) = mpsc::channel();
     lock(routes).insert(id, tx.clone());
     // The caller's later words: a signal to pass on, a kill on its
@@ -387,11 +399,39 @@ fn run_command(
             log.protected(&o.path, o.change, &o.action, o.dest.as_deref());
         }
     }
-    let blocked = newly_blocked(&before, &setup.engine.blocked());
-    if let Some(block) = crate::report::stderr_block(&blocked) {
+    let code = answer.get("code").and_then(Value::as_i64).unwrap_or(125);
+    // What the proxy refused, or could not reach, while it ran (with
+    // commands running at once, theirs too: the proxy cannot tell them
+    // apart by more than the process).
+    let summary = crate::report::Summary::new(
+        grew(
+            &before.0,
+            &setup.engine.blocked(),
+            |b| (b.host.clone(), b.port, b.reason.clone()),
+            |b| b.count,
+            |b, n| Blocked {
+                count: n,
+                ..b.clone()
+            },
+        ),
+        0,
+        grew(
+            &before.1,
+            &setup.engine.upstream_failures(),
+            |u| (u.host.clone(), u.port, u.reason.clone()),
+            |u| u.count,
+            |u, n| UpstreamFailure {
+                count: n,
+                ..u.clone()
+            },
+        ),
+        0,
+    );
+    if let Some(block) = summary.stderr_block(code != 0) {
         notes.push(block);
     }
-    let code = answer.get("code").and_then(Value::as_i64).unwrap_or(125);
+    let blocked = &summary.blocked;
+    let upstream = &summary.upstream;
     let report = json!({
         "run": setup.run,
         "command": id,
@@ -400,6 +440,7 @@ fn run_command(
         "cwd": cwd,
         "duration_ms": started.elapsed().as_millis() as u64,
         "blocked": blocked,
+        "upstream_failures": upstream,
         "protected_changes": changes,
         "killed": killed,
     });
@@ -409,18 +450,21 @@ fn run_command(
     answer
 }
 
-/// What was refused since `before`: counts that grew, by the amount.
-fn newly_blocked(before: &[Blocked], after: &[Blocked]) -> Vec<Blocked> {
-    let key = |b: &Blocked| (b.host.clone(), b.port, b.reason.clone());
-    let old: HashMap<_, u64> = before.iter().map(|b| (key(b), b.count)).collect();
+/// What was counted since `before`: entries whose count grew, by the
+/// amount.
+fn grew<T, K: std::hash::Hash + Eq>(
+    before: &[T],
+    after: &[T],
+    key: impl Fn(&T) -> K,
+    count: impl Fn(&T) -> u64,
+    with: impl Fn(&T, u64) -> T,
+) -> Vec<T> {
+    let old: HashMap<K, u64> = before.iter().map(|b| (key(b), count(b))).collect();
     after
         .iter()
         .filter_map(|b| {
-            let grew = b.count - old.get(&key(b)).copied().unwrap_or(0).min(b.count);
-            (grew > 0).then(|| Blocked {
-                count: grew,
-                ..b.clone()
-            })
+            let n = count(b) - old.get(&key(b)).copied().unwrap_or(0).min(count(b));
+            (n > 0).then(|| with(b, n))
         })
         .collect()
 }

@@ -127,6 +127,44 @@ fn from_disk(path: &std::path::Path) {
     let _ = std::io::copy(&mut f.by_ref(), &mut std::io::sink());
 }
 
+/// `airlock ARGS` with the fixture's environment, in its workspace.
+fn airlock_in(fx: &Fixture, args: &[&str]) -> Command {
+    let model = fx.command_argv(&[], &["x"]);
+    let mut c = Command::new(airlock_tests::airlock_bin());
+    c.env_clear()
+        .envs(model.get_envs().filter_map(|(k, v)| Some((k, v?))))
+        .current_dir(&fx.ws)
+        .args(args);
+    c
+}
+
+/// `git init` with one commit, as an agent's repository has.
+fn git_init(dir: &std::path::Path) {
+    for args in [
+        &["init", "-q"][..],
+        &[
+            "-c",
+            "user.name=b",
+            "-c",
+            "user.email=b@b",
+            "commit",
+            "-q",
+            "--allow-empty",
+            "-m",
+            "x",
+        ],
+    ] {
+        let st = Command::new("git")
+            .args(args)
+            .current_dir(dir)
+            .env("GIT_CONFIG_NOSYSTEM", "1")
+            .stdout(Stdio::null())
+            .status()
+            .expect("git");
+        assert!(st.success(), "git {args:?}");
+    }
+}
+
 /// Where `name` is found on PATH.
 fn on_path(name: &str) -> Option<std::path::PathBuf> {
     std::env::split_paths(&std::env::var_os("PATH")?)
@@ -174,15 +212,47 @@ fn main() {
     if let Some(b) = &bwrap {
         from_disk(b);
     }
-    let mut refs: Vec<Vec<f64>> = vec![vec![]; bwrap_runs.len()];
-    let (mut base, mut proxy, mut none) = (vec![], vec![], vec![]);
-    // Each round runs the three in a new order: whichever runs right
-    // after another one's exit pays for its teardown (measured: 0.5 ms).
+    // Where agents work: an empty directory, a fresh git repository and a
+    // repository with 20,000 directories; in each, one-shot runs and a
+    // command in a session (SPEC §4.7), in the same interleaved rounds.
+    let git_ws = Fixture::new_in(&std::env::temp_dir().join("airlock-bench"));
+    git_init(&git_ws.ws);
+    let big_ws = Fixture::new_in(&std::env::temp_dir().join("airlock-bench"));
+    for i in 0..200 {
+        for j in 0..100 {
+            std::fs::create_dir_all(big_ws.ws.join(format!("d{i}/e{j}"))).expect("mkdir");
+        }
+    }
+    git_init(&big_ws.ws);
+    let places: [(&str, &Fixture); 3] = [
+        ("empty directory", &f),
+        ("fresh git repository", &git_ws),
+        ("git repository, 20,000 directories", &big_ws),
+    ];
+    let mut sessions = vec![];
+    for (k, (_, fx)) in places.iter().enumerate() {
+        let name = format!("bench{}-{k}", std::process::id());
+        let st = airlock_in(fx, &["session", "start", "--name", &name])
+            .stdout(Stdio::null())
+            .status()
+            .expect("session start");
+        assert!(st.success(), "session start failed");
+        sessions.push(name);
+    }
+    // Columns: unshare, one-shot (proxy), one-shot --network none, the
+    // bubblewrap references, then per place: one-shot, session command.
+    let extra = bwrap.as_ref().map_or(0, |_| bwrap_runs.len());
+    let cols = 3 + extra + 2 * places.len();
+    let mut all: Vec<Vec<f64>> = vec![vec![]; cols];
+    // Each round runs them in a new order: whichever runs right after
+    // another one's exit pays for its teardown (measured: 0.5 ms).
     let mut seed = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(1, |d| d.as_nanos() as u64 | 1);
     for i in 0..n + 5 {
-        let mut order: Vec<usize> = (0..3 + bwrap.as_ref().map_or(0, |_| refs.len())).collect();
+        let mut order: Vec<usize> = (0..cols)
+            .filter(|c| *c < 3 + extra || *c >= 3 + bwrap_runs.len())
+            .collect();
         for k in (1..order.len()).rev() {
             // xorshift64: enough to vary the order, no dependency.
             seed ^= seed << 13;
@@ -190,30 +260,47 @@ fn main() {
             seed ^= seed << 17;
             order.swap(k, (seed % (k as u64 + 1)) as usize);
         }
-        let mut t = vec![0.0; order.len()];
+        let mut t = vec![0.0; cols];
         for which in order {
+            let at = 3 + bwrap_runs.len();
             t[which] = match which {
                 0 => time(Command::new("unshare").args(["-Urn", "/bin/true"])),
                 1 => time(&mut f.command_argv(&[], &["/bin/true"])),
                 2 => time(&mut f.command_argv(&["--network", "none"], &["/bin/true"])),
-                k => time(
+                k if k < at => time(
                     Command::new(bwrap.as_ref().expect("bwrap"))
                         .arg("--unshare-all")
                         .args(bwrap_runs[k - 3].1)
                         .arg("/bin/true"),
                 ),
+                k => {
+                    let p = (k - at) / 2;
+                    let fx = places[p].1;
+                    match (k - at) % 2 {
+                        0 => time(&mut fx.command_argv(&[], &["/bin/true"])),
+                        _ => {
+                            time(&mut fx.command_argv(&["--session", &sessions[p]], &["/bin/true"]))
+                        }
+                    }
+                }
             };
         }
         if i >= 5 {
-            base.push(t[0]);
-            proxy.push(t[1]);
-            none.push(t[2]);
-            for (r, v) in refs.iter_mut().zip(t.iter().skip(3)) {
-                r.push(*v);
+            for (c, v) in t.iter().enumerate() {
+                if *v > 0.0 {
+                    all[c].push(*v);
+                }
             }
         }
     }
-    let (b, p, nn) = (median(base), median(proxy), median(none));
+    for (k, (_, fx)) in places.iter().enumerate() {
+        let _ = airlock_in(fx, &["session", "end", &sessions[k]])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status();
+    }
+    let m = |c: usize| median(all[c].clone());
+    let (b, p, nn) = (m(0), m(1), m(2));
     println!("sandbox start-up, median of {n} interleaved runs:");
     println!("  unshare -Urn /bin/true:                  {b:.2} ms");
     println!(
@@ -224,14 +311,39 @@ fn main() {
         "  airlock run --network none -- /bin/true: {nn:.2} ms  ratio {:.2}x",
         nn / b
     );
+    let minimal = bwrap.as_ref().map(|_| m(4));
     if bwrap.is_some() {
         println!("  reference (not airlock):");
-        for ((name, _), v) in bwrap_runs.iter().zip(refs) {
-            let m = median(v);
-            println!("  {name:<72} {m:.2} ms  ratio {:.2}x", m / b);
+        for (k, (name, _)) in bwrap_runs.iter().enumerate() {
+            let v = m(3 + k);
+            println!("  {name:<72} {v:.2} ms  ratio {:.2}x", v / b);
         }
     } else {
         println!("  (install bubblewrap for a reference sandbox in the same run)");
+    }
+    println!(
+        "\nwhere agents work (same rounds); ratios against unshare -Urn{}:",
+        if minimal.is_some() {
+            " and bubblewrap-minimal"
+        } else {
+            ""
+        }
+    );
+    let at = 3 + bwrap_runs.len();
+    for (k, (place, _)) in places.iter().enumerate() {
+        for (what, c) in [
+            ("one-shot airlock run", at + 2 * k),
+            ("command in a session", at + 2 * k + 1),
+        ] {
+            let v = m(c);
+            let vs_bwrap = minimal.map_or(String::new(), |mm| {
+                format!("  {:.2}x bwrap-minimal", v / mm)
+            });
+            println!(
+                "  {place:<36} {what:<22} {v:7.2} ms  {:.2}x unshare{vs_bwrap}",
+                v / b
+            );
+        }
     }
 
     // Where the time goes: medians of each phase's offset over `-vv` runs.
