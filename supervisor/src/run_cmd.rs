@@ -561,6 +561,11 @@ fn run_platform(
     let ended = match (listening, sandbox.session, env_recipe) {
         (Some(listening), Some(to_init), Some(env)) => {
             let ns = pid_namespace_of(sandbox.pid as libc::pid_t);
+            // Where the roots change between checks: each check then
+            // searches near the change, not the whole workspace.
+            #[cfg(target_os = "linux")]
+            let dirty =
+                std::sync::Mutex::new(crate::integrity::dirty::Dirty::watch(&plan.write).ok());
             let check = || {
                 // The sandbox is held still while it is judged: nothing
                 // left running can race the check (SPEC §4.5).
@@ -572,7 +577,16 @@ fn run_platform(
                     Some((snap, since)) => (snap, *since),
                     None => (&journal.snapshot, run_start),
                 };
-                let checked = crate::integrity::check(snap, &plan.write, since, &run);
+                #[cfg(target_os = "linux")]
+                let only = dirty
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .as_mut()
+                    .and_then(|d| d.take());
+                #[cfg(not(target_os = "linux"))]
+                let only: Option<Vec<std::path::PathBuf>> = None;
+                let checked =
+                    crate::integrity::check_near(snap, &plan.write, since, &run, only.as_deref());
                 // Only a clean result moves the baseline: what could not be
                 // moved aside is judged again at the next check and the end.
                 if checked.failed.is_empty() && !checked.outcomes.iter().any(|o| o.in_place) {

@@ -239,6 +239,24 @@ fn a_harness_runs_a_task_in_one_session() {
             !f.ws.join("plant/.git/hooks/post-checkout").exists(),
             "{who:?}"
         );
+        // One a background process plants after its command ended, deep in
+        // a directory that existed before, is caught by the next check.
+        let out = s.sh(
+            &deep,
+            "(sleep 0.3; mkdir -p later && cd later && git init -q && printf '#!/bin/sh\\n' > .git/hooks/pre-commit && chmod +x .git/hooks/pre-commit) >/dev/null 2>&1 &",
+        );
+        assert_eq!(out.code, 0, "{who:?}: {}", out.stderr);
+        std::thread::sleep(Duration::from_millis(1500));
+        let out = s.sh(&f.ws, "true");
+        assert!(
+            out.stderr.contains("later/.git/hooks/pre-commit"),
+            "{who:?}: {}",
+            out.stderr
+        );
+        assert!(
+            !deep.join("later/.git/hooks/pre-commit").exists(),
+            "{who:?}"
+        );
 
         // The end: everything stopped, the whole check, the report.
         let report = f.home.join("session-report.json");

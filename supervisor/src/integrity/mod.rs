@@ -2,6 +2,8 @@
 //! its snapshot before a run, and the post-run check that quarantines or
 //! restores whatever the sandbox created or changed in it.
 
+#[cfg(target_os = "linux")]
+pub mod dirty;
 pub mod journal;
 pub mod nested;
 pub mod quarantine;
@@ -31,6 +33,18 @@ pub fn check(
     roots: &[PathBuf],
     since: SystemTime,
     run: &str,
+) -> Checked {
+    check_near(snap, roots, since, run, None)
+}
+
+/// `check`, with nested repositories searched only near `only` (the
+/// directories a session's watch saw change); `None` searches everything.
+pub fn check_near(
+    snap: &snapshot::Snapshot,
+    roots: &[PathBuf],
+    since: SystemTime,
+    run: &str,
+    only: Option<&[PathBuf]>,
 ) -> Checked {
     let t = std::time::Instant::now();
     // Every process of the sandbox is gone: its window closes now.
@@ -83,7 +97,7 @@ pub fn check(
     tracing::debug!(elapsed = ?t.elapsed(), "protected set compared");
     let known: Vec<Protected> = snap.entries.iter().map(|(p, _)| p.clone()).collect();
     let windows = windows::Windows::with_current(since, run);
-    let (found, nested_failed) = nested::changes(roots, &windows, &known);
+    let (found, nested_failed) = nested::changes_near(roots, &windows, &known, only);
     failed.extend(nested_failed);
     tracing::debug!(elapsed = ?t.elapsed(), ?roots, "nested repositories searched");
     changes.extend(found);

@@ -486,17 +486,68 @@ fn known_item(known: &[Protected], root: &Path, rel: &Path) -> bool {
 /// The changes in nested repositories: each item a sandbox wrote (its
 /// ctime in one of `windows`). Returns them, and the roots whose walk
 /// could not finish (the caller fails the run loudly for those).
-pub fn changes(
+/// The repositories a change in directory `dir` (under `root`) could have
+/// touched: those below it, and each enclosing one whose git directory,
+/// work tree or hooks path it lies in.
+fn near(dir: &Path, root: &Path) -> Walk {
+    let mut walk = find(dir);
+    if std::fs::symlink_metadata(dir).is_err() {
+        // Gone since: nothing left to judge there.
+        walk.complete = true;
+    }
+    let mut at = Some(dir);
+    while let Some(a) = at {
+        if a.file_name() == Some(OsStr::new(".git")) {
+            walk.found.push(a.to_path_buf());
+        }
+        if std::fs::symlink_metadata(a.join("HEAD")).is_ok() {
+            walk.found.push(a.to_path_buf());
+        }
+        if std::fs::symlink_metadata(a.join(".git")).is_ok() {
+            walk.found.push(a.join(".git"));
+        }
+        if a == root {
+            break;
+        }
+        at = a.parent();
+    }
+    walk
+}
+
+/// The changes in nested repositories: each item a sandbox wrote (its
+/// ctime in one of `windows`). Returns them, and the roots whose walk
+/// could not finish (the caller fails the run loudly for those).
+/// Searched only where something changed (`only`: the
+/// directories a session's watch saw change since its last check; `None`
+/// searches every root whole).
+pub fn changes_near(
     roots: &[PathBuf],
     windows: &Windows,
     known: &[Protected],
+    only: Option<&[PathBuf]>,
 ) -> (Vec<Change>, Vec<String>) {
     let home = std::env::var_os("HOME").map(PathBuf::from);
     let global_hooks = global_hooks_paths(home.as_deref());
     let mut out: Vec<Change> = vec![];
     let mut failed = vec![];
     for root in roots {
-        let mut walk = find(root);
+        let mut walk = match only {
+            None => find(root),
+            Some(dirs) => {
+                let mut all = Walk {
+                    found: vec![],
+                    dirs: 0,
+                    complete: true,
+                };
+                for d in dirs.iter().filter(|d| d.starts_with(root)) {
+                    let w = near(d, root);
+                    all.found.extend(w.found);
+                    all.dirs += w.dirs;
+                    all.complete &= w.complete;
+                }
+                all
+            }
+        };
         walk.found.sort();
         walk.found.dedup();
         tracing::debug!(root = %root.display(), dirs = walk.dirs, repos = walk.found.len(), "nested repositories searched");

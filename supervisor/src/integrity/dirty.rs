@@ -1,0 +1,143 @@
+//! Where the writable roots changed between a session's checks (SPEC
+//! §4.7): an inotify watch on every directory below them, kept for the
+//! session's life, so that each command's check searches for planted
+//! repositories near what changed, at a cost that grows with the change
+//! and not with the workspace. Whenever the watch cannot say for certain
+//! (its queue overflowed, a directory was renamed so that the paths it
+//! knows went stale, a hard-linked file changed, a watch could not be
+//! added), it says "everything", and the check searches every root whole,
+//! as the end of the session always does.
+
+use std::collections::{BTreeSet, HashMap};
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+
+use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify, WatchDescriptor};
+
+pub struct Dirty {
+    ino: Inotify,
+    paths: HashMap<WatchDescriptor, PathBuf>,
+    roots: Vec<PathBuf>,
+    /// Some watch could not be added: only a whole search is certain.
+    incomplete: bool,
+}
+
+fn mask() -> AddWatchFlags {
+    AddWatchFlags::IN_CREATE
+        | AddWatchFlags::IN_MOVED_TO
+        | AddWatchFlags::IN_MOVED_FROM
+        | AddWatchFlags::IN_MODIFY
+        | AddWatchFlags::IN_ATTRIB
+        | AddWatchFlags::IN_CLOSE_WRITE
+        | AddWatchFlags::IN_DELETE
+        | AddWatchFlags::IN_ONLYDIR
+        | AddWatchFlags::IN_DONT_FOLLOW
+}
+
+impl Dirty {
+    /// Watch every directory below `roots` (links not followed).
+    pub fn watch(roots: &[PathBuf]) -> nix::Result<Dirty> {
+        let ino = Inotify::init(InitFlags::IN_NONBLOCK | InitFlags::IN_CLOEXEC)?;
+        let mut d = Dirty {
+            ino,
+            paths: HashMap::new(),
+            roots: roots.to_vec(),
+            incomplete: false,
+        };
+        for r in roots {
+            d.add_tree(r);
+        }
+        Ok(d)
+    }
+
+    /// Watch `top` and every directory below it; returns those watched.
+    fn add_tree(&mut self, top: &Path) -> Vec<PathBuf> {
+        let mut added = vec![];
+        let mut stack = vec![top.to_path_buf()];
+        while let Some(dir) = stack.pop() {
+            match self.ino.add_watch(&dir, mask()) {
+                Ok(wd) => {
+                    self.paths.insert(wd, dir.clone());
+                }
+                Err(nix::errno::Errno::ENOENT | nix::errno::Errno::ENOTDIR) => continue,
+                Err(_) => {
+                    self.incomplete = true;
+                    continue;
+                }
+            }
+            let Ok(rd) = std::fs::read_dir(&dir) else {
+                continue;
+            };
+            for e in rd.flatten() {
+                if e.file_type().is_ok_and(|t| t.is_dir()) {
+                    stack.push(e.path());
+                }
+            }
+            added.push(dir);
+        }
+        added
+    }
+
+    /// The directories where something changed since the last call, or
+    /// `None` when only a search of every root is certain. Call with the
+    /// sandbox held still, so that nothing changes meanwhile.
+    pub fn take(&mut self) -> Option<Vec<PathBuf>> {
+        let mut dirty = BTreeSet::new();
+        let mut all = self.incomplete;
+        loop {
+            let events = match self.ino.read_events() {
+                Ok(e) => e,
+                Err(nix::errno::Errno::EAGAIN) => break,
+                Err(nix::errno::Errno::EINTR) => continue,
+                Err(_) => {
+                    all = true;
+                    break;
+                }
+            };
+            for ev in events {
+                if ev.mask.contains(AddWatchFlags::IN_Q_OVERFLOW) {
+                    all = true;
+                    continue;
+                }
+                let Some(dir) = self.paths.get(&ev.wd).cloned() else {
+                    continue;
+                };
+                if ev.mask.contains(AddWatchFlags::IN_IGNORED) {
+                    self.paths.remove(&ev.wd);
+                    continue;
+                }
+                dirty.insert(dir.clone());
+                let is_dir = ev.mask.contains(AddWatchFlags::IN_ISDIR);
+                let Some(name) = ev.name.as_ref().map(|n| dir.join(n)) else {
+                    continue;
+                };
+                if is_dir
+                    && ev
+                        .mask
+                        .intersects(AddWatchFlags::IN_MOVED_FROM | AddWatchFlags::IN_MOVED_TO)
+                {
+                    // Watches follow the directory, not its name: what
+                    // this one knows by path is stale now.
+                    all = true;
+                } else if is_dir && ev.mask.contains(AddWatchFlags::IN_CREATE) {
+                    // Made before it was watched: all of it counts as changed.
+                    dirty.extend(self.add_tree(&name));
+                } else if !is_dir
+                    && std::fs::symlink_metadata(&name).is_ok_and(|m| m.is_file() && m.nlink() > 1)
+                {
+                    // A change through one name of a file is seen in that
+                    // name's directory only: another name may be a hook.
+                    all = true;
+                }
+            }
+        }
+        if all {
+            // Start afresh, paths and all: the next check can be narrow again.
+            if let Ok(fresh) = Dirty::watch(&self.roots) {
+                *self = fresh;
+            }
+            return None;
+        }
+        Some(dirty.into_iter().collect())
+    }
+}
