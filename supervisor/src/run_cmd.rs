@@ -555,6 +555,9 @@ fn run_platform(
     // What each check of a session starts from: the protected set as the
     // last check left it, and the moment it ended. What airlock itself did
     // in a check (the quarantine) is then never taken for the sandbox's.
+    // What the session's checks did along the way, for its report.
+    let session_changes: std::sync::Mutex<Vec<crate::integrity::Outcome>> =
+        std::sync::Mutex::new(vec![]);
     let since_last: std::sync::Mutex<
         Option<(crate::integrity::snapshot::Snapshot, std::time::SystemTime)>,
     > = std::sync::Mutex::new(None);
@@ -597,6 +600,9 @@ fn run_platform(
                 }
                 drop(last);
                 thaw(&stopped);
+                if let Ok(mut all) = session_changes.lock() {
+                    all.extend(checked.outcomes.iter().cloned());
+                }
                 checked.outcomes
             };
             let setup = crate::session::server::Setup {
@@ -662,7 +668,7 @@ fn run_platform(
         None => crate::integrity::check(&journal.snapshot, &plan.write, run_start, &run),
     };
     crate::integrity::journal::remove(&journal_path);
-    let (protected_changes, failed) = (checked.outcomes, checked.failed);
+    let (mut protected_changes, failed) = (checked.outcomes, checked.failed);
     for o in &protected_changes {
         eprintln!(
             "airlock: the sandbox changed a protected path: {}",
@@ -674,6 +680,12 @@ fn run_platform(
     }
     tracing::debug!(elapsed = ?started.elapsed(), "protected set checked");
     let check_failed = !failed.is_empty() || protected_changes.iter().any(|o| o.in_place);
+    // A session's report holds what its commands' checks did too.
+    let mut earlier = session_changes
+        .into_inner()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    earlier.append(&mut protected_changes);
+    protected_changes = earlier;
     if protected_changes.iter().any(|o| o.in_place) {
         eprintln!("airlock: error: a protected path the sandbox changed could not be moved aside and is still in place");
     }

@@ -279,6 +279,15 @@ fn a_harness_runs_a_task_in_one_session() {
             approved.stderr
         );
         assert_eq!(rep["tier"], "linux-namespaces", "{rep}");
+        // What the commands' checks quarantined is in the session's report.
+        assert!(
+            rep["protected_changes"]
+                .as_array()
+                .is_some_and(|a| a.iter().any(|c| c["path"]
+                    .as_str()
+                    .is_some_and(|p| p.ends_with("post-checkout")))),
+            "{rep}"
+        );
         assert!(
             rep["approvals"].as_array().is_some_and(|a| a.len() == 1),
             "{rep}"
