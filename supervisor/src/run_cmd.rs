@@ -491,6 +491,16 @@ fn run_platform(
     if let Some(a) = &audit {
         crate::run_audit::begin(a, args, workspace, sandbox.tier);
     }
+    // A proxy port on the host's loopback (the degraded tier) can be
+    // reached by every local user: credentials go to this user's clients
+    // only (SPEC §5.4). In the namespaced tier only the sandbox reaches it.
+    // (macOS has no socket table to read: see the README's residuals.)
+    let lend_to = if cfg!(target_os = "linux") && sandbox.listener.is_some() {
+        // SAFETY: geteuid has no preconditions.
+        airlock_proxy::LendTo::Uid(unsafe { libc::geteuid() })
+    } else {
+        airlock_proxy::LendTo::Sandbox
+    };
     let engine = Engine::new(EngineConfig {
         policy: Arc::new(policy),
         audit,
@@ -498,6 +508,7 @@ fn run_platform(
         identity: sandbox.identity.clone(),
         dns_server: args.policy.dns_server,
         inspect,
+        lend_to,
     });
     if let Some(std_listener) = sandbox.listener {
         std_listener
