@@ -414,7 +414,11 @@ tmp = "2G"
         let f = load_str(&text.replace("methods", "#"), "p.toml", Layer::Project).unwrap();
         assert!(f.credentials[0].methods.is_empty());
         let e = errs(&text.replace("\"PUT\"", "\"put\""));
-        assert!(e.iter().any(|e| e.contains("p.toml:5") && e.contains("methods")), "{e:?}");
+        assert!(
+            e.iter()
+                .any(|e| e.contains("p.toml:5") && e.contains("methods")),
+            "{e:?}"
+        );
     }
 
     #[test]

@@ -298,7 +298,10 @@ mod tests {
             header: "Authorization".into(),
             value: "x".into(),
             origin: Located::new((), crate::Layer::Project, crate::Origin::BuiltIn),
-            methods: methods.iter().map(|m| parse_lent_method(m).unwrap()).collect(),
+            methods: methods
+                .iter()
+                .map(|m| parse_lent_method(m).unwrap())
+                .collect(),
         };
         let reads = c(&[]);
         assert!(reads.lends("GET", "/pkg"));

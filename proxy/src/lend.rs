@@ -106,7 +106,10 @@ fn parse_proc_addr(text: &str, v6: bool) -> Option<SocketAddr> {
         }
         _ => return None,
     };
-    Some(SocketAddr::new(airlock_policy::host::canonical_ip(ip), port))
+    Some(SocketAddr::new(
+        airlock_policy::host::canonical_ip(ip),
+        port,
+    ))
 }
 
 /// Whether `cred` is lent to this request without asking: a read (and no

@@ -29,6 +29,6 @@ pub mod tunnel;
 pub use airlock_audit::{safe_file, AuditLog};
 pub use approve::{Answer, AnswerFuture, Approver, CredentialWrite, DenyApprover, Question};
 pub use engine::{Approval, Blocked, Engine, EngineConfig, Lend, Protocol};
-pub use lend::LendTo;
 pub use identity::{Client, ClientIdentity, SourceAddressOnly};
+pub use lend::LendTo;
 pub use serve::serve;

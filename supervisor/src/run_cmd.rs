@@ -494,8 +494,8 @@ fn run_platform(
     // A proxy port on the host's loopback (the degraded tier) can be
     // reached by every local user: credentials go to this user's clients
     // only (SPEC §5.4). In the namespaced tier only the sandbox reaches it.
-    // (macOS has no socket table to read: see the README's residuals.)
-    let lend_to = if cfg!(target_os = "linux") && sandbox.listener.is_some() {
+    // (macOS: the sandbox's own user; no socket table is read there.)
+    let lend_to = if sandbox.tier == "linux-degraded" {
         // SAFETY: geteuid has no preconditions.
         airlock_proxy::LendTo::Uid(unsafe { libc::geteuid() })
     } else {
