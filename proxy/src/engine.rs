@@ -152,6 +152,8 @@ pub struct Engine {
     /// Which names the sandbox's DNS answered with which address, so a
     /// captured connection's destination name can be recovered.
     pub(crate) names: crate::dns::Names,
+    /// Names awaiting approval, answered with placeholder addresses.
+    pub(crate) placeholders: crate::dns::Placeholders,
     /// Questions being asked now: later askers for the same target wait on
     /// the first one's answer instead of asking again.
     inflight: Mutex<Inflight>,
@@ -212,6 +214,7 @@ impl Engine {
             own: Mutex::new(vec![]),
             session: SessionApprovals::default(),
             names: crate::dns::Names::default(),
+            placeholders: crate::dns::Placeholders::default(),
             inflight: Mutex::new(HashMap::new()),
             blocked: Mutex::new(BTreeMap::new()),
             approvals: Mutex::new(vec![]),
