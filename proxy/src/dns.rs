@@ -371,6 +371,27 @@ mod tests {
     }
 
     #[test]
+    fn placeholders_stand_for_one_name_each_and_are_reused_oldest_first() {
+        let p = Placeholders::default();
+        let a = Host::parse("a.exfil.test").unwrap();
+        let b = Host::parse("b.exfil.test").unwrap();
+        let ia = p.for_name(&a);
+        assert_eq!(p.for_name(&a), ia, "the same name, the same placeholder");
+        let ib = p.for_name(&b);
+        assert_ne!(ia, ib);
+        assert_eq!(p.name(IpAddr::V4(ia)), Some(a.clone()));
+        // Reserved for benchmarking: never a real destination.
+        assert!(airlock_policy::check_address(IpAddr::V4(ia), &[], &[]).is_err());
+        for i in 0..PLACEHOLDERS {
+            p.for_name(&Host::parse(&format!("n{i}.test")).unwrap());
+        }
+        // a's address went to a later name; a itself is forgotten.
+        assert_ne!(p.name(IpAddr::V4(ia)), Some(a));
+        assert!(p.0.lock().unwrap().by_name.len() <= PLACEHOLDERS as usize);
+        assert_eq!(p.name("10.0.0.1".parse().unwrap()), None);
+    }
+
+    #[test]
     fn at_most_names_capacity_addresses_least_recently_used_first_out() {
         let names = Names::default();
         let host = Host::parse("a.example").unwrap();

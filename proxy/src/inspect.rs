@@ -383,12 +383,16 @@ async fn handle(
             )
         }
     }
-    let url = format!("https://{}{}", authority_of(&target), path);
     let carried = engine
         .inspect_config()
         .map(|cfg| carried(cfg, &target))
         .unwrap_or_default();
     if !carried.is_empty() {
+        // The origin gets the path that was judged a read, not a spelling
+        // it could read as another one.
+        if let Ok(norm) = airlock_policy::request::normalize_path(&path) {
+            path = norm;
+        }
         // SPEC §5.4: a proxy others can reach lends only to its own user.
         if let Err(why) = engine.lend_to().check(conn.peer) {
             let r = Refusal::new(Reason::CredentialClient, &target, why);
@@ -403,7 +407,7 @@ async fn handle(
         if !unlent.is_empty() {
             let write = crate::approve::CredentialWrite {
                 method: method.to_string(),
-                url: url.clone(),
+                url: format!("https://{}{}", authority_of(&target), path),
                 credential: unlent.join(", "),
             };
             if let crate::engine::Lend::Refuse(r) = engine.lend(&conn, &target, write).await {
@@ -411,6 +415,7 @@ async fn handle(
             }
         }
     }
+    let url = format!("https://{}{}", authority_of(&target), path);
     let mut slot = upstream.lock().await;
     if slot.is_none() {
         *slot = Some(redial(&engine, &conn, &target).await);
