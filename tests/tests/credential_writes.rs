@@ -11,6 +11,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use airlock_tests::registry::Registry;
+use airlock_tests::tiers::{self, Tier, TIERS};
 use airlock_tests::tls::TestPki;
 use airlock_tests::who::Who;
 use airlock_tests::*;
@@ -80,7 +81,8 @@ impl Setup {
         format!("https://registry.test:{}{path}", self.reg.port())
     }
 
-    fn run(&self, who: Who, ask: &str, script: &str) -> Out {
+    /// `airlock run --preset npm` in `tier`, as uid 65534 when `as_user`.
+    fn command(&self, tier: Tier, as_user: bool, ask: &str, script: &str) -> std::process::Command {
         let ca = self.pki.ca_pem.to_str().unwrap().to_string();
         let args = [
             "--upstream-ca",
@@ -94,7 +96,7 @@ impl Setup {
             "--ask",
             ask,
         ];
-        run(&mut who.wrap(self.f.command(&args, script)))
+        tiers::command(&self.f, tier, as_user, &args, script)
     }
 
     /// The registry's log lines for requests that carried the token.
@@ -110,15 +112,19 @@ impl Setup {
 /// `curl` with `-w` printing `NAME=<status> reason=<X-Airlock-Reason>`.
 fn curl_line(name: &str, args: &str, url: &str) -> String {
     format!(
-        "curl -s -o /dev/null -D /tmp/h-{name} {args} -w '{name}=%{{http_code}}' '{url}'; \
-         echo \" reason=$(grep -i '^x-airlock-reason' /tmp/h-{name} | tr -d '\\r' | cut -d' ' -f2)\"; "
+        "h=\"${{TMPDIR:-/tmp}}/h-{name}\"; curl -s -o /dev/null -D \"$h\" {args} -w '{name}=%{{http_code}}' '{url}'; \
+         echo \" reason=$(grep -i '^x-airlock-reason' \"$h\" | tr -d '\\r' | cut -d' ' -f2)\"; "
     )
 }
 
 #[test]
 fn a_discovered_token_reads_but_never_publishes_unasked() {
-    for who in Who::all() {
-        let s = setup(who);
+    for (tier, as_user) in TIERS
+        .into_iter()
+        .flat_map(|t| tiers::users().into_iter().map(move |u| (t, u)))
+    {
+        let who = (tier, as_user);
+        let s = setup(Who::Me);
         let script = [
             curl_line("get", "", &s.url("/airlock-demo")),
             curl_line(
@@ -146,7 +152,7 @@ fn a_discovered_token_reads_but_never_publishes_unasked() {
             curl_line("query", "", &s.url("/victim-pkg?_method=DELETE")),
         ]
         .concat();
-        let out = s.run(who, "deny", &script);
+        let out = run(&mut s.command(tier, as_user, "deny", &script));
         let o = &out.stdout;
         assert!(
             o.contains("get=200"),
@@ -358,4 +364,67 @@ fn a_standalone_proxy_lends_its_token_only_to_its_own_user() {
         assert!(curl_as(Who::Me).stdout.ends_with("200"));
     }
     let _ = std::fs::remove_file(&shared_ca);
+}
+
+/// The degraded tier's proxy listens on the host's loopback, where every
+/// local user can reach it: the token goes to the sandbox (the same user),
+/// never to another user who finds the port.
+#[test]
+fn the_degraded_tier_lends_the_token_only_to_its_own_user() {
+    if !is_root() {
+        eprintln!("skipped: another user is needed (run as root)");
+        return;
+    }
+    let s = setup(Who::Me);
+    let url = s.url("/airlock-demo");
+    let script = format!(
+        "printf %s \"$HTTPS_PROXY\" > proxy-url; touch started; \
+         while [ ! -e go ]; do sleep 0.05; done; \
+         {}",
+        curl_line("get", "", &url)
+    );
+    let cmd = s.command(Tier::Degraded, false, "deny", &script);
+    let shared_ca = base().join(format!("ca-degraded-{}.pem", std::process::id()));
+    let other = Arc::new(std::sync::Mutex::new(None));
+    let o2 = other.clone();
+    let out = tiers::while_it_runs(
+        &s.f,
+        cmd,
+        || {
+            let proxy = std::fs::read_to_string(s.f.ws.join("proxy-url")).unwrap_or_default();
+            std::fs::copy(s.f.home.join(".local/share/airlock/ca/ca.pem"), &shared_ca)
+                .expect("airlock CA");
+            let mut c = std::process::Command::new("curl");
+            c.args(["-s", "-o", "/dev/null", "-w", "%{http_code}", "-D", "-"])
+                .args(["--cacert", shared_ca.to_str().unwrap()])
+                .args(["-x", proxy.trim()])
+                .arg(&url);
+            *o2.lock().unwrap() = Some((proxy, run(&mut Who::Nobody.wrap(c))));
+        },
+        Duration::from_millis(10),
+    );
+    let _ = std::fs::remove_file(&shared_ca);
+    let (proxy, other) = other.lock().unwrap().take().expect("the other user ran");
+    assert!(
+        proxy.starts_with("http://127.0.0.1:"),
+        "{proxy:?}\n{}",
+        show(&out)
+    );
+    assert!(
+        other.stdout.ends_with("403")
+            && other
+                .stdout
+                .to_ascii_lowercase()
+                .contains("x-airlock-reason: credential-client"),
+        "another user was lent the token through the degraded tier's port: {}\n{}",
+        show(&other),
+        show(&out)
+    );
+    assert!(out.stdout.contains("get=200"), "{}", show(&out));
+    assert_eq!(
+        s.with_token().len(),
+        1,
+        "only the sandbox's own read carried the token: {:?}",
+        s.reg.seen()
+    );
 }
