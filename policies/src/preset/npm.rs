@@ -10,7 +10,7 @@ use super::{config_copy_dir, ini_values, ConfigCopy, Probe, Resolved};
 
 /// What the sanitised copy says instead of a token: the proxy sets the
 /// real one on the way out.
-const PLACEHOLDER_TOKEN: &str = "airlock-proxy-adds-the-token";
+const PLACEHOLDER_TOKEN: &str = "airlock-proxy-sets-this";
 /// `airlock:proxy`, base64, in place of an `_auth` value.
 const PLACEHOLDER_AUTH: &str = "YWlybG9jazpwcm94eQ==";
 
