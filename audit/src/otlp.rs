@@ -180,6 +180,7 @@ fn event_name(e: &Event) -> &'static str {
         Event::Request(_) => "airlock.request",
         Event::Approval(_) => "airlock.approval",
         Event::Protected(_) => "airlock.protected",
+        Event::Dns(_) => "airlock.dns",
     }
 }
 
@@ -187,6 +188,7 @@ fn severity(e: &Event) -> (Severity, &'static str) {
     match e {
         Event::Decision(d) if d.decision != "allow" => (Severity::Warn, "WARN"),
         Event::Protected(_) => (Severity::Warn, "WARN"),
+        Event::Dns(d) if d.outcome == "refused" => (Severity::Warn, "WARN"),
         Event::Approval(a) if a.answer == "deny" || a.answer == "timeout" => {
             (Severity::Warn, "WARN")
         }

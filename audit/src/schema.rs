@@ -123,6 +123,25 @@ pub struct Protected {
     pub dest: Option<String>,
 }
 
+/// `dns`: a name the sandbox asked its DNS server for (SPEC §5.5).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Dns {
+    /// The name as asked (escaped: the sandbox chose it).
+    pub name: String,
+    /// The record type (`A`, `AAAA`, `TXT`, ...).
+    #[serde(rename = "type")]
+    pub qtype: String,
+    /// The addresses answered; empty for a refusal or no records.
+    pub answer: Vec<String>,
+    /// `answered`, `placeholder` (awaiting approval: nothing was looked
+    /// up), `refused`, `failed` or `not-a-name`.
+    pub outcome: String,
+    /// Why it was refused, when it was.
+    pub reason: Option<String>,
+    /// The client's source address.
+    pub client: String,
+}
+
 /// Every kind of line; the kind is the `event` field.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "event", rename_all = "lowercase")]
@@ -134,6 +153,7 @@ pub enum Event {
     Request(Request),
     Approval(Approval),
     Protected(Protected),
+    Dns(Dns),
 }
 
 impl Event {
@@ -146,6 +166,7 @@ impl Event {
             Event::Request(_) => "request",
             Event::Approval(_) => "approval",
             Event::Protected(_) => "protected",
+            Event::Dns(_) => "dns",
         }
     }
 }

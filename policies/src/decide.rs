@@ -52,6 +52,12 @@ pub enum Reason {
     /// The client refused the airlock certificate (it pins, or ignores the
     /// trust variables); recorded so the user can stop inspecting the host.
     InspectionRejected,
+    /// A request that would carry a credential beyond reads (SPEC §3.4)
+    /// was not approved.
+    CredentialWrite,
+    /// A standalone proxy's credential asked for by a client it cannot
+    /// tell is its own user (SPEC §5.4).
+    CredentialClient,
 }
 
 impl Reason {
@@ -75,6 +81,8 @@ impl Reason {
             Reason::UpstreamUnreachable => "upstream-unreachable",
             Reason::UpstreamTimeout => "upstream-timeout",
             Reason::InspectionRejected => "inspection-rejected",
+            Reason::CredentialWrite => "credential-write",
+            Reason::CredentialClient => "credential-client",
         }
     }
 }
@@ -255,6 +263,8 @@ pub fn advice(
         }
         Reason::InvalidHost => "fix the host name".into(),
         Reason::InspectionRejected => format!("the client does not accept the airlock CA for {pat}: remove it from --inspect / [network].inspect"),
+        Reason::CredentialWrite => format!("the credential for {pat} is lent to reads only: approve the request when asked (--ask tty or --ask socket:PATH), or lend it yourself with a [[network.credential]] for {pat} that lists methods = [\"PUT\"] (the methods you mean)"),
+        Reason::CredentialClient => format!("the credentials this proxy adds for {pat} are lent only to its own user's clients on this machine: run the client as that user, or start an airlock proxy of your own"),
         Reason::RequestRule => format!("add a matching \"METHOD /path\" to the [[network.request]] rule for {pat}"),
         Reason::HostMismatch => format!("send requests in this tunnel to {pat} only; open another tunnel for other hosts"),
         Reason::SniMismatch => format!("connect to the host the TLS ClientHello names; a tunnel to {pat} may only carry TLS for {pat}"),

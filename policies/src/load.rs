@@ -281,12 +281,20 @@ pub fn load_str(text: &str, path: &str, layer: Layer) -> Result<Fragment, Vec<Di
             );
             continue;
         }
+        let mut methods = vec![];
+        for m in &c.methods {
+            match crate::request::parse_lent_method(m.get_ref()) {
+                Ok(v) => methods.push(v),
+                Err(e) => cx.error(m.span(), format!("network.credential: {e}")),
+            }
+        }
         let origin = cx.locate((), &c.host.span());
         f.credentials.push(Credential {
             host: host.value,
             header: header.clone(),
             value: c.value.get_ref().clone(),
             origin,
+            methods,
         });
     }
 
@@ -398,6 +406,24 @@ tmp = "2G"
         assert_eq!(f.memory.unwrap().value, 8 << 30);
         assert_eq!(f.tmp.unwrap().value, 2 << 30);
         assert_eq!(f.unix_sockets[0].value, "~/.docker/run/docker.sock");
+    }
+
+    #[test]
+    fn credential_methods_are_validated() {
+        let text = "[[network.credential]]\nhost = \"r.test\"\nheader = \"Authorization\"\nvalue = \"x\"\nmethods = [\"PUT\", \"POST /-/v1/**\"]\n";
+        let f = load_str(text, "p.toml", Layer::Project).unwrap();
+        let c = &f.credentials[0];
+        assert!(c.lends("PUT", "/pkg") && c.lends("POST", "/-/v1/x"));
+        assert!(!c.lends("DELETE", "/pkg"));
+        // Without `methods`: reads only.
+        let f = load_str(&text.replace("methods", "#"), "p.toml", Layer::Project).unwrap();
+        assert!(f.credentials[0].methods.is_empty());
+        let e = errs(&text.replace("\"PUT\"", "\"put\""));
+        assert!(
+            e.iter()
+                .any(|e| e.contains("p.toml:5") && e.contains("methods")),
+            "{e:?}"
+        );
     }
 
     #[test]

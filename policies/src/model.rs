@@ -99,6 +99,9 @@ pub struct CredentialSection {
     pub host: Text,
     pub header: Text,
     pub value: Text,
+    /// What it is lent to beyond reads (`PUT`, `*`, `POST /path/**`).
+    #[serde(default)]
+    pub methods: Vec<Text>,
 }
 
 /// `[env] inherit` (SPEC §4.3): the host environment less what looks like

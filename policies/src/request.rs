@@ -189,6 +189,59 @@ pub struct Credential {
     pub header: String,
     pub value: String,
     pub origin: Located<()>,
+    /// What it is lent to beyond reads (SPEC §3.4: `methods`). Empty for a
+    /// credential a preset discovered, and for a `[[network.credential]]`
+    /// that lists none: a credential reads, it does not publish, unless the
+    /// person who wrote the entry said so.
+    pub methods: Vec<RequestAllow>,
+}
+
+/// Requests every credential is lent to: reads. GET and HEAD, and the
+/// POSTs that the tools airlock has presets for send to read (git's
+/// smart-HTTP fetch, the advisory lookup `npm install` runs after every
+/// install). Everything else would act with someone's identity: publish,
+/// unpublish, token creation, `git push` (`git-receive-pack`), uploads.
+const READS: &[&str] = &[
+    "GET /**",
+    "HEAD /**",
+    "POST /**/git-upload-pack",
+    "POST /-/npm/v1/security/advisories/bulk",
+    "POST /-/npm/v1/security/audits/quick",
+    "POST /-/npm/v1/security/audits",
+];
+
+/// Whether a request is a read that any credential is lent to; `path`
+/// must be `normalize_path`'s output.
+pub fn is_read(method: &str, path: &str) -> bool {
+    READS.iter().any(|r| {
+        RequestAllow::parse(r)
+            .map(|r| r.matches(method, path))
+            .unwrap_or(false)
+    })
+}
+
+impl Credential {
+    /// Whether the proxy may set this credential on the request without
+    /// asking: a read, or a method the entry lends it to. `path` must be
+    /// `normalize_path`'s output.
+    pub fn lends(&self, method: &str, path: &str) -> bool {
+        is_read(method, path) || self.methods.iter().any(|m| m.matches(method, path))
+    }
+}
+
+/// One `methods` entry: a method (`PUT`, or `*` for every method) on any
+/// path, or a `METHOD /path/glob` as in request rules.
+pub fn parse_lent_method(text: &str) -> Result<RequestAllow, String> {
+    let t = text.trim();
+    if t.contains(' ') {
+        return RequestAllow::parse(t).map_err(|e| format!("methods: {e}"));
+    }
+    if t.is_empty() || (t != "*" && !t.bytes().all(|b| b.is_ascii_uppercase())) {
+        return Err(format!(
+            "methods: {text:?} must be an uppercase method (PUT), * or \"METHOD /path\""
+        ));
+    }
+    RequestAllow::parse(&format!("{t} /**"))
 }
 
 /// The value is a secret (a preset's credential holds the token itself):
@@ -200,6 +253,10 @@ impl std::fmt::Debug for Credential {
             .field("header", &self.header)
             .field("value", &"<hidden>")
             .field("origin", &self.origin.origin)
+            .field(
+                "methods",
+                &self.methods.iter().map(|m| &m.text).collect::<Vec<_>>(),
+            )
             .finish()
     }
 }
@@ -233,6 +290,46 @@ pub fn expand_env(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_credential_reads_and_lends_only_what_it_lists() {
+        let c = |methods: &[&str]| Credential {
+            host: crate::Pattern::parse("r.test", crate::PatternList::Allow).unwrap(),
+            header: "Authorization".into(),
+            value: "x".into(),
+            origin: Located::new((), crate::Layer::Project, crate::Origin::BuiltIn),
+            methods: methods
+                .iter()
+                .map(|m| parse_lent_method(m).unwrap())
+                .collect(),
+        };
+        let reads = c(&[]);
+        assert!(reads.lends("GET", "/pkg"));
+        assert!(reads.lends("HEAD", "/"));
+        assert!(reads.lends("POST", "/a/b.git/git-upload-pack"));
+        assert!(reads.lends("POST", "/-/npm/v1/security/advisories/bulk"));
+        for (m, p) in [
+            ("PUT", "/victim-pkg"),
+            ("POST", "/-/npm/v1/tokens"),
+            ("DELETE", "/victim-pkg/-rev/1"),
+            ("POST", "/a/b.git/git-receive-pack"),
+            ("POST", "/legacy/"),
+            ("PUT", "/api/v1/crates/new"),
+            ("PATCH", "/x"),
+            ("OPTIONS", "/x"),
+        ] {
+            assert!(!reads.lends(m, p), "{m} {p}");
+        }
+        let put = c(&["PUT"]);
+        assert!(put.lends("PUT", "/victim-pkg") && !put.lends("DELETE", "/victim-pkg"));
+        let all = c(&["*"]);
+        assert!(all.lends("DELETE", "/x") && all.lends("POST", "/-/npm/v1/tokens"));
+        let some = c(&["POST /api/**"]);
+        assert!(some.lends("POST", "/api/x") && !some.lends("POST", "/other"));
+        for bad in ["put", "", "PUT x", "P-T"] {
+            assert!(parse_lent_method(bad).is_err(), "{bad:?}");
+        }
+    }
 
     #[test]
     fn globs() {

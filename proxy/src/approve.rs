@@ -11,6 +11,28 @@ pub struct Question {
     pub target: Target,
     /// The sandboxed command that asked, when known.
     pub command: Option<String>,
+    /// Set when the question is not about the host (already allowed) but
+    /// about lending a credential to a request beyond reads (SPEC §3.4).
+    pub write: Option<CredentialWrite>,
+}
+
+/// A request that would carry a credential it is not lent to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CredentialWrite {
+    pub method: String,
+    pub url: String,
+    /// Which credential: its header and where it came from, never its value.
+    pub credential: String,
+}
+
+impl std::fmt::Display for CredentialWrite {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} {} with the credential {}",
+            self.method, self.url, self.credential
+        )
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -28,6 +50,15 @@ impl Answer {
             self,
             Answer::AllowOnce | Answer::AllowSession | Answer::AllowAlways
         )
+    }
+
+    /// `allow-always` read as `allow-session`: for what is never written
+    /// into a policy (lending a credential to a write).
+    pub fn session_at_most(self) -> Answer {
+        match self {
+            Answer::AllowAlways => Answer::AllowSession,
+            a => a,
+        }
     }
 
     pub fn as_str(self) -> &'static str {

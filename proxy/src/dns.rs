@@ -7,15 +7,21 @@
 //!   `--dns-server` included) and answered with the addresses that pass the
 //!   address check, which are remembered so a captured connection to one of
 //!   them recovers the name (and is dialed there: pinning);
-//! - a name `unknown = "ask"` would ask about is resolved and answered
-//!   without asking: the question is asked once, at connect time, when the
-//!   port is known and the captured connection is decided. (Resolving it
-//!   means its query leaves; with `unknown = "deny"` it does not.)
+//! - a name `unknown = "ask"` would ask about is not looked up: a lookup
+//!   is data leaving (`<secret>.attacker.example`). It is answered with a
+//!   placeholder address from 198.18.0.0/15 (reserved for benchmarking,
+//!   never a real destination) that stands for the name. A connection to
+//!   it is captured, the name recovered from the placeholder, and the
+//!   question asked then, with the port known; only an approved connection
+//!   makes the proxy resolve the name (SPEC §5.5). A name the policy pins
+//!   (`resolve`) gets its pinned address: no query leaves for it either;
+//! - every query is an audit `dns` event: name, type, answer or refusal.
 //!
 //! Only A and AAAA get records; every other type gets an empty answer for
 //! an allowed name and NXDOMAIN for a refused one.
 
-use std::net::{IpAddr, SocketAddr};
+use std::collections::HashMap;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -27,6 +33,8 @@ use hickory_server::proto::rr::{Name, RData, Record, RecordType};
 use hickory_server::server::{Request, RequestHandler, ResponseHandler, ResponseInfo};
 use hickory_server::zone_handler::MessageResponseBuilder;
 use hickory_server::Server;
+
+use airlock_audit::{schema, Event};
 
 use crate::engine::{Engine, Protocol};
 use crate::refusal::Refusal;
@@ -77,6 +85,50 @@ impl Names {
     }
 }
 
+/// How many placeholder addresses there are: 198.18.0.1 to 198.18.255.254.
+const PLACEHOLDERS: u32 = 65534;
+
+/// Names awaiting approval and the placeholder address each was answered
+/// with. When all are in use the oldest is given to the next name (its
+/// earlier owner's cached answers then stand for the new name, which is
+/// decided like any other).
+#[derive(Default)]
+pub struct Placeholders(Mutex<PlaceholderMap>);
+
+#[derive(Default)]
+struct PlaceholderMap {
+    by_name: HashMap<Host, Ipv4Addr>,
+    by_ip: HashMap<Ipv4Addr, Host>,
+    next: u32,
+}
+
+impl Placeholders {
+    /// The placeholder for `host`, the same one each time while it lasts.
+    pub fn for_name(&self, host: &Host) -> Ipv4Addr {
+        let mut m = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(ip) = m.by_name.get(host) {
+            return *ip;
+        }
+        let i = m.next % PLACEHOLDERS + 1;
+        m.next = m.next.wrapping_add(1);
+        let ip = Ipv4Addr::new(198, 18, (i >> 8) as u8, i as u8);
+        if let Some(old) = m.by_ip.insert(ip, host.clone()) {
+            m.by_name.remove(&old);
+        }
+        m.by_name.insert(host.clone(), ip);
+        ip
+    }
+
+    /// The name a placeholder stands for.
+    pub fn name(&self, ip: IpAddr) -> Option<Host> {
+        let IpAddr::V4(v4) = airlock_policy::host::canonical_ip(ip) else {
+            return None;
+        };
+        let m = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        m.by_ip.get(&v4).cloned()
+    }
+}
+
 /// Serve DNS on sockets bound inside the sandbox until the future is
 /// dropped.
 pub async fn serve(
@@ -101,6 +153,8 @@ struct Handler {
 enum Answer {
     Refused(Decision),
     Addresses(Vec<IpAddr>),
+    /// Awaiting an approval: nothing was looked up (SPEC §5.5).
+    Placeholder(Ipv4Addr),
     /// Allowed, but the lookup failed: SERVFAIL, so the client may retry.
     Failed,
 }
@@ -132,7 +186,11 @@ async fn answer(engine: &Engine, host: &Host) -> Answer {
     if decision.verdict == Verdict::Deny && decision.reason != Reason::PortNotAllowed {
         return Answer::Refused(decision);
     }
-    let ips = match engine.resolver().lookup(host).await {
+    let resolver = engine.resolver();
+    if decision.verdict == Verdict::Ask && resolver.local(host).is_none() {
+        return Answer::Placeholder(engine.placeholders.for_name(host));
+    }
+    let ips = match resolver.lookup(host).await {
         Ok(ips) => ips,
         Err(e) => {
             tracing::debug!(%host, "sandbox DNS: {e}");
@@ -175,16 +233,44 @@ impl RequestHandler for Handler {
         // The name as the policy sees it: no trailing dot, lower case.
         let text = qname.to_ascii();
         let text = text.strip_suffix('.').unwrap_or(&text);
+        let audit = |outcome: &str, answer: Vec<String>, reason: Option<&str>| {
+            self.engine.audit_event(
+                0,
+                Event::Dns(schema::Dns {
+                    name: crate::escape::line(text, 300),
+                    qtype: qtype.to_string(),
+                    answer,
+                    outcome: outcome.into(),
+                    reason: reason.map(Into::into),
+                    client: request.src().to_string(),
+                }),
+            )
+        };
         let host = match Host::parse(text) {
             Ok(h) if matches!(h, Host::Name(_)) => h,
             // Reverse lookups and names the policy cannot express.
             _ => {
+                audit("not-a-name", vec![], None);
                 let msg = builder.build_no_records(fail(ResponseCode::NXDomain));
                 return send(&mut response, msg, &request.metadata).await;
             }
         };
         match answer(&self.engine, &host).await {
+            Answer::Placeholder(ip) => {
+                let records: Vec<Record> = match qtype {
+                    RecordType::A => vec![Record::from_rdata(qname.clone(), 1, RData::A(A(ip)))],
+                    _ => vec![],
+                };
+                audit(
+                    "placeholder",
+                    records.iter().map(|_| ip.to_string()).collect(),
+                    None,
+                );
+                let msg = builder.build(meta, records.iter(), [], [], []);
+                send(&mut response, msg, &request.metadata).await
+            }
             Answer::Refused(decision) => {
+                audit("refused", vec![], Some(decision.reason.as_str()));
                 let conn = self.engine.open_unattributed(request.src());
                 let detail = format!(
                     "the sandbox's DNS refused to resolve it ({})",
@@ -200,6 +286,7 @@ impl RequestHandler for Handler {
                 send(&mut response, msg, &request.metadata).await
             }
             Answer::Failed => {
+                audit("failed", vec![], None);
                 let msg = builder.build_no_records(fail(ResponseCode::ServFail));
                 send(&mut response, msg, &request.metadata).await
             }
@@ -213,6 +300,18 @@ impl RequestHandler for Handler {
                     })
                     .map(|rdata| Record::from_rdata(qname.clone(), TTL, rdata))
                     .collect();
+                audit(
+                    "answered",
+                    records
+                        .iter()
+                        .filter_map(|r| match &r.data {
+                            RData::A(a) => Some(a.0.to_string()),
+                            RData::AAAA(a) => Some(a.0.to_string()),
+                            _ => None,
+                        })
+                        .collect(),
+                    None,
+                );
                 let msg = builder.build(meta, records.iter(), [], [], []);
                 send(&mut response, msg, &request.metadata).await
             }
@@ -269,6 +368,27 @@ mod tests {
             names.remember(ip, &Host::parse(&format!("n{i}.example")).unwrap());
         }
         assert_eq!(names.lookup(ip).len(), NAMES_PER_ADDRESS);
+    }
+
+    #[test]
+    fn placeholders_stand_for_one_name_each_and_are_reused_oldest_first() {
+        let p = Placeholders::default();
+        let a = Host::parse("a.exfil.test").unwrap();
+        let b = Host::parse("b.exfil.test").unwrap();
+        let ia = p.for_name(&a);
+        assert_eq!(p.for_name(&a), ia, "the same name, the same placeholder");
+        let ib = p.for_name(&b);
+        assert_ne!(ia, ib);
+        assert_eq!(p.name(IpAddr::V4(ia)), Some(a.clone()));
+        // Reserved for benchmarking: never a real destination.
+        assert!(airlock_policy::check_address(IpAddr::V4(ia), &[], &[]).is_err());
+        for i in 0..PLACEHOLDERS {
+            p.for_name(&Host::parse(&format!("n{i}.test")).unwrap());
+        }
+        // a's address went to a later name; a itself is forgotten.
+        assert_ne!(p.name(IpAddr::V4(ia)), Some(a));
+        assert!(p.0.lock().unwrap().by_name.len() <= PLACEHOLDERS as usize);
+        assert_eq!(p.name("10.0.0.1".parse().unwrap()), None);
     }
 
     #[test]

@@ -14,7 +14,7 @@ use airlock_policy::{
 use tokio::net::TcpStream;
 use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
 
-use crate::approve::{Answer, Approver, Question};
+use crate::approve::{Answer, Approver, CredentialWrite, Question};
 use crate::identity::{Client, ClientIdentity};
 use crate::refusal::Refusal;
 use crate::resolve::Resolver;
@@ -159,6 +159,19 @@ pub struct EngineConfig {
     /// The CA and upstream trust for TLS inspection; `None` refuses every
     /// target the policy says to inspect.
     pub inspect: Option<crate::inspect::InspectConfig>,
+    /// Which clients credentials are added for (SPEC §5.4).
+    pub lend_to: crate::lend::LendTo,
+}
+
+/// What becomes of a request that would carry a credential beyond what it
+/// is lent to. A review run (SPEC §4.8) would add a third outcome here,
+/// holding the request until the review, without changing the callers'
+/// shape: they send it, or answer with the refusal.
+#[derive(Debug)]
+pub enum Lend {
+    /// A person approved it (or an earlier `allow-session` answer covers it).
+    Lend,
+    Refuse(Box<Refusal>),
 }
 
 /// The policy and the static DNS answers it implies: replaced together on
@@ -175,6 +188,9 @@ pub struct Engine {
     pub(crate) approver: Arc<dyn Approver>,
     identity: Arc<dyn ClientIdentity>,
     inspect: Option<crate::inspect::InspectConfig>,
+    lend_to: crate::lend::LendTo,
+    /// (target, method, credential) that `allow-session` lent for the run.
+    lent: Mutex<HashSet<(Target, String, String)>>,
     next_conn: AtomicU64,
     open_conns: Arc<std::sync::atomic::AtomicUsize>,
     tunnels: Arc<Semaphore>,
@@ -183,6 +199,8 @@ pub struct Engine {
     /// Which names the sandbox's DNS answered with which address, so a
     /// captured connection's destination name can be recovered.
     pub(crate) names: crate::dns::Names,
+    /// Names awaiting approval, answered with placeholder addresses.
+    pub(crate) placeholders: crate::dns::Placeholders,
     /// Questions being asked now: later askers for the same target wait on
     /// the first one's answer instead of asking again.
     inflight: Mutex<Inflight>,
@@ -238,11 +256,14 @@ impl Engine {
             approver: cfg.approver,
             identity: cfg.identity,
             inspect: cfg.inspect,
+            lend_to: cfg.lend_to,
+            lent: Mutex::new(HashSet::new()),
             next_conn: AtomicU64::new(1),
             open_conns: Default::default(),
             own: Mutex::new(vec![]),
             session: SessionApprovals::default(),
             names: crate::dns::Names::default(),
+            placeholders: crate::dns::Placeholders::default(),
             inflight: Mutex::new(HashMap::new()),
             blocked: Mutex::new(Tally::default()),
             upstream: Mutex::new(Tally::default()),
@@ -542,6 +563,88 @@ impl Engine {
         }
     }
 
+    /// Which clients credentials are added for.
+    pub fn lend_to(&self) -> crate::lend::LendTo {
+        self.lend_to
+    }
+
+    /// A request on an allowed host would carry a credential beyond reads
+    /// (SPEC §3.4): ask the approver, naming the method, URL and
+    /// credential. With nobody to ask it is refused (`credential-write`).
+    pub async fn lend(&self, conn: &Conn, target: &Target, write: CredentialWrite) -> Lend {
+        let key = (
+            target.clone(),
+            write.method.clone(),
+            write.credential.clone(),
+        );
+        if lock(&self.lent).contains(&key) {
+            return Lend::Lend;
+        }
+        let refuse = |detail: String| {
+            let r = Refusal::new(Reason::CredentialWrite, target, detail);
+            Lend::Refuse(Box::new(self.refused(conn, Protocol::Connect, r, None)))
+        };
+        let shown = crate::escape::line(&write.to_string(), 400);
+        if !self.approver.asks() {
+            return refuse(format!(
+                "{shown} would act with that identity, and the credential is lent to reads only (GET, HEAD); nobody was asked (no approver, or --ask deny)"
+            ));
+        }
+        let policy = self.policy();
+        let question = Question {
+            target: target.clone(),
+            command: conn
+                .client
+                .clone()
+                .or_else(|| self.identity.identify(conn.peer))
+                .map(|c| c.argv.join(" ")),
+            write: Some(write.clone()),
+        };
+        let asked = Instant::now();
+        let (answer, by) =
+            match tokio::time::timeout(policy.ask_timeout, self.approver.ask(question)).await {
+                Ok(a) => a,
+                Err(_) => (
+                    Answer::Timeout,
+                    format!("nobody answered within {:?}", policy.ask_timeout),
+                ),
+            };
+        self.metrics.approval_wait(asked.elapsed().as_secs_f64());
+        if let Some(audit) = &self.audit {
+            audit.write(
+                conn.id,
+                Event::Approval(schema::Approval {
+                    host: target.host.to_string(),
+                    port: target.port,
+                    question: format!("lend the credential to {shown}?"),
+                    answer: answer.as_str().into(),
+                    by: by.clone(),
+                    command: conn.client.clone(),
+                }),
+            );
+        }
+        tracing::info!(conn = conn.id, %target, request = %shown, answer = answer.as_str(), by, "credential approval");
+        lock(&self.approvals).push(Approval {
+            host: target.host.to_string(),
+            port: target.port,
+            answer: answer.as_str().to_string(),
+            by: by.clone(),
+        });
+        match answer {
+            Answer::AllowSession | Answer::AllowAlways => {
+                lock(&self.lent).insert(key);
+                Lend::Lend
+            }
+            Answer::AllowOnce => Lend::Lend,
+            Answer::Timeout => refuse(format!(
+                "{shown}: the credential is lent to reads only and nobody approved this request in time ({by})"
+            )),
+            Answer::Deny => refuse(format!(
+                "{shown}: the credential is lent to reads only and approval was refused ({by})"
+            )),
+        }
+    }
+
     /// Ask the approver, unless the same target is being asked about
     /// already, in which case wait for that answer. No answer within
     /// `ask_timeout` is a timeout.
@@ -587,6 +690,7 @@ impl Engine {
                 .clone()
                 .or_else(|| self.identity.identify(conn.peer))
                 .map(|c| c.argv.join(" ")),
+            write: None,
         };
         let answer =
             match tokio::time::timeout(policy.ask_timeout, self.approver.ask(question)).await {

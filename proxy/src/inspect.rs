@@ -38,6 +38,30 @@ pub struct Credential {
     pub host: Pattern,
     pub header: HeaderName,
     pub value: HeaderValue,
+    /// What it is lent to beyond reads (SPEC §3.4).
+    pub methods: Vec<airlock_policy::request::RequestAllow>,
+    /// Where it came from, for questions and refusals (never the value).
+    pub from: String,
+}
+
+impl Credential {
+    /// How a question or a refusal names it.
+    pub fn describe(&self) -> String {
+        format!("{} for {} from {}", self.header, self.host.text, self.from)
+    }
+}
+
+/// The credentials a request to `target` would carry: for each header the
+/// last matching entry, as the loop that sets them leaves it.
+fn carried<'a>(cfg: &'a InspectConfig, target: &Target) -> Vec<&'a Credential> {
+    let mut out: Vec<&Credential> = vec![];
+    for c in &cfg.credentials {
+        if c.host.matches(target) == PatternMatch::Yes {
+            out.retain(|o| o.header != c.header);
+            out.push(c);
+        }
+    }
+    out
 }
 
 /// What inspection needs beyond the policy.
@@ -363,6 +387,38 @@ async fn handle(
             )
         }
     }
+    let carried = engine
+        .inspect_config()
+        .map(|cfg| carried(cfg, &target))
+        .unwrap_or_default();
+    if !carried.is_empty() {
+        // The origin gets the path that was judged a read, not a spelling
+        // it could read as another one.
+        if let Ok(norm) = airlock_policy::request::normalize_path(&path) {
+            path = norm;
+        }
+        // SPEC §5.4: a proxy others can reach lends only to its own user.
+        if let Err(why) = engine.lend_to().check(conn.peer) {
+            let r = Refusal::new(Reason::CredentialClient, &target, why);
+            return full(engine.refused(&conn, Protocol::Connect, r, None).response());
+        }
+        // SPEC §3.4: a credential reads; anything else is asked for.
+        let unlent: Vec<String> = carried
+            .iter()
+            .filter(|c| !crate::lend::lent(c, method.as_str(), &path, req.headers()))
+            .map(|c| c.describe())
+            .collect();
+        if !unlent.is_empty() {
+            let write = crate::approve::CredentialWrite {
+                method: method.to_string(),
+                url: format!("https://{}{}", authority_of(&target), path),
+                credential: unlent.join(", "),
+            };
+            if let crate::engine::Lend::Refuse(r) = engine.lend(&conn, &target, write).await {
+                return full(r.response());
+            }
+        }
+    }
     let url = format!("https://{}{}", authority_of(&target), path);
     let mut slot = upstream.lock().await;
     if slot.is_none() {
@@ -382,12 +438,8 @@ async fn handle(
         return full(engine.refused(&conn, Protocol::Connect, r, None).response());
     }
     crate::http::strip_hop_by_hop(req.headers_mut(), false);
-    if let Some(cfg) = engine.inspect_config() {
-        for c in &cfg.credentials {
-            if c.host.matches(&target) == PatternMatch::Yes {
-                req.headers_mut().insert(c.header.clone(), c.value.clone());
-            }
-        }
+    for c in carried {
+        req.headers_mut().insert(c.header.clone(), c.value.clone());
     }
     let header_names: Vec<String> = req
         .headers()

@@ -11,6 +11,7 @@ pub mod escape;
 pub mod http;
 pub mod identity;
 pub mod inspect;
+pub mod lend;
 pub mod metrics;
 pub mod refusal;
 mod resolve;
@@ -26,7 +27,10 @@ pub mod tunnel;
 
 /// The audit log moved to `airlock-audit`; these keep the old paths.
 pub use airlock_audit::{safe_file, AuditLog};
-pub use approve::{Answer, AnswerFuture, Approver, DenyApprover, Question};
-pub use engine::{Approval, Blocked, Engine, EngineConfig, Protocol, UpstreamFailure, TALLY_CAP};
+pub use approve::{Answer, AnswerFuture, Approver, CredentialWrite, DenyApprover, Question};
+pub use engine::{
+    Approval, Blocked, Engine, EngineConfig, Lend, Protocol, UpstreamFailure, TALLY_CAP,
+};
 pub use identity::{Client, ClientIdentity, SourceAddressOnly};
+pub use lend::LendTo;
 pub use serve::serve;

@@ -51,6 +51,15 @@ impl Resolver {
             .map_err(|e| format!("cannot start the DNS resolver: {e}"))
     }
 
+    /// The answer the policy itself gives (an address, a `resolve` pin):
+    /// no query leaves for it.
+    pub fn local(&self, host: &Host) -> Option<Vec<IpAddr>> {
+        match host {
+            Host::Ip(ip) => Some(vec![*ip]),
+            Host::Name(_) => self.overrides.get(host).map(|ip| vec![*ip]),
+        }
+    }
+
     /// All addresses for a host, in the resolver's order.
     pub async fn lookup(&self, host: &Host) -> Result<Vec<IpAddr>, String> {
         let name = match host {

@@ -75,7 +75,7 @@ const METHOD_OVERRIDE: [&str; 3] = [
 /// own: one of the override headers, or a `_method` query parameter (read
 /// by Rails, Laravel, Symfony and others). A rule that allows `POST` must
 /// not let through what the origin runs as `DELETE`.
-fn method_override(headers: &http::HeaderMap, path_and_query: &str) -> Option<String> {
+pub(crate) fn method_override(headers: &http::HeaderMap, path_and_query: &str) -> Option<String> {
     if let Some(h) = METHOD_OVERRIDE.iter().find(|h| headers.contains_key(**h)) {
         return Some(format!("a {h} header"));
     }

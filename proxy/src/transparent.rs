@@ -207,7 +207,12 @@ async fn client(engine: Arc<Engine>, stream: TcpStream, peer: SocketAddr) {
         let _ = socket2::SockRef::from(&stream).set_linger(Some(Duration::ZERO));
         return;
     };
-    let names = engine.names.lookup(orig.ip());
+    // A placeholder stands for exactly one name awaiting approval: the
+    // client's SNI or Host cannot make it another.
+    let names = match engine.placeholders.name(orig.ip()) {
+        Some(host) => vec![host],
+        None => engine.names.lookup(orig.ip()),
+    };
     let first = if names.len() == 1 {
         FirstBytes::default()
     } else {

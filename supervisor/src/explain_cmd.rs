@@ -170,8 +170,9 @@ pub fn presets(as_json: bool) -> Result<ExitCode> {
             say!("  hide  {path:<40} {why}");
         }
         for c in &r.credentials {
+            // SPEC §3.4: a discovered credential reads; writes are asked.
             say!(
-                "  credential {} on {:<29} from {}",
+                "  credential {} on {:<29} from {} (reads only; writes are asked for)",
                 c.header,
                 c.host,
                 c.from

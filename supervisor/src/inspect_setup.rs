@@ -56,6 +56,8 @@ pub fn config(policy: &Policy) -> Result<InspectConfig> {
                 v.set_sensitive(true);
                 v
             },
+            methods: c.methods.clone(),
+            from: c.origin.origin.to_string(),
         });
     }
     Ok(InspectConfig {

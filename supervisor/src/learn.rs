@@ -80,7 +80,17 @@ impl Sink for Recorder {
 struct LearnApprover;
 
 impl Approver for LearnApprover {
-    fn ask(&self, _: Question) -> AnswerFuture<'_> {
+    fn ask(&self, q: Question) -> AnswerFuture<'_> {
+        // Learning is about hosts: it never lends a credential to a write
+        // (SPEC §3.4), which nobody would have approved.
+        if q.write.is_some() {
+            return Box::pin(async {
+                (
+                    Answer::Deny,
+                    "learn mode (--learn) does not lend credentials to writes".to_string(),
+                )
+            });
+        }
         Box::pin(async { (Answer::AllowSession, BY.to_string()) })
     }
 }

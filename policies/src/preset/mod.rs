@@ -308,6 +308,8 @@ impl Resolved {
                     header: c.header.clone(),
                     value: c.value.clone(),
                     origin: Located::new((), layer, self.origin(&c.from)),
+                    // Discovered: lent to reads only (SPEC §3.4).
+                    methods: vec![],
                 })
             })
             .collect()

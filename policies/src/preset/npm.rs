@@ -8,6 +8,12 @@ use std::path::PathBuf;
 use super::secret::{base64_decode, basic};
 use super::{config_copy_dir, ini_values, ConfigCopy, Probe, Resolved};
 
+/// What the sanitised copy says instead of a token: the proxy sets the
+/// real one on the way out.
+const PLACEHOLDER_TOKEN: &str = "airlock-proxy-sets-this";
+/// `airlock:proxy`, base64, in place of an `_auth` value.
+const PLACEHOLDER_AUTH: &str = "YWlybG9jazpwcm94eQ==";
+
 /// Variables npm reads for its registry and TLS, passed when set.
 const PASS: &[&str] = &[
     "NPM_CONFIG_REGISTRY",
@@ -178,11 +184,19 @@ fn keep_tokens_outside(
                     ));
                     continue;
                 };
+                // The copy keeps a placeholder where the token was: npm
+                // refuses to publish without one, and the proxy replaces
+                // the header it makes (SPEC §3.4: an approved publish
+                // still publishes). It is not a secret.
                 match field {
                     "_authToken" => {
-                        r.credential(host, "Authorization", format!("Bearer {value}"), from)
+                        r.credential(host, "Authorization", format!("Bearer {value}"), from);
+                        kept.push_str(&format!("{key}={PLACEHOLDER_TOKEN}\n"));
                     }
-                    "_auth" => r.credential(host, "Authorization", format!("Basic {value}"), from),
+                    "_auth" => {
+                        r.credential(host, "Authorization", format!("Basic {value}"), from);
+                        kept.push_str(&format!("{key}={PLACEHOLDER_AUTH}\n"));
+                    }
                     _ => passwords.push((host, value, from)),
                 }
             }
@@ -256,6 +270,7 @@ fn expand(p: &dyn Probe, value: &str) -> Option<String> {
 mod tests {
     use super::super::find;
     use super::super::tests::FakeProbe;
+    use super::PLACEHOLDER_TOKEN;
 
     #[test]
     fn tokens_stay_outside_and_variables_pass_clean() {
@@ -295,7 +310,12 @@ mod tests {
         assert_eq!(r.caches, ["/home/u/.cache/airlock/npm"]);
         assert_eq!(r.hide[0].0, "/home/u/.npmrc");
         let copy = &r.files[0];
-        assert!(!copy.text.contains("_authToken") && !copy.text.contains("_password"));
+        // Placeholders where tokens were (npm publishes only with one);
+        // no secret, and no password line at all.
+        assert!(!copy.text.contains("tok-from-env") && !copy.text.contains("_password"));
+        for line in copy.text.lines().filter(|l| l.contains("_authToken")) {
+            assert!(line.ends_with(&format!("={PLACEHOLDER_TOKEN}")), "{line}");
+        }
         assert!(copy.text.contains("@acme:registry=") && copy.text.contains("fund=false"));
         let cred = |h: &str| {
             r.credentials

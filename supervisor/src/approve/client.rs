@@ -132,6 +132,15 @@ fn question(msg: &Value) -> String {
     let port = msg["port"]
         .as_u64()
         .map_or("?".to_string(), |p| p.to_string());
+    if msg["kind"].as_str() == Some("credential-write") {
+        let field = |k: &str, n| escape::line(msg[k].as_str().unwrap_or("?"), n);
+        return format!(
+            "\nlend the credential {} to {} {}?\n  (it is lent to reads only; this request may publish, delete or create tokens)\n  command: {who}\n  [o]nce [s]ession [d]eny: ",
+            field("credential", 200),
+            field("method", 20),
+            field("url", 300)
+        );
+    }
     format!("\nconnect to {host}:{port}?\n  command: {who}\n  [o]nce [s]ession [a]lways [d]eny: ")
 }
 

@@ -247,11 +247,19 @@ impl Approver for SocketApprover {
     fn ask(&self, q: Question) -> AnswerFuture<'_> {
         Box::pin(async move {
             let id = self.next_id.fetch_add(1, Ordering::Relaxed).to_string();
-            let line = json!({
+            let mut msg = json!({
                 "type": "ask", "id": id, "host": q.target.host.to_string(), "port": q.target.port,
                 "command": q.command,
-            })
-            .to_string();
+            });
+            if let Some(w) = &q.write {
+                // SPEC §3.4: the host is allowed; this asks to lend a
+                // credential to a request beyond reads.
+                msg["kind"] = json!("credential-write");
+                msg["method"] = json!(w.method);
+                msg["url"] = json!(w.url);
+                msg["credential"] = json!(w.credential);
+            }
+            let line = msg.to_string();
             let (reply, answer) = oneshot::channel();
             lock(&self.hub.pending).insert(
                 id.clone(),
@@ -275,6 +283,8 @@ impl Approver for SocketApprover {
             }
             let _withdraw = Withdraw(&self.hub, id);
             match answer.await {
+                // Lending a credential is never written into a policy.
+                Ok((a, by)) if q.write.is_some() => (a.session_at_most(), by),
                 Ok((a, by)) => {
                     self.persist.apply(&q.target, a, &by);
                     (a, by)

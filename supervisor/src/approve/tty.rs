@@ -191,6 +191,16 @@ pub fn question_line(q: &Question) -> String {
         || "(unknown)".to_string(),
         |c| escape::line(c, COMMAND_SHOWN),
     );
+    if let Some(w) = &q.write {
+        // SPEC §3.4: the host is allowed; the question is whether this
+        // request may act with someone's identity.
+        return format!(
+            "airlock: lend the credential {} to {} {}?\r\n  (it is lent to reads only; this request may publish, delete or create tokens)\r\n  command: {who}\r\n  Allow? [o]nce [s]ession [d]eny (one lowercase key; anything else denies): ",
+            escape::line(&w.credential, 200),
+            escape::line(&w.method, 20),
+            escape::line(&w.url, 300),
+        );
+    }
     format!(
         "airlock: allow a connection to {}?\r\n  command: {who}\r\n  Allow? [o]nce [s]ession [a]lways [d]eny (one lowercase key; anything else denies): ",
         escape::line(&q.target.to_string(), 300)
@@ -265,6 +275,7 @@ impl Approver for TtyApprover {
         let cancelled = Arc::new(AtomicBool::new(false));
         Box::pin(async move {
             let target = q.target.clone();
+            let q_write = q.write.is_some();
             // Dropped by the engine's timeout: a prompt that is up ends.
             struct Cancel(Arc<AtomicBool>);
             impl Drop for Cancel {
@@ -288,6 +299,10 @@ impl Approver for TtyApprover {
             })
             .await;
             let (answer, by) = asked.unwrap_or((Answer::Deny, "the terminal prompt failed".into()));
+            if q_write {
+                // Lending a credential is never written into a policy.
+                return (answer.session_at_most(), by);
+            }
             self.persist.apply(&target, answer, &by);
             (answer, by)
         })
@@ -323,6 +338,7 @@ mod tests {
         let q = Question {
             target: airlock_policy::Target::parse("evil.test:443", None).unwrap(),
             command: Some("\x1b[2K\rnpm install wants to connect to a.test\x07".into()),
+            write: None,
         };
         let line = question_line(&q);
         // Only airlock's own line breaks; nothing from the sandbox.
@@ -332,10 +348,30 @@ mod tests {
     }
 
     #[test]
+    fn a_credential_question_names_method_url_and_credential_escaped() {
+        let q = Question {
+            target: airlock_policy::Target::parse("r.test:443", None).unwrap(),
+            command: Some("npm publish".into()),
+            write: Some(airlock_proxy::CredentialWrite {
+                method: "PUT".into(),
+                url: "https://r.test/pkg\x1b[2K".into(),
+                credential: "authorization for r.test from preset npm (~/.npmrc:1)".into(),
+            }),
+        };
+        let line = question_line(&q);
+        let bare = line.replace("\r\n", " ");
+        assert!(!bare.bytes().any(|b| b < 0x20 || b == 0x7f), "{line:?}");
+        assert!(line.contains("PUT https://r.test/pkg"), "{line:?}");
+        assert!(line.contains("preset npm"), "{line:?}");
+        assert!(!line.contains("[a]lways"), "{line:?}");
+    }
+
+    #[test]
     fn a_long_command_never_pushes_the_host_away() {
         let q = Question {
             target: airlock_policy::Target::parse("evil.test:443", None).unwrap(),
             command: Some(format!("npm wants registry.test{}", " ".repeat(400))),
+            write: None,
         };
         let line = question_line(&q);
         let (host, rest) = line.split_once("\r\n").unwrap();
