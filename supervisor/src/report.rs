@@ -42,12 +42,29 @@ pub struct Report<'a> {
     pub upstream_failures_not_listed: u64,
     pub approvals: &'a [Approval],
     pub approvals_not_listed: usize,
+    /// Writes the command tried where the boundary refuses them (SPEC §7).
+    pub filesystem_refusals: &'a [FsRefusal],
+    pub filesystem_refusals_total: u64,
+    pub filesystem_refusals_not_listed: u64,
     /// Host variables left outside the sandbox: names, never values.
     pub withheld_env: &'a [String],
     pub withheld_env_not_listed: usize,
     pub protected_paths: ProtectedPaths<'a>,
     /// What the post-run check found and did (SPEC §4.5).
     pub protected_changes: &'a [crate::integrity::Outcome],
+}
+
+/// A write the command tried where the boundary refuses it: the path, the
+/// operation, the rule, how often, and how to allow it or why it cannot be.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct FsRefusal {
+    pub path: String,
+    /// write | create | mkdir | delete | rename | link | chmod
+    pub op: &'static str,
+    /// outside-writable-roots | protected
+    pub rule: &'static str,
+    pub count: u64,
+    pub how_to_allow: String,
 }
 
 #[derive(Serialize)]
@@ -67,6 +84,9 @@ pub struct Summary {
     pub upstream: Vec<UpstreamFailure>,
     pub upstream_beyond: u64,
     pub approvals: Vec<Approval>,
+    /// The most frequent first.
+    pub filesystem: Vec<FsRefusal>,
+    pub filesystem_beyond: u64,
     pub withheld_env: Vec<String>,
     /// `[env] inherit = "none"`: everything not on the pass list is withheld.
     pub inherit_none: bool,
@@ -95,6 +115,10 @@ impl Summary {
         self.blocked.iter().map(|b| b.count).sum::<u64>() + self.blocked_beyond
     }
 
+    pub fn filesystem_total(&self) -> u64 {
+        self.filesystem.iter().map(|f| f.count).sum::<u64>() + self.filesystem_beyond
+    }
+
     pub fn upstream_total(&self) -> u64 {
         self.upstream.iter().map(|u| u.count).sum::<u64>() + self.upstream_beyond
     }
@@ -119,6 +143,13 @@ impl Summary {
                 - upstream.iter().map(|u| u.count).sum::<u64>(),
             approvals: &self.approvals[..cut(self.approvals.len())],
             approvals_not_listed: self.approvals.len() - cut(self.approvals.len()),
+            filesystem_refusals: &self.filesystem[..cut(self.filesystem.len())],
+            filesystem_refusals_total: self.filesystem_total(),
+            filesystem_refusals_not_listed: self.filesystem_total()
+                - self.filesystem[..cut(self.filesystem.len())]
+                    .iter()
+                    .map(|f| f.count)
+                    .sum::<u64>(),
             withheld_env: &self.withheld_env[..cut(self.withheld_env.len())],
             withheld_env_not_listed: self.withheld_env.len() - cut(self.withheld_env.len()),
             protected_paths: head.protected_paths,
@@ -136,6 +167,7 @@ impl Summary {
         let mut lines: Vec<String> = vec![];
         lines.extend(blocked_line(&self.blocked, self.blocked_beyond));
         lines.extend(upstream_line(&self.upstream, self.upstream_beyond));
+        lines.extend(filesystem_line(&self.filesystem, self.filesystem_beyond));
         if !self.withheld_env.is_empty() && (failed || !lines.is_empty()) {
             lines.push(self.withheld_line());
         }
@@ -211,6 +243,36 @@ fn times(count: u64) -> String {
     } else {
         String::new()
     }
+}
+
+/// `airlock: refused 2 writes: /etc/x (create; outside the writable
+/// roots: --write /etc ...), ~/.bashrc (write; protected: ...)`.
+fn filesystem_line(refused: &[FsRefusal], beyond: u64) -> Option<String> {
+    if refused.is_empty() && beyond == 0 {
+        return None;
+    }
+    let total: u64 = refused.iter().map(|f| f.count).sum::<u64>() + beyond;
+    let shown = &refused[..refused.len().min(STDERR_CAP)];
+    let list = shown
+        .iter()
+        .map(|f| {
+            format!(
+                "{} ({}{}; {})",
+                f.path,
+                f.op,
+                times(f.count),
+                f.how_to_allow
+            )
+        })
+        .collect::<Vec<_>>()
+        .join(", ");
+    let unlisted = total - shown.iter().map(|f| f.count).sum::<u64>();
+    Some(format!(
+        "airlock: the sandbox refused {} write{}: {list}{}.",
+        thousands(total),
+        if total == 1 { "" } else { "s" },
+        more(unlisted)
+    ))
 }
 
 /// `airlock: blocked 2 connections: a:443 (not-allowlisted), ...` and the

@@ -762,6 +762,10 @@ fn run_platform(
         engine.upstream_beyond(),
     );
     summary.approvals = engine.approvals();
+    #[cfg(target_os = "linux")]
+    {
+        (summary.filesystem, summary.filesystem_beyond) = crate::linux::fsrefusals::refusals();
+    }
     summary.withheld_env = std::mem::take(&mut plan.withheld_env);
     summary.inherit_none = engine.policy().env_inherit.value == airlock_policy::EnvInherit::None;
     if let Some(block) = summary.stderr_block(code != 0) {

@@ -196,6 +196,16 @@ fn a_harness_runs_a_task_in_one_session() {
             out.stderr
         );
 
+        // So is a refused write, with how to allow it.
+        let out = s.sh(&deep, "touch /etc/airlock-session-probe 2>/dev/null; true");
+        assert!(
+            out.stderr.contains(
+                "airlock: the sandbox refused 1 write: /etc/airlock-session-probe (create; outside the writable roots: --write /etc"
+            ),
+            "{who:?}: {}",
+            out.stderr
+        );
+
         // A server one command leaves running is there for the next.
         let port = 20000 + (std::process::id() % 20000) as u16 + who as u16;
         let out = s.sh(

@@ -25,7 +25,7 @@ use super::set::Protected;
 
 pub struct Watch {
     wake: EventFd,
-    thread: JoinHandle<Vec<PathBuf>>,
+    thread: JoinHandle<(Vec<PathBuf>, Inotify)>,
 }
 
 /// What a watched name is: only reported, or grounds to end the run.
@@ -175,7 +175,7 @@ pub fn start(set: &[Protected], killer: Arc<OnceLock<Killer>>) -> Option<Watch> 
                 break;
             }
         }
-        seen
+        (seen, inotify)
     });
     Some(Watch { wake, thread })
 }
@@ -184,6 +184,67 @@ impl Watch {
     /// Stop at once (after what is queued), and return what was seen created.
     pub fn finish(self) -> Vec<PathBuf> {
         let _ = self.wake.write(1);
-        self.thread.join().unwrap_or_default()
+        match self.thread.join() {
+            Ok((seen, inotify)) => {
+                close_elsewhere(OwnedFd::from(inotify));
+                seen
+            }
+            Err(_) => vec![],
+        }
     }
+}
+
+/// Close `fd` in a short-lived process of its own: the last close of an
+/// inotify instance waits for an SRCU grace period (15 to 20 ms), which
+/// neither this run's exit nor its caller should wait for (a one-shot run
+/// in a git repository paid it on every command). The process shares our
+/// memory, not our descriptor table, and makes two system calls on a stack
+/// of its own; nothing waits for it.
+fn close_elsewhere(fd: OwnedFd) {
+    use std::os::fd::IntoRawFd;
+    struct Job {
+        fd: libc::c_int,
+        /// Set once our own copy is closed: the child's close is the last.
+        ours_closed: std::sync::atomic::AtomicBool,
+    }
+    extern "C" fn close_and_exit(arg: *mut libc::c_void) -> libc::c_int {
+        // SAFETY: `arg` is a leaked `Job`; raw system calls only, on a
+        // descriptor in our own copy of the table.
+        unsafe {
+            let job = &*(arg as *const Job);
+            for _ in 0..100_000 {
+                if job.ours_closed.load(std::sync::atomic::Ordering::Acquire) {
+                    break;
+                }
+                libc::syscall(libc::SYS_sched_yield);
+            }
+            libc::syscall(libc::SYS_close, job.fd);
+            libc::syscall(libc::SYS_exit, 0);
+        }
+        0
+    }
+    // Leaked on purpose: the process may still run on it after we return.
+    let stack: &'static mut [u8] = Box::leak(vec![0u8; 16 * 1024].into_boxed_slice());
+    let top = (stack.as_mut_ptr() as usize + stack.len()) & !15;
+    let raw = fd.into_raw_fd();
+    let job: &'static Job = Box::leak(Box::new(Job {
+        fd: raw,
+        ours_closed: std::sync::atomic::AtomicBool::new(false),
+    }));
+    // SAFETY: the child runs `close_and_exit` on its own leaked stack and
+    // reads only the leaked `job`; no CLONE_FILES, so its close is of its
+    // own copy. Exit signal 0: it is never waited for.
+    unsafe {
+        libc::clone(
+            close_and_exit,
+            top as *mut libc::c_void,
+            libc::CLONE_VM,
+            job as *const Job as *mut libc::c_void,
+        )
+    };
+    // SAFETY: our own descriptor; with the child holding a copy this close
+    // is not the last one (and if the clone failed, it is, as before).
+    unsafe { libc::close(raw) };
+    job.ours_closed
+        .store(true, std::sync::atomic::Ordering::Release);
 }

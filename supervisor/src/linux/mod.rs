@@ -6,6 +6,7 @@ pub mod caps;
 pub mod capture;
 pub mod degraded;
 pub mod denywatch;
+pub mod fsrefusals;
 pub mod helper;
 pub mod init;
 pub mod landlock;

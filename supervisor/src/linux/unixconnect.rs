@@ -45,6 +45,7 @@ const SECCOMP_SET_MODE_FILTER: libc::c_ulong = 1;
 const SECCOMP_FILTER_FLAG_NEW_LISTENER: libc::c_ulong = 1 << 3;
 const SECCOMP_RET_USER_NOTIF: u32 = 0x7fc0_0000;
 const SECCOMP_RET_ALLOW: u32 = 0x7fff_0000;
+const SECCOMP_USER_NOTIF_FLAG_CONTINUE: u32 = 1;
 const NOTIF_RECV: libc::c_ulong = 0xc050_2100;
 const NOTIF_SEND: libc::c_ulong = 0xc018_2101;
 const NOTIF_ID_VALID: libc::c_ulong = 0x4008_2102;
@@ -86,33 +87,7 @@ fn os_err() -> i32 {
 /// In PID 1, after the other filters: every connect() goes to the helper.
 /// Returns the listener descriptor to pass to it.
 pub fn install() -> Result<OwnedFd> {
-    let nr = libc::SYS_connect as u32;
-    let prog = [
-        libc::sock_filter {
-            code: 0x20, // BPF_LD | BPF_W | BPF_ABS: seccomp_data.nr
-            jt: 0,
-            jf: 0,
-            k: 0,
-        },
-        libc::sock_filter {
-            code: 0x15, // BPF_JMP | BPF_JEQ | BPF_K
-            jt: 0,
-            jf: 1,
-            k: nr,
-        },
-        libc::sock_filter {
-            code: 0x06, // BPF_RET
-            jt: 0,
-            jf: 0,
-            k: SECCOMP_RET_USER_NOTIF,
-        },
-        libc::sock_filter {
-            code: 0x06,
-            jt: 0,
-            jf: 0,
-            k: SECCOMP_RET_ALLOW,
-        },
-    ];
+    let prog = program();
     let fprog = libc::sock_fprog {
         len: prog.len() as u16,
         filter: prog.as_ptr() as *mut libc::sock_filter,
@@ -136,6 +111,42 @@ pub fn install() -> Result<OwnedFd> {
     Ok(fd)
 }
 
+/// The filter: every connect(), and every call that means to write
+/// (`fsrefusals.rs`: an open only with a write flag), to the supervisor;
+/// everything else allowed.
+fn program() -> Vec<libc::sock_filter> {
+    const LD_ABS_W: u16 = 0x20;
+    const JEQ_K: u16 = 0x15;
+    const JSET_K: u16 = 0x45;
+    const RET_K: u16 = 0x06;
+    let ins = |code, jt, jf, k| libc::sock_filter { code, jt, jf, k };
+    let mut p = vec![ins(LD_ABS_W, 0, 0, 0)]; // seccomp_data.nr
+    p.push(ins(JEQ_K, 0, 1, libc::SYS_connect as u32));
+    p.push(ins(RET_K, 0, 0, SECCOMP_RET_USER_NOTIF));
+    for (nr, arg) in super::fsrefusals::open_flags() {
+        // The low word of the flags argument (little-endian).
+        let off = 16 + 8 * arg as u32;
+        p.push(ins(JEQ_K, 0, 4, nr as u32));
+        p.push(ins(LD_ABS_W, 0, 0, off));
+        p.push(ins(JSET_K, 0, 1, super::fsrefusals::WRITE_FLAGS));
+        p.push(ins(RET_K, 0, 0, SECCOMP_RET_USER_NOTIF));
+        p.push(ins(RET_K, 0, 0, SECCOMP_RET_ALLOW));
+    }
+    let opens: Vec<i64> = super::fsrefusals::open_flags()
+        .iter()
+        .map(|(n, _)| *n)
+        .collect();
+    for c in super::fsrefusals::calls()
+        .into_iter()
+        .filter(|c| !opens.contains(&c.nr))
+    {
+        p.push(ins(JEQ_K, 0, 1, c.nr as u32));
+        p.push(ins(RET_K, 0, 0, SECCOMP_RET_USER_NOTIF));
+    }
+    p.push(ins(RET_K, 0, 0, SECCOMP_RET_ALLOW));
+    p
+}
+
 fn set_cloexec(fd: RawFd) {
     // SAFETY: fcntl on a descriptor we own.
     unsafe { libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC) };
@@ -151,6 +162,8 @@ struct Decider {
     sandbox_ns: String,
     /// Abstract names are the sandbox's own unless it shares the host's network.
     host_net: bool,
+    /// What the plan grants, for the writes it watches.
+    fs: super::fsrefusals::Rules,
 }
 
 fn readlink(p: &str) -> Option<String> {
@@ -199,6 +212,7 @@ pub fn serve(plan: &Plan, fd: OwnedFd, diag: OwnedFd, pid_ns: &OwnedFd) -> Resul
         granted,
         sandbox_ns,
         host_net: plan.net == Net::Host,
+        fs: super::fsrefusals::Rules::of(plan),
     });
     std::thread::Builder::new()
         .name("connect".into())
@@ -234,6 +248,19 @@ fn receive(fd: OwnedFd, ctx: Arc<Decider>) {
                 libc::EINTR | libc::ENOENT => continue,
                 _ => return, // every sandbox process is gone
             }
+        }
+        if req.data.nr as i64 != libc::SYS_connect {
+            // A write: noted, then left to the kernel (Landlock decides).
+            super::fsrefusals::note(&ctx.fs, req.pid, req.data.nr as i64, &req.data.args);
+            let resp = NotifResp {
+                id: req.id,
+                val: 0,
+                error: 0,
+                flags: SECCOMP_USER_NOTIF_FLAG_CONTINUE,
+            };
+            // SAFETY: NOTIF_SEND reads a seccomp_notif_resp.
+            unsafe { libc::ioctl(fd.as_raw_fd(), NOTIF_SEND, &resp) };
+            continue;
         }
         // A worker each (workers.rs), so that a blocking connect does not
         // hold up the others. Past the bound (a sandbox that floods

@@ -317,7 +317,11 @@ fn run_command(
     };
     let (env, warnings) = setup.env.for_command(req.env, &cwd);
     notes.extend(warnings.into_iter().map(|w| format!("airlock: {w}")));
-    let before = (setup.engine.blocked(), setup.engine.upstream_failures());
+    let before = (
+        setup.engine.blocked(),
+        setup.engine.upstream_failures(),
+        crate::linux::fsrefusals::refusals().0,
+    );
     let (tx, rx) = mpsc::channel();
     lock(routes).insert(id, tx.clone());
     // The caller's later words: a signal to pass on, a kill on its
@@ -403,7 +407,7 @@ fn run_command(
     // What the proxy refused, or could not reach, while it ran (with
     // commands running at once, theirs too: the proxy cannot tell them
     // apart by more than the process).
-    let summary = crate::report::Summary::new(
+    let mut summary = crate::report::Summary::new(
         grew(
             &before.0,
             &setup.engine.blocked(),
@@ -427,6 +431,16 @@ fn run_command(
         ),
         0,
     );
+    summary.filesystem = grew(
+        &before.2,
+        &crate::linux::fsrefusals::refusals().0,
+        |f| (f.path.clone(), f.op),
+        |f| f.count,
+        |f, n| crate::report::FsRefusal {
+            count: n,
+            ..f.clone()
+        },
+    );
     if let Some(block) = summary.stderr_block(code != 0) {
         notes.push(block);
     }
@@ -441,6 +455,7 @@ fn run_command(
         "duration_ms": started.elapsed().as_millis() as u64,
         "blocked": blocked,
         "upstream_failures": upstream,
+        "filesystem_refusals": summary.filesystem,
         "protected_changes": changes,
         "killed": killed,
     });

@@ -1,0 +1,280 @@
+//! Filesystem refusals explained (SPEC §7): which writes the command tried
+//! where the boundary refuses them, so that the report and the stderr
+//! block can say what was stopped and how to allow it, instead of leaving
+//! the model with a bare `Permission denied` or `Read-only file system`.
+//!
+//! The connect() filter of `unixconnect.rs` also stops every call that
+//! means to write (an `open` for writing or creating, `mkdir`, `unlink`,
+//! `rename`, `link`, `symlink`, `mknod`, `chmod`, `truncate`), read-only
+//! opens never. The supervisor reads the path, judges it against the plan
+//! (outside every writable root, or protected inside one), records a
+//! refusal, and lets the call go on unchanged (SECCOMP_USER_NOTIF_FLAG_
+//! CONTINUE): Landlock and the mounts still decide, this only watches.
+//! What a path names can change between this look and the kernel's; what
+//! is recorded is the path as the command gave it.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+/// Distinct refusals kept; past it they are counted.
+const CAP: usize = 1000;
+
+use crate::report::FsRefusal;
+
+#[derive(Default)]
+struct Tally {
+    seen: BTreeMap<(PathBuf, &'static str), (&'static str, u64)>,
+    beyond: u64,
+}
+
+static TALLY: Mutex<Option<Tally>> = Mutex::new(None);
+
+/// What the plan grants, for judging paths.
+pub struct Rules {
+    write: Vec<PathBuf>,
+    protected: Vec<PathBuf>,
+}
+
+impl Rules {
+    pub fn of(plan: &crate::plan::Plan) -> Rules {
+        let mut protected = plan.deny_write.clone();
+        protected.extend(plan.protected.iter().map(crate::integrity::Protected::path));
+        Rules {
+            write: plan.write.clone(),
+            protected,
+        }
+    }
+
+    /// Why a write to `path` is refused, if it is.
+    fn judge(&self, path: &Path) -> Option<&'static str> {
+        // The sandbox's own: private /tmp and /dev/shm, its /dev and /proc.
+        if ["/tmp", "/dev", "/proc", "/dev/shm", "/run", "/var/run"]
+            .iter()
+            .any(|p| path.starts_with(p))
+        {
+            return None;
+        }
+        if self.protected.iter().any(|p| path.starts_with(p)) {
+            return Some("protected");
+        }
+        if self.write.iter().any(|w| path.starts_with(w)) {
+            return None;
+        }
+        Some("outside-writable-roots")
+    }
+}
+
+fn lock() -> std::sync::MutexGuard<'static, Option<Tally>> {
+    TALLY
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// Record one refused attempt.
+fn record(path: PathBuf, op: &'static str, rule: &'static str) {
+    let mut g = lock();
+    let t = g.get_or_insert_with(Tally::default);
+    let key = (path, op);
+    if let Some(e) = t.seen.get_mut(&key) {
+        e.1 += 1;
+    } else if t.seen.len() < CAP {
+        t.seen.insert(key, (rule, 1));
+    } else {
+        t.beyond += 1;
+    }
+}
+
+/// Everything recorded so far, most frequent first, and the count of
+/// those past the cap.
+pub fn refusals() -> (Vec<FsRefusal>, u64) {
+    let g = lock();
+    let Some(t) = g.as_ref() else {
+        return (vec![], 0);
+    };
+    let mut out: Vec<FsRefusal> = t
+        .seen
+        .iter()
+        .map(|((path, op), (rule, count))| FsRefusal {
+            path: crate::sources::escape(&path.to_string_lossy()),
+            op,
+            rule,
+            count: *count,
+            how_to_allow: how_to_allow(path, rule),
+        })
+        .collect();
+    out.sort_by_key(|r| std::cmp::Reverse(r.count));
+    (out, t.beyond)
+}
+
+fn how_to_allow(path: &Path, rule: &str) -> String {
+    match rule {
+        "protected" => "protected: host tools run or obey it, so no sandbox may write it (SPEC §4.5); change it outside the sandbox".into(),
+        _ => {
+            let dir = path.parent().unwrap_or(path);
+            let shown = crate::sources::shown(dir);
+            format!("outside the writable roots: --write {shown} or add \"{shown}\" to [filesystem].write")
+        }
+    }
+}
+
+/// The syscalls the filter stops, with where their path and flags are.
+pub struct Call {
+    pub nr: i64,
+    pub op: &'static str,
+    /// (dirfd argument or None for AT_FDCWD-relative, path argument).
+    pub at: Option<usize>,
+    pub path: usize,
+    /// A second path (rename, link: the new name; symlink: the link).
+    pub second: Option<(Option<usize>, usize)>,
+}
+
+/// Flags that make an open a write.
+pub const WRITE_FLAGS: u32 = (libc::O_WRONLY | libc::O_RDWR | libc::O_CREAT | libc::O_TRUNC) as u32;
+
+pub fn calls() -> Vec<Call> {
+    let c = |nr: i64, op, at, path, second| Call {
+        nr,
+        op,
+        at,
+        path,
+        second,
+    };
+    #[allow(unused_mut)]
+    let mut v = vec![
+        c(libc::SYS_openat, "write", Some(0), 1, None),
+        c(libc::SYS_mkdirat, "mkdir", Some(0), 1, None),
+        c(libc::SYS_mknodat, "create", Some(0), 1, None),
+        c(libc::SYS_unlinkat, "delete", Some(0), 1, None),
+        c(libc::SYS_renameat, "rename", Some(0), 1, Some((Some(2), 3))),
+        c(
+            libc::SYS_renameat2,
+            "rename",
+            Some(0),
+            1,
+            Some((Some(2), 3)),
+        ),
+        c(libc::SYS_linkat, "link", Some(2), 3, None),
+        c(libc::SYS_symlinkat, "link", Some(1), 2, None),
+        c(libc::SYS_fchmodat, "chmod", Some(0), 1, None),
+        c(libc::SYS_truncate, "write", None, 0, None),
+    ];
+    #[cfg(target_arch = "x86_64")]
+    v.extend([
+        c(libc::SYS_open, "write", None, 0, None),
+        c(libc::SYS_creat, "create", None, 0, None),
+        c(libc::SYS_mkdir, "mkdir", None, 0, None),
+        c(libc::SYS_mknod, "create", None, 0, None),
+        c(libc::SYS_unlink, "delete", None, 0, None),
+        c(libc::SYS_rmdir, "delete", None, 0, None),
+        c(libc::SYS_rename, "rename", None, 0, Some((None, 1))),
+        c(libc::SYS_link, "link", None, 1, None),
+        c(libc::SYS_symlink, "link", None, 1, None),
+        c(libc::SYS_chmod, "chmod", None, 0, None),
+    ]);
+    v
+}
+
+/// Where an open's flags are, for the filter: (nr, argument index).
+pub fn open_flags() -> Vec<(i64, usize)> {
+    #[allow(unused_mut)]
+    let mut v = vec![(libc::SYS_openat, 2)];
+    #[cfg(target_arch = "x86_64")]
+    v.push((libc::SYS_open, 1));
+    v
+}
+
+/// A NUL-terminated string of the caller's, at most PATH_MAX bytes.
+fn read_path(pid: u32, addr: u64) -> Option<Vec<u8>> {
+    let mut buf = vec![0u8; libc::PATH_MAX as usize];
+    let mut got = 0usize;
+    // Page by page: a short string near the end of a mapping must not fail
+    // for the bytes after it.
+    while got < buf.len() {
+        let here = addr as usize + got;
+        let to_page_end = 4096 - (here % 4096);
+        let want = to_page_end.min(buf.len() - got);
+        let local = libc::iovec {
+            iov_base: buf[got..].as_mut_ptr().cast(),
+            iov_len: want,
+        };
+        let remote = libc::iovec {
+            iov_base: here as *mut libc::c_void,
+            iov_len: want,
+        };
+        // SAFETY: reads at most `want` bytes of the caller's memory into `buf`.
+        let n = unsafe { libc::process_vm_readv(pid as libc::pid_t, &local, 1, &remote, 1, 0) };
+        if n <= 0 {
+            return None;
+        }
+        let n = n as usize;
+        if let Some(end) = buf[got..got + n].iter().position(|b| *b == 0) {
+            buf.truncate(got + end);
+            return Some(buf);
+        }
+        got += n;
+    }
+    None
+}
+
+/// The caller's path made absolute, as far as it can be told from outside.
+fn absolute(pid: u32, dirfd: Option<i64>, raw: &[u8]) -> Option<PathBuf> {
+    use std::os::unix::ffi::OsStrExt;
+    let p = Path::new(std::ffi::OsStr::from_bytes(raw));
+    if p.is_absolute() {
+        return Some(crate::plan::lexical(p));
+    }
+    let base = match dirfd {
+        None => std::fs::read_link(format!("/proc/{pid}/cwd")).ok()?,
+        Some(fd) if fd as i32 == libc::AT_FDCWD => {
+            std::fs::read_link(format!("/proc/{pid}/cwd")).ok()?
+        }
+        Some(fd) => std::fs::read_link(format!("/proc/{pid}/fd/{}", fd as i32)).ok()?,
+    };
+    base.is_absolute()
+        .then(|| crate::plan::lexical(&base.join(p)))
+}
+
+/// Look at one stopped call; the caller then lets it continue.
+pub fn note(rules: &Rules, pid: u32, nr: i64, args: &[u64; 6]) {
+    let Some(call) = calls().into_iter().find(|c| c.nr == nr) else {
+        return;
+    };
+    let look = |at: Option<usize>, path: usize, op: &'static str| {
+        let Some(raw) = read_path(pid, args[path]) else {
+            return;
+        };
+        if raw.is_empty() {
+            return;
+        }
+        let Some(abs) = absolute(pid, at.map(|i| args[i] as i64), &raw) else {
+            return;
+        };
+        let Some(rule) = rules.judge(&abs) else {
+            return;
+        };
+        // Creating what already exists fails for that reason first
+        // (`mkdir -p` walks every ancestor): not a refusal.
+        if matches!(op, "mkdir" | "link" | "create") && std::fs::symlink_metadata(&abs).is_ok() {
+            return;
+        }
+        let op = match (op, nr) {
+            ("write", _) if is_create(nr, args) && std::fs::symlink_metadata(&abs).is_err() => {
+                "create"
+            }
+            (op, _) => op,
+        };
+        record(abs, op, rule);
+    };
+    look(call.at, call.path, call.op);
+    if let Some((at, path)) = call.second {
+        look(at, path, call.op);
+    }
+}
+
+fn is_create(nr: i64, args: &[u64; 6]) -> bool {
+    open_flags()
+        .iter()
+        .find(|(n, _)| *n == nr)
+        .is_some_and(|(_, i)| args[*i] as u32 & libc::O_CREAT as u32 != 0)
+}

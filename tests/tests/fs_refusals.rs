@@ -1,0 +1,87 @@
+//! Filesystem refusals explained (SPEC §7): a write the boundary refuses is
+//! named on stderr and in the report, with the rule and how to allow it
+//! (or why it cannot be), and nothing the sandbox may write is reported.
+//! As root and as an ordinary user.
+
+use std::path::PathBuf;
+
+use airlock_tests::who::Who;
+use airlock_tests::*;
+
+fn base() -> PathBuf {
+    std::env::var_os("AIRLOCK_TEST_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("/var/tmp/airlock-fsrefusals"))
+}
+
+#[test]
+fn refused_writes_are_named_with_how_to_allow_them() {
+    for who in Who::all() {
+        let f = Fixture::new_in(&base());
+        std::fs::create_dir_all(f.ws.join("src")).unwrap();
+        who.prepare(&f);
+        let st = who
+            .host(&f, &f.ws, "git", &["init", "-q"])
+            .status()
+            .unwrap();
+        assert!(st.success());
+        let outside = f.home.join("outside");
+        let report = f.home.join("report.json");
+        let script = format!(
+            "touch {o}/new.txt; echo x >> .git/config; \
+             mkdir -p src/a/b && echo ok > src/a/b/f && mv src/a/b/f src/a/g && rm src/a/g; \
+             echo t > /tmp/scratch; echo n > /dev/null; mkdir -p {ws}/src; exit 0",
+            o = outside.display(),
+            ws = f.ws.display()
+        );
+        std::fs::create_dir_all(&outside).unwrap();
+        if who == Who::Nobody {
+            airlock_tests::who::chown(&f.home);
+        }
+        let mut cmd = f.command(&["--report", report.to_str().unwrap()], &script);
+        cmd.env("GIT_CONFIG_NOSYSTEM", "1");
+        let out = run(&mut who.wrap(cmd));
+        assert_eq!(out.code, 0, "{who:?}: {}", out.stderr);
+        let line = out
+            .stderr
+            .lines()
+            .find(|l| l.starts_with("airlock: the sandbox refused"))
+            .unwrap_or_else(|| panic!("{who:?}: no refusal line: {}", out.stderr))
+            .to_string();
+        assert!(
+            line.starts_with("airlock: the sandbox refused 2 writes"),
+            "{who:?}: {line}"
+        );
+        let new = outside.join("new.txt");
+        assert!(
+            line.contains(&format!(
+                "{} (create; outside the writable roots: --write {}",
+                new.display(),
+                outside.display()
+            )),
+            "{who:?}: {line}"
+        );
+        assert!(
+            line.contains(".git/config (write; protected"),
+            "{who:?}: {line}"
+        );
+        assert!(!new.exists(), "{who:?}: the write went through");
+        let rep: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
+        let refused = rep["filesystem_refusals"].as_array().expect("listed");
+        assert_eq!(refused.len(), 2, "{who:?}: {rep}");
+        assert_eq!(rep["filesystem_refusals_total"], 2, "{rep}");
+        assert!(
+            refused
+                .iter()
+                .any(|r| r["rule"] == "protected" && r["op"] == "write"),
+            "{rep}"
+        );
+        assert!(
+            refused
+                .iter()
+                .any(|r| r["rule"] == "outside-writable-roots" && r["op"] == "create"),
+            "{rep}"
+        );
+    }
+}
