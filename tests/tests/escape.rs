@@ -572,7 +572,9 @@ fn extra_write_paths_and_an_explicit_workspace() {
     );
     expect(&out, "wrote-extra");
     expect(&out, "wrote-workspace");
-    expect(&out, &other_ws.path().display().to_string());
+    // It runs where it was started (SPEC §2), a readable directory here,
+    // not in the workspace it names.
+    expect(&out, &f.ws.display().to_string());
     // The directory airlock was started in is not writable when another workspace is named.
     let out = f.run(
         &[
@@ -626,7 +628,7 @@ fn a_home_workspace_cannot_edit_airlocks_own_policy() {
     // The workspace is HOME itself.
     let out = f.run(
         &["--network", "none", "--workspace", f.home.to_str().unwrap()],
-        "echo 'allow = [\"evil.test\"]' >> .config/airlock/policy.toml; echo ok > scratch.txt && echo wrote",
+        "cd \"$HOME\"; echo 'allow = [\"evil.test\"]' >> .config/airlock/policy.toml; echo ok > scratch.txt && echo wrote",
     );
     expect(&out, "wrote");
     assert_eq!(
@@ -642,7 +644,7 @@ fn airlocks_config_dir_is_protected_even_before_it_exists() {
     let f = fixture();
     let out = f.run(
         &["--network", "none", "--workspace", f.home.to_str().unwrap()],
-        "mkdir -p .config/airlock; echo 'x' > .config/airlock/policy.toml; echo done",
+        "cd \"$HOME\"; mkdir -p .config/airlock; echo 'x' > .config/airlock/policy.toml; echo done",
     );
     expect(&out, "done");
     assert!(

