@@ -68,7 +68,8 @@ pub fn conflict(cs: &Changeset, e: &Entry) -> Option<String> {
     let same = |a: &Host, b: &Host| {
         a.kind == b.kind
             && a.ino == b.ino
-            && (a.kind == Kind::Dir || (a.size == b.size && a.mtime == b.mtime && a.ctime == b.ctime))
+            && (a.kind == Kind::Dir
+                || (a.size == b.size && a.mtime == b.mtime && a.ctime == b.ctime))
     };
     match (&e.host, &now) {
         (None, None) => return None,
@@ -131,8 +132,12 @@ fn parent_of(cs: &Changeset, e_root: usize, root_fd: &OwnedFd, rel: &Path) -> Re
                 let mode = std::fs::symlink_metadata(cs.upper(e_root).join(&so_far))
                     .map_or(0o755, |m| safe_mode(m.mode()));
                 // Made writable for us first; the mode is set at the end.
-                nix::sys::stat::mkdirat(cur.as_fd(), c.as_os_str(), Mode::from_bits_truncate(0o700 | mode))
-                    .with_context(|| format!("creating {}", so_far.display()))?;
+                nix::sys::stat::mkdirat(
+                    cur.as_fd(),
+                    c.as_os_str(),
+                    Mode::from_bits_truncate(0o700 | mode),
+                )
+                .with_context(|| format!("creating {}", so_far.display()))?;
                 openat(cur.as_fd(), c.as_os_str(), flags, Mode::empty())
                     .with_context(|| format!("opening {}", so_far.display()))?
             }
@@ -177,24 +182,41 @@ impl Writer<'_> {
                 match std::fs::symlink_metadata(&p) {
                     Ok(m) if m.is_dir() => std::fs::remove_dir_all(&p)
                         .with_context(|| format!("removing {}", e.rel.display()))?,
-                    Ok(_) => nix::unistd::unlinkat(dir.as_fd(), name, nix::unistd::UnlinkatFlags::NoRemoveDir)?,
+                    Ok(_) => nix::unistd::unlinkat(
+                        dir.as_fd(),
+                        name,
+                        nix::unistd::UnlinkatFlags::NoRemoveDir,
+                    )?,
                     Err(_) => {}
                 }
             }
             (Change::Deleted, _) => {
-                match nix::unistd::unlinkat(dir.as_fd(), name, nix::unistd::UnlinkatFlags::NoRemoveDir) {
+                match nix::unistd::unlinkat(
+                    dir.as_fd(),
+                    name,
+                    nix::unistd::UnlinkatFlags::NoRemoveDir,
+                ) {
                     Ok(()) | Err(nix::errno::Errno::ENOENT) => {}
                     Err(nix::errno::Errno::EISDIR) => {
-                        let p = PathBuf::from(format!("/proc/self/fd/{}", dir.as_raw_fd())).join(name);
+                        let p =
+                            PathBuf::from(format!("/proc/self/fd/{}", dir.as_raw_fd())).join(name);
                         std::fs::remove_dir_all(&p)?;
                     }
-                    Err(err) => return Err(err).with_context(|| format!("removing {}", e.rel.display())),
+                    Err(err) => {
+                        return Err(err).with_context(|| format!("removing {}", e.rel.display()))
+                    }
                 }
             }
             (_, Kind::Dir) => {
-                match nix::sys::stat::mkdirat(dir.as_fd(), name, Mode::from_bits_truncate(0o700 | safe_mode(e.mode))) {
+                match nix::sys::stat::mkdirat(
+                    dir.as_fd(),
+                    name,
+                    Mode::from_bits_truncate(0o700 | safe_mode(e.mode)),
+                ) {
                     Ok(()) | Err(nix::errno::Errno::EEXIST) => {}
-                    Err(err) => return Err(err).with_context(|| format!("creating {}", e.rel.display())),
+                    Err(err) => {
+                        return Err(err).with_context(|| format!("creating {}", e.rel.display()))
+                    }
                 }
             }
             (_, Kind::Symlink) => {
@@ -209,7 +231,15 @@ impl Writer<'_> {
                 let tmp = self.tmp();
                 if let (Some(first), true) = (&e.link_of, linked) {
                     let fdir = parent_of(self.cs, e.root, &self.roots[e.root], first)?;
-                    if nix::unistd::linkat(fdir.as_fd(), name_of(first)?, dir.as_fd(), tmp.as_str(), nix::fcntl::AtFlags::empty()).is_ok() {
+                    if nix::unistd::linkat(
+                        fdir.as_fd(),
+                        name_of(first)?,
+                        dir.as_fd(),
+                        tmp.as_str(),
+                        nix::fcntl::AtFlags::empty(),
+                    )
+                    .is_ok()
+                    {
                         renameat(dir.as_fd(), tmp.as_str(), dir.as_fd(), name)
                             .with_context(|| format!("placing {}", e.rel.display()))?;
                         return Ok(());
@@ -223,7 +253,11 @@ impl Writer<'_> {
                 let fd = openat(
                     dir.as_fd(),
                     tmp.as_str(),
-                    OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+                    OFlag::O_WRONLY
+                        | OFlag::O_CREAT
+                        | OFlag::O_EXCL
+                        | OFlag::O_NOFOLLOW
+                        | OFlag::O_CLOEXEC,
                     Mode::from_bits_truncate(0o600),
                 )
                 .with_context(|| format!("writing {}", e.rel.display()))?;
@@ -238,7 +272,11 @@ impl Writer<'_> {
                         out.set_modified(m.modified()?)
                     });
                 if let Err(err) = written {
-                    let _ = nix::unistd::unlinkat(dir.as_fd(), tmp.as_str(), nix::unistd::UnlinkatFlags::NoRemoveDir);
+                    let _ = nix::unistd::unlinkat(
+                        dir.as_fd(),
+                        tmp.as_str(),
+                        nix::unistd::UnlinkatFlags::NoRemoveDir,
+                    );
                     return Err(err).with_context(|| format!("writing {}", e.rel.display()));
                 }
                 renameat(dir.as_fd(), tmp.as_str(), dir.as_fd(), name)

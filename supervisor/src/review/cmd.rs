@@ -16,11 +16,7 @@ pub fn run(action: Option<&ChangesCommand>, json: bool) -> Result<ExitCode> {
         None => list(json),
         Some(ChangesCommand::List { json: j }) => list(json || *j),
         Some(ChangesCommand::Diff { id, stat, json: j }) => diff(id, *stat, json || *j),
-        Some(ChangesCommand::Apply {
-            id,
-            paths,
-            json: j,
-        }) => apply_cmd(id, paths, json || *j),
+        Some(ChangesCommand::Apply { id, paths, json: j }) => apply_cmd(id, paths, json || *j),
         Some(ChangesCommand::Discard { id, json: j }) => discard(id, json || *j),
     }
 }
@@ -40,7 +36,10 @@ fn list(json: bool) -> Result<ExitCode> {
         Err(_) => vec![],
     };
     ids.sort();
-    let mut sets: Vec<Changeset> = ids.iter().filter_map(|id| Changeset::open(id).ok()).collect();
+    let mut sets: Vec<Changeset> = ids
+        .iter()
+        .filter_map(|id| Changeset::open(id).ok())
+        .collect();
     sets.sort_by_key(|c| c.meta.started);
     if json {
         let v: Vec<_> = sets
@@ -163,7 +162,9 @@ fn diff(id: &str, stat: bool, json: bool) -> Result<ExitCode> {
             .entries
             .iter()
             .map(|e| {
-                let c = (!apply::already(&cs, e)).then(|| apply::conflict(&cs, e)).flatten();
+                let c = (!apply::already(&cs, e))
+                    .then(|| apply::conflict(&cs, e))
+                    .flatten();
                 entry_json(&cs, e, c.as_deref())
             })
             .collect();
@@ -194,7 +195,9 @@ fn diff(id: &str, stat: bool, json: bool) -> Result<ExitCode> {
         if let Some(l) = &e.link_of {
             line.push_str(&format!(" (same file as {})", shown(l)));
         }
-        if e.change == Change::Mode || (e.change == Change::Modified && e.host.as_ref().is_some_and(|h| h.mode != e.mode)) {
+        if e.change == Change::Mode
+            || (e.change == Change::Modified && e.host.as_ref().is_some_and(|h| h.mode != e.mode))
+        {
             let old = e.host.as_ref().map_or(0, |h| h.mode);
             line.push_str(&format!(" (mode {old:o} -> {:o})", e.mode));
         }
@@ -229,7 +232,10 @@ fn diff(id: &str, stat: bool, json: bool) -> Result<ExitCode> {
                 if hunks.is_empty() {
                     continue;
                 }
-                say!("--- a/{name}\n+++ b/{name}\n{}", hunks.trim_end_matches('\n'));
+                say!(
+                    "--- a/{name}\n+++ b/{name}\n{}",
+                    hunks.trim_end_matches('\n')
+                );
             }
             _ => {
                 let size = std::fs::symlink_metadata(&upper).map_or(0, |m| m.len());
@@ -247,7 +253,10 @@ fn host_path(p: &Path) -> PathBuf {
     if let Some(c) = crate::resolve::canonical(&abs) {
         return c;
     }
-    match (abs.parent().and_then(crate::resolve::canonical), abs.file_name()) {
+    match (
+        abs.parent().and_then(crate::resolve::canonical),
+        abs.file_name(),
+    ) {
         (Some(parent), Some(name)) => parent.join(name),
         _ => abs,
     }
@@ -265,10 +274,15 @@ fn apply_cmd(id: &str, paths: &[PathBuf], json: bool) -> Result<ExitCode> {
             continue;
         }
         let named_explicitly = named.iter().any(|n| {
-            *n == p || (crate::paths::under(&p, n) && scan::is_protected(n, &cs.meta.protected, &cs.meta.home))
+            *n == p
+                || (crate::paths::under(&p, n)
+                    && scan::is_protected(n, &cs.meta.protected, &cs.meta.home))
         });
         if e.kind == Kind::Special && e.change != Change::Deleted {
-            held_back.push((p, "a special file (fifo, socket or device) is never applied"));
+            held_back.push((
+                p,
+                "a special file (fifo, socket or device) is never applied",
+            ));
         } else if e.protected && !named_explicitly {
             held_back.push((p, "protected: name it to apply it"));
         } else {
@@ -276,7 +290,12 @@ fn apply_cmd(id: &str, paths: &[PathBuf], json: bool) -> Result<ExitCode> {
         }
     }
     for n in &named {
-        if !cs.meta.entries.iter().any(|e| crate::paths::under(&cs.meta.roots[e.root].join(&e.rel), n)) {
+        if !cs
+            .meta
+            .entries
+            .iter()
+            .any(|e| crate::paths::under(&cs.meta.roots[e.root].join(&e.rel), n))
+        {
             anyhow::bail!("{} is not in changeset {id}", shown(n));
         }
     }

@@ -53,7 +53,10 @@ fn own_changes_dir() -> Result<PathBuf> {
 
 /// A changeset's id: 8 hex digits, the only names `changes` accepts.
 pub fn valid_id(id: &str) -> bool {
-    id.len() == 8 && id.bytes().all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase())
+    id.len() == 8
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase())
 }
 
 /// The changeset's record, `meta.json` in its directory.
@@ -102,8 +105,8 @@ impl Changeset {
         let dir = changes_dir()?.join(id);
         let text = std::fs::read(dir.join("meta.json"))
             .with_context(|| format!("no changeset {id} (see `airlock changes list`)"))?;
-        let meta: Meta = serde_json::from_slice(&text)
-            .with_context(|| format!("reading changeset {id}"))?;
+        let meta: Meta =
+            serde_json::from_slice(&text).with_context(|| format!("reading changeset {id}"))?;
         Ok(Changeset { dir, meta })
     }
 
@@ -166,7 +169,10 @@ pub fn prepare(plan: &mut Plan, workspace: &Path, home: &Path) -> Result<Changes
             );
         }
         if crate::paths::under(r, &changes) {
-            bail!("--review: the writable root {} lies inside the changesets' directory", r.display());
+            bail!(
+                "--review: the writable root {} lies inside the changesets' directory",
+                r.display()
+            );
         }
         if !std::fs::symlink_metadata(r).is_ok_and(|m| m.is_dir()) {
             bail!(
@@ -247,7 +253,10 @@ pub fn prepare(plan: &mut Plan, workspace: &Path, home: &Path) -> Result<Changes
     // before it may have changed after the sandbox read it.
     let mut cs = cs;
     if let Ok(m) = std::fs::symlink_metadata(cs.dir.join("meta.json")) {
-        cs.meta.started = (m.ctime().max(0) as u64, m.ctime_nsec().clamp(0, 999_999_999) as u32);
+        cs.meta.started = (
+            m.ctime().max(0) as u64,
+            m.ctime_nsec().clamp(0, 999_999_999) as u32,
+        );
         cs.save()?;
     }
     Ok(cs)

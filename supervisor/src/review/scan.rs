@@ -340,9 +340,7 @@ pub fn scan(cs: &Changeset) -> anyhow::Result<Vec<Entry>> {
             if e.change != Change::Created || e.kind != Kind::File || e.link_of.is_some() {
                 continue;
             }
-            let upper = super::layer_dir(&cs.dir, e.root)
-                .join("upper")
-                .join(&e.rel);
+            let upper = super::layer_dir(&cs.dir, e.root).join("upper").join(&e.rel);
             let size = std::fs::symlink_metadata(&upper).map_or(u64::MAX, |m| m.len());
             if size == 0 {
                 continue;
