@@ -195,6 +195,16 @@ pub fn prepare(plan: &mut Plan, workspace: &Path, home: &Path) -> Result<Changes
             Err(e) => return Err(e).with_context(|| format!("creating {}", dir.display())),
         }
     }
+    // The start by the file systems' own clock (a coarse one, which may
+    // lag the wall clock by a tick): the changeset directory's birth,
+    // read before anything is made in it. A host file whose ctime is not
+    // before it may have changed after the sandbox read it.
+    let born =
+        std::fs::symlink_metadata(&dir).with_context(|| format!("reading {}", dir.display()))?;
+    let started = (
+        born.ctime().max(0) as u64,
+        born.ctime_nsec().clamp(0, 999_999_999) as u32,
+    );
     let mut layers = vec![];
     for (n, r) in roots.iter().enumerate() {
         let base = layer_dir(&dir, n);
@@ -225,14 +235,11 @@ pub fn prepare(plan: &mut Plan, workspace: &Path, home: &Path) -> Result<Changes
     plan.deny_read.sort();
     plan.deny_read.dedup();
     plan.review = layers;
-    let now = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap_or_default();
     let cs = Changeset {
         dir,
         meta: Meta {
             id,
-            started: (now.as_secs(), now.subsec_nanos()),
+            started,
             argv: plan.argv.clone(),
             workspace: workspace.to_path_buf(),
             home: home.to_path_buf(),
@@ -248,17 +255,6 @@ pub fn prepare(plan: &mut Plan, workspace: &Path, home: &Path) -> Result<Changes
         },
     };
     cs.save()?;
-    // The start by the file systems' own clock (a coarse one, which may
-    // lag the wall clock by a tick): a host file whose ctime is not
-    // before it may have changed after the sandbox read it.
-    let mut cs = cs;
-    if let Ok(m) = std::fs::symlink_metadata(cs.dir.join("meta.json")) {
-        cs.meta.started = (
-            m.ctime().max(0) as u64,
-            m.ctime_nsec().clamp(0, 999_999_999) as u32,
-        );
-        cs.save()?;
-    }
     Ok(cs)
 }
 
