@@ -65,6 +65,14 @@ pub enum Command {
     /// One sandbox for an agent's whole task: many commands, one approval.
     #[command(subcommand)]
     Session(SessionCommand),
+    /// Changesets held for review (`run --review`): list, diff, apply, discard.
+    Changes {
+        #[command(subcommand)]
+        action: Option<ChangesCommand>,
+        /// Print the list as JSON.
+        #[arg(long)]
+        json: bool,
+    },
     /// Print shell completions (e.g. `airlock completions bash > /etc/bash_completion.d/airlock`).
     Completions {
         #[arg(value_enum)]
@@ -164,9 +172,49 @@ pub struct RunArgs {
     /// $AIRLOCK_SESSION. Nothing is built per command.
     #[arg(long, value_name = "NAME")]
     pub session: Option<String>,
+    /// Hold the run's file changes for review instead of writing them
+    /// through (SPEC §4.8): see `airlock changes`.
+    #[arg(long)]
+    pub review: bool,
     /// The command and its arguments.
     #[arg(last = true, required = true, value_name = "COMMAND")]
     pub command: Vec<String>,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum ChangesCommand {
+    /// The changesets held for review.
+    List {
+        #[arg(long)]
+        json: bool,
+    },
+    /// What the changeset would do to the host.
+    Diff {
+        #[arg(value_name = "ID")]
+        id: String,
+        /// One line per path, no content.
+        #[arg(long)]
+        stat: bool,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Write the changeset through (only PATHs, when given). Protected
+    /// paths are applied only when named.
+    Apply {
+        #[arg(value_name = "ID")]
+        id: String,
+        #[arg(value_name = "PATH")]
+        paths: Vec<PathBuf>,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Drop the changeset; the host tree was never touched.
+    Discard {
+        #[arg(value_name = "ID")]
+        id: String,
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 #[derive(Subcommand, Debug)]
@@ -225,6 +273,7 @@ impl SessionStartArgs {
             learn: None,
             pass_env: self.pass_env.clone(),
             session: None,
+            review: false,
             command: vec![],
         }
     }

@@ -32,6 +32,7 @@ mod procfs;
 mod proxy_cmd;
 mod report;
 mod resolve;
+mod review;
 mod run_audit;
 mod run_cmd;
 mod seatbelt;
@@ -244,6 +245,11 @@ fn main() -> ExitCode {
                 .ok()
                 .filter(|s| !s.is_empty())
         }) {
+            // Sessions keep no changeset yet (SPEC §4.8): refused, never
+            // run writing through.
+            Some(_) if args.review => Err(anyhow::anyhow!(
+                "--review is not available inside a session yet; run the command with `airlock run --review` outside the session"
+            )),
             Some(name) => session::client::run(args, &name),
             None => {
                 #[cfg(target_os = "linux")]
@@ -269,6 +275,7 @@ fn main() -> ExitCode {
             session::end(name, report.as_deref())
         }
         Command::Session(SessionCommand::List { json }) => session::list(*json),
+        Command::Changes { action, json } => review::cmd::run(action.as_ref(), *json),
         Command::Proxy(args) => proxy_cmd::run(args),
         Command::Approve { socket, wait } => match wait
             .as_deref()

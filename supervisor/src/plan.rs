@@ -87,10 +87,24 @@ pub struct Plan {
     /// sends, not `argv`.
     #[serde(default)]
     pub session: bool,
+    /// `--review` (SPEC §4.8): each writable root is an overlay whose
+    /// upper layer is the changeset's; empty without it.
+    #[serde(default)]
+    pub review: Vec<Layer>,
     /// The supervisor's log filter, for a helper forked before it was set
     /// up (`linux::Spawned::before_parsing`).
     #[serde(default)]
     pub log: String,
+}
+
+/// One writable root held for review: PID 1 mounts an overlay on `root`
+/// with the host's tree below and `upper` (and overlayfs's `work`) in the
+/// changeset, outside every sandbox's reach.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Layer {
+    pub root: PathBuf,
+    pub upper: PathBuf,
+    pub work: PathBuf,
 }
 
 /// `Some(None)` (the degraded tier with `--network none`) must not travel
@@ -395,6 +409,7 @@ pub fn build(policy: &Policy, o: &Options) -> Plan {
         log: String::new(),
         start_note: None,
         session: false,
+        review: vec![],
     };
     // The command starts where it was asked to (SPEC §2): the caller's
     // directory, unless the sandbox cannot see it.

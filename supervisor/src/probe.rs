@@ -163,6 +163,7 @@ fn probe_plan(argv: &[&str], env: BTreeMap<String, String>) -> Plan {
         log: String::new(),
         start_note: None,
         session: false,
+        review: vec![],
     }
 }
 

@@ -188,9 +188,24 @@ pub fn run(args: &RunArgs, early: Early, log: String, session: Option<&str>) -> 
         eprintln!("airlock: warning: {u} cannot be enforced by mounts (only plain paths and a trailing /**)");
     }
     plan.session = session.is_some();
-    run_platform(
-        args, policy, plan, timeout, started, &workspace, learn, early, session,
-    )
+    // --review (SPEC §4.8): refused where it cannot hold, never written through.
+    let review = match args.review {
+        false => None,
+        true if session.is_some() => bail!("--review for sessions is not available yet"),
+        true if cfg!(not(target_os = "linux")) => bail!(
+            "--review needs Linux's full tier (overlayfs in the sandbox's user namespace); it is not available on this platform yet"
+        ),
+        true => Some(crate::review::prepare(&mut plan, &workspace, &home)?),
+    };
+    let review_dir = review.as_ref().map(|c| c.dir.clone());
+    let out = run_platform(
+        args, policy, plan, timeout, started, &workspace, learn, early, session, review,
+    );
+    // Failed before the changeset was scanned: an empty one goes.
+    if let (Err(_), Some(dir)) = (&out, review_dir) {
+        crate::review::abandon(&dir);
+    }
+    out
 }
 
 /// A sandbox that has been started, whatever the platform.
@@ -250,6 +265,9 @@ fn begin(plan: &mut plan::Plan, early: Early) -> Result<Pending> {
         bail!("AIRLOCK_FORCE_TIER=degraded needs --allow-degraded");
     }
     let degraded = plan.allow_degraded && (forced || crate::doctor::probe_userns().is_err());
+    if degraded && !plan.review.is_empty() {
+        bail!("--review needs the full tier (user namespaces, for overlayfs); the degraded tier cannot hold changes, and airlock never writes them through instead");
+    }
     let mut listener = None;
     if degraded {
         let port = match plan.net {
@@ -422,6 +440,7 @@ fn run_platform(
     learn: Option<crate::learn::Learn>,
     early: Early,
     session: Option<&str>,
+    review: Option<crate::review::Changeset>,
 ) -> Result<ExitCode> {
     let run = run_id();
     // Opened before the command runs, without following links (SPEC §3.5).
@@ -739,6 +758,10 @@ fn run_platform(
             }
             code = 125;
         }
+    }
+    // Every process of the sandbox is gone: what it changed is held.
+    if let Some(cs) = review {
+        crate::review::finish(cs, code == 125);
     }
     // The sandbox is gone, and with it every client: what the proxy still
     // serves ends at once and records what it saw.

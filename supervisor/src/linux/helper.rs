@@ -290,9 +290,15 @@ fn build_and_run(channel: &mut UnixStream, supervisor: libc::pid_t, ahead: Ahead
                     &plan.write,
                     &plan.deny_read,
                     &plan.deny_read_names,
+                    // A root held for review is an overlay in PID 1's
+                    // view: its inodes are not the host's, so its rules
+                    // are PID 1's to add, on the layer. A write rule on
+                    // the host's inode would also let writes through to
+                    // the host by any other path to it (a bind mount).
                     &mounts::FRESH
                         .iter()
                         .map(std::path::PathBuf::from)
+                        .chain(plan.review.iter().map(|l| l.root.clone()))
                         .collect::<Vec<_>>(),
                 )?,
                 None => landlock::Later::default(),

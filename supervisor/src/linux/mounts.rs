@@ -103,6 +103,37 @@ fn remount_readonly(target: &Path) -> Result<()> {
     do_mount(None, target, None, flags, None)
 }
 
+/// An overlay on `layer.root`: the host's tree read-only below, the
+/// changeset's directory above. Paths go as `/proc/self/fd/N` handles,
+/// which need no escaping of the option string's `,` `:` and `\\`.
+/// `userxattr`: the only kind a user namespace may use (whiteouts are
+/// 0/0 devices, opaque directories `user.overlay.opaque`; redirects and
+/// metacopy are off, so a renamed directory is copied, never pointed at).
+fn overlay(layer: &crate::plan::Layer) -> Result<()> {
+    let lower = handle(&layer.root)?;
+    let upper = handle(&layer.upper)?;
+    let work = handle(&layer.work)?;
+    let data = format!(
+        "lowerdir={},upperdir={},workdir={},userxattr",
+        fd_path(&lower).display(),
+        fd_path(&upper).display(),
+        fd_path(&work).display()
+    );
+    do_mount(
+        Some(Path::new("overlay")),
+        &layer.root,
+        Some("overlay"),
+        MsFlags::MS_NOSUID | MsFlags::MS_NODEV,
+        Some(&data),
+    )
+    .with_context(|| {
+        format!(
+            "--review: {} cannot be held for review (overlayfs refused it; its file system may not support being a lower layer in a user namespace)",
+            layer.root.display()
+        )
+    })
+}
+
 pub fn setup(plan: &Plan) -> Result<()> {
     // Nothing we mount may propagate back to the host.
     do_mount(
@@ -112,6 +143,14 @@ pub fn setup(plan: &Plan) -> Result<()> {
         MsFlags::MS_REC | MsFlags::MS_PRIVATE,
         None,
     )?;
+
+    // --review (SPEC §4.8): the writable roots become copy-on-write layers
+    // first, so that every mount below that lies inside one (deny_read,
+    // the read-only protected set, the pins, /tmp's binds) covers the
+    // layer the sandbox sees, exactly as it covers the root without it.
+    for layer in &plan.review {
+        overlay(layer)?;
+    }
 
     // Handles to what must still be reachable once /tmp and /dev are covered.
     let tmp_roots: Vec<(PathBuf, OwnedFd, bool)> = plan

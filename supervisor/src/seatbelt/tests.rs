@@ -57,6 +57,7 @@ fn plan(
         log: String::new(),
         start_note: None,
         session: false,
+        review: vec![],
     }
 }
 

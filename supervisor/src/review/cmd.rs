@@ -1,0 +1,379 @@
+//! `airlock changes list | diff | apply | discard` (SPEC §2, §4.8).
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use anyhow::{Context, Result};
+use serde_json::json;
+
+use super::scan::{self, Change, Entry, Kind};
+use super::{apply, changes_dir, valid_id, Changeset};
+use crate::cli::ChangesCommand;
+use crate::sources::shown;
+
+pub fn run(action: Option<&ChangesCommand>, json: bool) -> Result<ExitCode> {
+    match action {
+        None => list(json),
+        Some(ChangesCommand::List { json: j }) => list(json || *j),
+        Some(ChangesCommand::Diff { id, stat, json: j }) => diff(id, *stat, json || *j),
+        Some(ChangesCommand::Apply { id, paths, json: j }) => apply_cmd(id, paths, json || *j),
+        Some(ChangesCommand::Discard { id, json: j }) => discard(id, json || *j),
+    }
+}
+
+fn print_json(v: &serde_json::Value) {
+    say!("{}", serde_json::to_string_pretty(v).unwrap_or_default());
+}
+
+fn list(json: bool) -> Result<ExitCode> {
+    let dir = changes_dir()?;
+    let mut ids: Vec<String> = match std::fs::read_dir(&dir) {
+        Ok(d) => d
+            .flatten()
+            .filter_map(|e| e.file_name().into_string().ok())
+            .filter(|n| valid_id(n))
+            .collect(),
+        Err(_) => vec![],
+    };
+    ids.sort();
+    let mut sets: Vec<Changeset> = ids
+        .iter()
+        .filter_map(|id| Changeset::open(id).ok())
+        .collect();
+    sets.sort_by_key(|c| c.meta.started);
+    if json {
+        let v: Vec<_> = sets
+            .iter()
+            .map(|c| {
+                json!({
+                    "id": c.meta.id,
+                    "started": c.meta.started.0,
+                    "state": c.meta.state,
+                    "argv": c.meta.argv,
+                    "workspace": c.meta.workspace,
+                    "roots": c.meta.roots,
+                    "summary": scan::summary(&c.meta.entries),
+                    "entries": c.meta.entries.len(),
+                })
+            })
+            .collect();
+        print_json(&json!(v));
+        return Ok(ExitCode::SUCCESS);
+    }
+    if sets.is_empty() {
+        say!("no changesets held for review");
+    }
+    for c in &sets {
+        let state = match c.meta.state.as_str() {
+            "running" => "running (or its airlock was killed)".to_string(),
+            _ => scan::summary(&c.meta.entries),
+        };
+        say!(
+            "{}  {}  {}  {}",
+            c.meta.id,
+            shown(&c.meta.workspace),
+            crate::sources::escape(&airlock_proxy::escape::argv(&c.meta.argv)),
+            state
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// A held changeset, refused while its run is still going on.
+fn held(id: &str) -> Result<Changeset> {
+    let cs = Changeset::open(id)?;
+    if cs.meta.state == "running" {
+        anyhow::bail!(
+            "changeset {id} belongs to a run that has not ended (or whose airlock was killed); `airlock changes discard {id}` drops it"
+        );
+    }
+    Ok(cs)
+}
+
+/// How a path is shown: relative to the workspace when under it.
+fn label(cs: &Changeset, e: &Entry) -> String {
+    let p = cs.meta.roots[e.root].join(&e.rel);
+    match p.strip_prefix(&cs.meta.workspace) {
+        Ok(r) if !r.as_os_str().is_empty() => shown(r),
+        _ => shown(&p),
+    }
+}
+
+fn verb(e: &Entry) -> &'static str {
+    match (e.change, e.kind) {
+        (_, _) if e.renamed_from.is_some() => "renamed",
+        (Change::Deleted, _) => "deleted",
+        (Change::Created, Kind::Special) => "special file (never applied)",
+        (Change::Created, Kind::Symlink) => "link created",
+        (Change::Created, Kind::Dir) => "directory created",
+        (Change::Created, _) if e.link_of.is_some() => "hard link created",
+        (Change::Created, _) => "created",
+        (Change::Modified, Kind::Symlink) => "link changed",
+        (Change::Modified, _) => "modified",
+        (Change::Mode, _) => "mode changed",
+    }
+}
+
+fn text_of(p: &Path) -> Option<String> {
+    let m = std::fs::symlink_metadata(p).ok()?;
+    if !m.is_file() || m.len() > 1 << 20 {
+        return None;
+    }
+    let bytes = std::fs::read(p).ok()?;
+    if bytes.contains(&0) {
+        return None;
+    }
+    String::from_utf8(bytes).ok()
+}
+
+fn entry_json(cs: &Changeset, e: &Entry, conflict: Option<&str>) -> serde_json::Value {
+    json!({
+        "path": cs.meta.roots[e.root].join(&e.rel),
+        "change": e.change,
+        "kind": e.kind,
+        "mode": format!("{:o}", e.mode),
+        "old_mode": e.host.as_ref().map(|h| format!("{:o}", h.mode)),
+        "protected": e.protected,
+        "target": e.target,
+        "link_of": e.link_of.as_ref().map(|l| cs.meta.roots[e.root].join(l)),
+        "renamed_from": e.renamed_from.as_ref().map(|l| cs.meta.roots[e.root].join(l)),
+        "conflict": conflict,
+    })
+}
+
+fn diff(id: &str, stat: bool, json: bool) -> Result<ExitCode> {
+    let cs = held(id)?;
+    // A deletion that is half of a rename is shown with the rename.
+    let renamed: std::collections::HashSet<(usize, &Path)> = cs
+        .meta
+        .entries
+        .iter()
+        .filter_map(|e| Some((e.root, e.renamed_from.as_deref()?)))
+        .collect();
+    let shown_entries: Vec<&Entry> = cs
+        .meta
+        .entries
+        .iter()
+        .filter(|e| !(e.change == Change::Deleted && renamed.contains(&(e.root, e.rel.as_path()))))
+        .collect();
+    if json {
+        let v: Vec<_> = cs
+            .meta
+            .entries
+            .iter()
+            .map(|e| {
+                let c = (!apply::already(&cs, e))
+                    .then(|| apply::conflict(&cs, e))
+                    .flatten();
+                entry_json(&cs, e, c.as_deref())
+            })
+            .collect();
+        print_json(&json!({
+            "id": cs.meta.id,
+            "argv": cs.meta.argv,
+            "workspace": cs.meta.workspace,
+            "summary": scan::summary(&cs.meta.entries),
+            "entries": v,
+            "requests": [],
+        }));
+        return Ok(ExitCode::SUCCESS);
+    }
+    say!(
+        "changeset {} ({}): {}",
+        cs.meta.id,
+        crate::sources::escape(&airlock_proxy::escape::argv(&cs.meta.argv)),
+        scan::summary(&cs.meta.entries)
+    );
+    for e in &shown_entries {
+        let mut line = format!("{:<22} {}", verb(e), label(&cs, e));
+        if let Some(from) = &e.renamed_from {
+            line = format!("{:<22} {} -> {}", verb(e), shown(from), label(&cs, e));
+        }
+        if let Some(t) = &e.target {
+            line.push_str(&format!(" -> {}", shown(t)));
+        }
+        if let Some(l) = &e.link_of {
+            line.push_str(&format!(" (same file as {})", shown(l)));
+        }
+        if e.change == Change::Mode
+            || (e.change == Change::Modified && e.host.as_ref().is_some_and(|h| h.mode != e.mode))
+        {
+            let old = e.host.as_ref().map_or(0, |h| h.mode);
+            line.push_str(&format!(" (mode {old:o} -> {:o})", e.mode));
+        }
+        if e.protected {
+            line.push_str("  [protected: applied only when named]");
+        }
+        if !apply::already(&cs, e) {
+            if let Some(c) = apply::conflict(&cs, e) {
+                line.push_str(&format!("  [conflict: {c}]"));
+            }
+        }
+        say!("{line}");
+    }
+    if stat {
+        return Ok(ExitCode::SUCCESS);
+    }
+    for e in &shown_entries {
+        if e.kind != Kind::File || e.change == Change::Deleted || e.link_of.is_some() {
+            continue;
+        }
+        let host = cs.meta.roots[e.root].join(&e.rel);
+        let upper = cs.upper(e.root).join(&e.rel);
+        let before = match (&e.renamed_from, e.change) {
+            (Some(from), _) => text_of(&cs.meta.roots[e.root].join(from)),
+            (None, Change::Created) => Some(String::new()),
+            _ => text_of(&host),
+        };
+        let name = label(&cs, e);
+        match (before, text_of(&upper)) {
+            (Some(a), Some(b)) => {
+                let hunks = super::udiff::unified(&a, &b);
+                if hunks.is_empty() {
+                    continue;
+                }
+                say!(
+                    "--- a/{name}\n+++ b/{name}\n{}",
+                    hunks.trim_end_matches('\n')
+                );
+            }
+            _ => {
+                let size = std::fs::symlink_metadata(&upper).map_or(0, |m| m.len());
+                say!("Binary file {name} differs ({size} bytes)");
+            }
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// A PATH given to apply, as a host path: absolute, with what exists of
+/// it resolved as the roots are.
+fn host_path(p: &Path) -> PathBuf {
+    let abs = crate::plan::lexical(&std::env::current_dir().unwrap_or_default().join(p));
+    if let Some(c) = crate::resolve::canonical(&abs) {
+        return c;
+    }
+    match (
+        abs.parent().and_then(crate::resolve::canonical),
+        abs.file_name(),
+    ) {
+        (Some(parent), Some(name)) => parent.join(name),
+        _ => abs,
+    }
+}
+
+fn apply_cmd(id: &str, paths: &[PathBuf], json: bool) -> Result<ExitCode> {
+    let mut cs = held(id)?;
+    let named: Vec<PathBuf> = paths.iter().map(|p| host_path(p)).collect();
+    let mut chosen: Vec<&Entry> = vec![];
+    let mut held_back: Vec<(PathBuf, &str)> = vec![];
+    for e in &cs.meta.entries {
+        let p = cs.meta.roots[e.root].join(&e.rel);
+        let asked = named.is_empty() || named.iter().any(|n| crate::paths::under(&p, n));
+        if !asked {
+            continue;
+        }
+        let named_explicitly = named.iter().any(|n| {
+            *n == p
+                || (crate::paths::under(&p, n)
+                    && scan::is_protected(n, &cs.meta.protected, &cs.meta.home))
+        });
+        if e.kind == Kind::Special && e.change != Change::Deleted {
+            held_back.push((
+                p,
+                "a special file (fifo, socket or device) is never applied",
+            ));
+        } else if e.protected && !named_explicitly {
+            held_back.push((p, "protected: name it to apply it"));
+        } else {
+            chosen.push(e);
+        }
+    }
+    for n in &named {
+        if !cs
+            .meta
+            .entries
+            .iter()
+            .any(|e| crate::paths::under(&cs.meta.roots[e.root].join(&e.rel), n))
+        {
+            anyhow::bail!("{} is not in changeset {id}", shown(n));
+        }
+    }
+    // Nothing is written while anything chosen conflicts.
+    let (done, todo): (Vec<&Entry>, Vec<&Entry>) =
+        chosen.into_iter().partition(|e| apply::already(&cs, e));
+    let conflicts: Vec<(PathBuf, String)> = todo
+        .iter()
+        .filter_map(|e| Some((cs.meta.roots[e.root].join(&e.rel), apply::conflict(&cs, e)?)))
+        .collect();
+    if !conflicts.is_empty() {
+        if json {
+            print_json(&json!({
+                "id": cs.meta.id,
+                "applied": [],
+                "conflicts": conflicts.iter().map(|(p, why)| json!({"path": p, "why": why})).collect::<Vec<_>>(),
+            }));
+        }
+        for (p, why) in &conflicts {
+            eprintln!("airlock: changes apply: {} conflicts: {why}", shown(p));
+        }
+        eprintln!(
+            "airlock: changes apply: refused, nothing was written: the host changed {} path(s) since the run started; apply the others by naming them, or discard {id}",
+            conflicts.len()
+        );
+        return Ok(ExitCode::from(1));
+    }
+    let written = apply::write(&cs, &todo).context("applying the changeset")?;
+    let already: Vec<PathBuf> = done
+        .iter()
+        .map(|e| cs.meta.roots[e.root].join(&e.rel))
+        .collect();
+    // Whole: every entry is now in place, and the changeset goes.
+    // Special files are never applied: they keep nothing held.
+    let complete = cs
+        .meta
+        .entries
+        .iter()
+        .all(|e| e.kind == Kind::Special || apply::already(&cs, e));
+    if complete {
+        cs.remove()?;
+    } else {
+        cs.meta.state = "held".into();
+        cs.save()?;
+    }
+    if json {
+        print_json(&json!({
+            "id": cs.meta.id,
+            "applied": written,
+            "already": already,
+            "not_applied": held_back.iter().map(|(p, why)| json!({"path": p, "why": why})).collect::<Vec<_>>(),
+            "conflicts": [],
+            "removed": complete,
+            "requests": [],
+        }));
+    } else {
+        for p in &written {
+            say!("applied {}", shown(p));
+        }
+        for (p, why) in &held_back {
+            say!("not applied {}: {why}", shown(p));
+        }
+        if complete {
+            say!("changeset {id} applied and removed");
+        } else {
+            say!("changeset {id} kept: `airlock changes diff {id}` shows what is left");
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn discard(id: &str, json: bool) -> Result<ExitCode> {
+    let cs = Changeset::open(id)?;
+    cs.remove()?;
+    if json {
+        print_json(&json!({"id": id, "discarded": true}));
+    } else {
+        say!("changeset {id} discarded");
+    }
+    Ok(ExitCode::SUCCESS)
+}

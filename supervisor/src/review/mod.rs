@@ -1,0 +1,314 @@
+//! Changes held for review (SPEC §4.8): with `run --review`, each writable
+//! root is an overlay whose upper layer lives in a changeset under
+//! airlock's state directory; the host tree is never written until
+//! `airlock changes apply`. This module owns the changeset on disk: made
+//! before the sandbox starts, scanned once it has ended.
+
+pub mod apply;
+pub mod cmd;
+pub mod scan;
+pub mod udiff;
+
+use std::os::unix::fs::{DirBuilderExt, MetadataExt};
+use std::path::{Path, PathBuf};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use anyhow::{bail, Context, Result};
+use serde::{Deserialize, Serialize};
+
+use crate::plan::{Layer, Plan};
+
+/// `$XDG_STATE_HOME/airlock/changes`, else `~/.local/state/airlock/changes`.
+pub fn changes_dir() -> Result<PathBuf> {
+    let base = match std::env::var_os("XDG_STATE_HOME").map(PathBuf::from) {
+        Some(d) if d.is_absolute() => d,
+        _ => {
+            let home = std::env::var_os("HOME").context("HOME is not set")?;
+            PathBuf::from(home).join(".local/state")
+        }
+    };
+    Ok(base.join("airlock/changes"))
+}
+
+/// The changes directory, made 0700 if absent and checked to be ours and
+/// a plain directory (a link there could send a changeset elsewhere).
+fn own_changes_dir() -> Result<PathBuf> {
+    let dir = changes_dir()?;
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(&dir)
+        .with_context(|| format!("creating {}", dir.display()))?;
+    let meta = std::fs::symlink_metadata(&dir)?;
+    // SAFETY: getuid cannot fail.
+    let uid = unsafe { libc::getuid() };
+    if !meta.is_dir() || meta.uid() != uid || meta.mode() & 0o077 != 0 {
+        bail!(
+            "{} must be a directory of yours that nobody else can reach (mode 0700)",
+            dir.display()
+        );
+    }
+    Ok(crate::resolve::canonical(&dir).unwrap_or(dir))
+}
+
+/// A changeset's id: 8 hex digits, the only names `changes` accepts.
+pub fn valid_id(id: &str) -> bool {
+    id.len() == 8
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase())
+}
+
+/// The changeset's record, `meta.json` in its directory.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Meta {
+    pub id: String,
+    /// When the sandbox started (before it existed), as (seconds, nanos)
+    /// since the epoch: a host file changed after this conflicts.
+    pub started: (u64, u32),
+    pub argv: Vec<String>,
+    pub workspace: PathBuf,
+    pub home: PathBuf,
+    /// The layered roots; layer `n` lives in `layers/<n>`.
+    pub roots: Vec<PathBuf>,
+    /// The protected set as the run computed it (SPEC §4.5).
+    pub protected: Vec<PathBuf>,
+    /// "running" until the sandbox has ended and the changeset was
+    /// scanned; then "held".
+    pub state: String,
+    /// What the scan found, in apply order, with the host's state of each
+    /// path when the sandbox ended.
+    #[serde(default)]
+    pub entries: Vec<scan::Entry>,
+}
+
+impl Meta {
+    pub fn started_time(&self) -> SystemTime {
+        UNIX_EPOCH + std::time::Duration::new(self.started.0, self.started.1)
+    }
+}
+
+pub struct Changeset {
+    pub dir: PathBuf,
+    pub meta: Meta,
+}
+
+pub fn layer_dir(dir: &Path, n: usize) -> PathBuf {
+    dir.join("layers").join(n.to_string())
+}
+
+impl Changeset {
+    pub fn open(id: &str) -> Result<Changeset> {
+        if !valid_id(id) {
+            bail!("{id:?} is not a changeset id (8 hex digits; see `airlock changes list`)");
+        }
+        let dir = changes_dir()?.join(id);
+        let text = std::fs::read(dir.join("meta.json"))
+            .with_context(|| format!("no changeset {id} (see `airlock changes list`)"))?;
+        let meta: Meta =
+            serde_json::from_slice(&text).with_context(|| format!("reading changeset {id}"))?;
+        Ok(Changeset { dir, meta })
+    }
+
+    pub fn upper(&self, root: usize) -> PathBuf {
+        layer_dir(&self.dir, root).join("upper")
+    }
+
+    pub fn save(&self) -> Result<()> {
+        let tmp = self.dir.join("meta.json.tmp");
+        std::fs::write(&tmp, serde_json::to_vec(&self.meta)?)
+            .with_context(|| format!("writing {}", tmp.display()))?;
+        std::fs::rename(&tmp, self.dir.join("meta.json")).context("saving the changeset")
+    }
+
+    /// Remove it all. The kernel leaves overlayfs's `work/work` mode 0000,
+    /// and the sandbox may have left directories it cannot list: each
+    /// directory is opened up before it is emptied (links never followed).
+    pub fn remove(&self) -> Result<()> {
+        remove_tree(&self.dir).with_context(|| format!("removing {}", self.dir.display()))
+    }
+}
+
+pub fn remove_tree(p: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    let meta = match std::fs::symlink_metadata(p) {
+        Ok(m) => m,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(e),
+    };
+    if !meta.is_dir() {
+        return std::fs::remove_file(p);
+    }
+    if meta.mode() & 0o700 != 0o700 {
+        std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o700))?;
+    }
+    for e in std::fs::read_dir(p)? {
+        remove_tree(&e?.path())?;
+    }
+    std::fs::remove_dir(p)
+}
+
+/// Before the sandbox starts: make the changeset, layer the outermost
+/// writable roots on it, and hide it from the sandbox. Refuses (the run
+/// then exits 125) where a root cannot be layered; never writes through.
+pub fn prepare(plan: &mut Plan, workspace: &Path, home: &Path) -> Result<Changeset> {
+    let changes = own_changes_dir()?;
+    // The outermost roots: a root inside another is in that one's layer.
+    let mut roots: Vec<PathBuf> = vec![];
+    for w in &plan.write {
+        if !plan.write.iter().any(|o| crate::paths::below(w, o)) && !roots.contains(w) {
+            roots.push(w.clone());
+        }
+    }
+    for r in &roots {
+        if crate::paths::under(&changes, r) {
+            bail!(
+                "--review: the changesets' directory {} lies inside the writable root {}, where the sandbox could reach it; set XDG_STATE_HOME outside it",
+                changes.display(),
+                r.display()
+            );
+        }
+        if crate::paths::under(r, &changes) {
+            bail!(
+                "--review: the writable root {} lies inside the changesets' directory",
+                r.display()
+            );
+        }
+        if !std::fs::symlink_metadata(r).is_ok_and(|m| m.is_dir()) {
+            bail!(
+                "--review: the writable root {} is not a directory; only directories can be held for review",
+                r.display()
+            );
+        }
+    }
+    let mut id = String::new();
+    let mut dir = PathBuf::new();
+    for _ in 0..16 {
+        let mut b = [0u8; 4];
+        ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut b)
+            .map_err(|_| anyhow::anyhow!("no randomness for the changeset's id"))?;
+        id = b.iter().map(|x| format!("{x:02x}")).collect();
+        dir = changes.join(&id);
+        match std::fs::DirBuilder::new().mode(0o700).create(&dir) {
+            Ok(()) => break,
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+            Err(e) => return Err(e).with_context(|| format!("creating {}", dir.display())),
+        }
+    }
+    // The start by the file systems' own clock (a coarse one, which may
+    // lag the wall clock by a tick): the changeset directory's birth,
+    // read before anything is made in it. A host file whose ctime is not
+    // before it may have changed after the sandbox read it.
+    let born =
+        std::fs::symlink_metadata(&dir).with_context(|| format!("reading {}", dir.display()))?;
+    let started = (
+        born.ctime().max(0) as u64,
+        born.ctime_nsec().clamp(0, 999_999_999) as u32,
+    );
+    let mut layers = vec![];
+    for (n, r) in roots.iter().enumerate() {
+        let base = layer_dir(&dir, n);
+        for sub in ["upper", "work"] {
+            std::fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o700)
+                .create(base.join(sub))
+                .with_context(|| format!("creating {}", base.join(sub).display()))?;
+        }
+        // The upper layer's root takes the root's mode: overlayfs shows
+        // the upper directory's attributes for the merged root.
+        if let Ok(m) = std::fs::metadata(r) {
+            use std::os::unix::fs::PermissionsExt;
+            let _ = std::fs::set_permissions(
+                base.join("upper"),
+                std::fs::Permissions::from_mode(m.mode() & 0o7777),
+            );
+        }
+        layers.push(Layer {
+            root: r.clone(),
+            upper: base.join("upper"),
+            work: base.join("work"),
+        });
+    }
+    // The changesets are never the sandbox's to read or write.
+    plan.deny_read.push(changes);
+    plan.deny_read.sort();
+    plan.deny_read.dedup();
+    plan.review = layers;
+    let cs = Changeset {
+        dir,
+        meta: Meta {
+            id,
+            started,
+            argv: plan.argv.clone(),
+            workspace: workspace.to_path_buf(),
+            home: home.to_path_buf(),
+            roots,
+            protected: plan
+                .protected
+                .iter()
+                .map(crate::integrity::Protected::path)
+                .chain(plan.deny_write.iter().cloned())
+                .collect(),
+            state: "running".into(),
+            entries: vec![],
+        },
+    };
+    cs.save()?;
+    Ok(cs)
+}
+
+/// Once every process of the sandbox is gone: scan the layers, record
+/// the host's state of every path they touch, and say on stderr what is
+/// held. An empty changeset is removed.
+pub fn finish(mut cs: Changeset, quiet: bool) {
+    let entries = match scan::scan(&cs) {
+        Ok(e) => e,
+        Err(e) => {
+            eprintln!(
+                "airlock: error: the changeset {} could not be read ({e:#}); it is kept in {}",
+                cs.meta.id,
+                cs.dir.display()
+            );
+            return;
+        }
+    };
+    if entries.is_empty() {
+        let _ = cs.remove();
+        if !quiet {
+            eprintln!("airlock: --review: the run changed no files; nothing is held");
+        }
+        return;
+    }
+    cs.meta.entries = entries;
+    cs.meta.state = "held".into();
+    if let Err(e) = cs.save() {
+        eprintln!("airlock: error: {e:#}");
+        return;
+    }
+    let id = &cs.meta.id;
+    eprintln!(
+        "airlock: held for review as {id}: {}; airlock changes diff {id} / apply {id} / discard {id}",
+        scan::summary(&cs.meta.entries)
+    );
+}
+
+/// The run failed before its changeset was scanned: removed when nothing
+/// landed in it, else left for `changes list` to show.
+pub fn abandon(dir: &Path) {
+    let Some(id) = dir.file_name().and_then(|n| n.to_str()) else {
+        return;
+    };
+    let Ok(cs) = Changeset::open(id) else {
+        return;
+    };
+    if cs.meta.state != "running" {
+        return;
+    }
+    match scan::scan(&cs) {
+        Ok(e) if e.is_empty() => {
+            let _ = cs.remove();
+        }
+        _ => finish(cs, true),
+    }
+}
