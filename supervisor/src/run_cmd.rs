@@ -593,16 +593,15 @@ fn run_platform(
     > = std::sync::Mutex::new(None);
     let ended = match (listening, sandbox.session, env_recipe) {
         (Some(listening), Some(to_init), Some(env)) => {
-            let ns = pid_namespace_of(sandbox.pid as libc::pid_t);
             // Where the roots change between checks: each check then
             // searches near the change, not the whole workspace.
             #[cfg(target_os = "linux")]
             let dirty =
                 std::sync::Mutex::new(crate::integrity::dirty::Dirty::watch(&plan.write).ok());
+            let checks = std::sync::atomic::AtomicU64::new(0);
+            // Called by the session with the sandbox held still (its PID 1
+            // stops every process for it): nothing can race the check.
             let check = || {
-                // The sandbox is held still while it is judged: nothing
-                // left running can race the check (SPEC §4.5).
-                let stopped = ns.as_deref().map(freeze).unwrap_or_default();
                 let mut last = since_last
                     .lock()
                     .unwrap_or_else(std::sync::PoisonError::into_inner);
@@ -618,8 +617,18 @@ fn run_platform(
                     .and_then(|d| d.take());
                 #[cfg(not(target_os = "linux"))]
                 let only: Option<Vec<std::path::PathBuf>> = None;
-                let checked =
-                    crate::integrity::check_near(snap, &plan.write, since, &run, only.as_deref());
+                // Each check quarantines into a place of its own: a path
+                // set aside twice in a session keeps both.
+                let n = checks.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
+                let label = format!("{run}-{n}");
+                let checked = crate::integrity::check_near(
+                    snap,
+                    &plan.write,
+                    since,
+                    &run,
+                    &label,
+                    only.as_deref(),
+                );
                 // Only a clean result moves the baseline: what could not be
                 // moved aside is judged again at the next check and the end.
                 if checked.failed.is_empty() && !checked.outcomes.iter().any(|o| o.in_place) {
@@ -629,13 +638,21 @@ fn run_platform(
                     ));
                 }
                 drop(last);
-                thaw(&stopped);
                 if let Ok(mut all) = session_changes.lock() {
                     all.extend(checked.outcomes.iter().cloned());
                 }
                 checked.outcomes
             };
+            #[cfg(target_os = "linux")]
+            let activity = dirty
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .as_ref()
+                .map(|d| d.fd());
+            #[cfg(not(target_os = "linux"))]
+            let activity = None;
             let setup = crate::session::server::Setup {
+                activity,
                 engine: &engine,
                 plan: &plan,
                 env,
@@ -694,7 +711,14 @@ fn run_platform(
         .into_inner()
         .unwrap_or_else(std::sync::PoisonError::into_inner);
     let checked = match &last {
-        Some((snap, since)) => crate::integrity::check(snap, &plan.write, *since, &run),
+        Some((snap, since)) => crate::integrity::check_near(
+            snap,
+            &plan.write,
+            *since,
+            &run,
+            &format!("{run}-end"),
+            None,
+        ),
         None => crate::integrity::check(&journal.snapshot, &plan.write, run_start, &run),
     };
     crate::integrity::journal::remove(&journal_path);
@@ -865,54 +889,6 @@ fn past_own_writes(wrote: bool) -> std::time::SystemTime {
         }
         std::thread::sleep(Duration::from_micros(500));
     }
-}
-
-/// Stop every process of the PID namespace `ns` but its init, until one
-/// look finds them all stopped; returns those stopped.
-fn freeze(ns: &std::path::Path) -> Vec<libc::pid_t> {
-    let mut stopped = std::collections::BTreeSet::new();
-    for _ in 0..50 {
-        let members: Vec<(libc::pid_t, char)> = crate::procfs::pids()
-            .into_iter()
-            .filter(|pid| std::fs::read_link(format!("/proc/{pid}/ns/pid")).is_ok_and(|l| l == ns))
-            .filter(|pid| !is_namespace_init(*pid))
-            .filter_map(|pid| {
-                let (state, _) = crate::procfs::state_and_parent(pid)?;
-                Some((pid as libc::pid_t, state))
-            })
-            .collect();
-        let running: Vec<libc::pid_t> = members
-            .iter()
-            .filter(|(_, st)| !matches!(st, 'T' | 't' | 'Z' | 'X'))
-            .map(|(p, _)| *p)
-            .collect();
-        if running.is_empty() {
-            break;
-        }
-        for p in running {
-            // SAFETY: kill(2) on a process of our own sandbox.
-            unsafe { libc::kill(p, libc::SIGSTOP) };
-            stopped.insert(p);
-        }
-    }
-    stopped.into_iter().collect()
-}
-
-fn thaw(stopped: &[libc::pid_t]) {
-    for p in stopped {
-        // SAFETY: kill(2) on a process of our own sandbox.
-        unsafe { libc::kill(*p, libc::SIGCONT) };
-    }
-}
-
-/// Whether `pid` is PID 1 of its own PID namespace (the sandbox's init).
-fn is_namespace_init(pid: u32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/status")).is_ok_and(|s| {
-        s.lines()
-            .find_map(|l| l.strip_prefix("NSpid:"))
-            .and_then(|v| v.split_whitespace().last().map(|x| x == "1"))
-            .unwrap_or(false)
-    })
 }
 
 /// The sandbox's exit code, or `None` when the timeout killed it.

@@ -250,13 +250,20 @@ fn a_harness_runs_a_task_in_one_session() {
             "{who:?}"
         );
         // One a background process plants after its command ended, deep in
-        // a directory that existed before, is caught by the next check.
+        // a directory that existed before, is caught at once.
         let out = s.sh(
             &deep,
             "(sleep 0.3; mkdir -p later && cd later && git init -q && printf '#!/bin/sh\\n' > .git/hooks/pre-commit && chmod +x .git/hooks/pre-commit) >/dev/null 2>&1 &",
         );
         assert_eq!(out.code, 0, "{who:?}: {}", out.stderr);
         std::thread::sleep(Duration::from_millis(1500));
+        // Set aside between commands, before any next command (a host IDE
+        // runs git all the time)...
+        assert!(
+            !deep.join("later/.git/hooks/pre-commit").exists(),
+            "{who:?}"
+        );
+        // ...and said to the next command.
         let out = s.sh(&f.ws, "true");
         assert!(
             out.stderr.contains("later/.git/hooks/pre-commit"),

@@ -50,6 +50,12 @@ impl Dirty {
         Ok(d)
     }
 
+    /// Readable when something changed since the last `take`.
+    pub fn fd(&self) -> std::os::fd::RawFd {
+        use std::os::fd::{AsFd, AsRawFd};
+        self.ino.as_fd().as_raw_fd()
+    }
+
     /// Watch `top` and every directory below it; returns those watched.
     fn add_tree(&mut self, top: &Path) -> Vec<PathBuf> {
         let mut added = vec![];
@@ -132,9 +138,15 @@ impl Dirty {
             }
         }
         if all {
-            // Start afresh, paths and all: the next check can be narrow again.
-            if let Ok(fresh) = Dirty::watch(&self.roots) {
-                *self = fresh;
+            // Start afresh, paths and all (on the same instance, whose
+            // descriptor others poll): the next check can be narrow again.
+            for wd in std::mem::take(&mut self.paths).into_keys() {
+                let _ = self.ino.rm_watch(wd);
+            }
+            while matches!(self.ino.read_events(), Ok(e) if !e.is_empty()) {}
+            self.incomplete = false;
+            for r in self.roots.clone() {
+                self.add_tree(&r);
             }
             return None;
         }

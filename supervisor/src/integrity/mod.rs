@@ -34,16 +34,19 @@ pub fn check(
     since: SystemTime,
     run: &str,
 ) -> Checked {
-    check_near(snap, roots, since, run, None)
+    check_near(snap, roots, since, run, run, None)
 }
 
 /// `check`, with nested repositories searched only near `only` (the
 /// directories a session's watch saw change); `None` searches everything.
+/// `label` names the quarantine (`.airlock/quarantine/<label>/`): a
+/// session checks many times under one run id.
 pub fn check_near(
     snap: &snapshot::Snapshot,
     roots: &[PathBuf],
     since: SystemTime,
     run: &str,
+    label: &str,
     only: Option<&[PathBuf]>,
 ) -> Checked {
     let t = std::time::Instant::now();
@@ -101,7 +104,7 @@ pub fn check_near(
     failed.extend(nested_failed);
     tracing::debug!(elapsed = ?t.elapsed(), ?roots, "nested repositories searched");
     changes.extend(found);
-    let outcomes = quarantine::act(&changes, run);
+    let outcomes = quarantine::act(&changes, label);
     tracing::debug!(elapsed = ?t.elapsed(), "changes acted on");
     windows::record(since, until);
     Checked { outcomes, failed }

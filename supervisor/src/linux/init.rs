@@ -596,6 +596,13 @@ pub fn serve_session(
                     }
                 }
             }
+            Some("freeze") => {
+                let complete = freeze_all();
+                send(serde_json::json!({"op": "frozen", "id": 0, "complete": complete}));
+            }
+            Some("thaw") => {
+                let _ = kill(Pid::from_raw(-1), Signal::SIGCONT);
+            }
             Some("end") => break,
             _ => {}
         }
@@ -607,6 +614,29 @@ pub fn serve_session(
         let _ = std::fs::File::from(done).write_all(&0i32.to_le_bytes());
     }
     Ok(0)
+}
+
+/// Stop every process of the sandbox but us, for a check (SPEC §4.7):
+/// `kill(-1)` from PID 1 reaches each of them in one pass, and a fork
+/// under way when it lands is restarted by the kernel, so no chain of
+/// forks outruns it as it outruns a stop sent pid by pid from outside.
+/// Repeated until /proc shows every one stopped (or in the kernel, `D`,
+/// where the stop takes effect before it returns to its own code).
+fn freeze_all() -> bool {
+    for _ in 0..2000 {
+        let _ = kill(Pid::from_raw(-1), Signal::SIGSTOP);
+        let me = std::process::id();
+        let running = crate::procfs::pids().into_iter().any(|pid| {
+            pid != me
+                && crate::procfs::state_and_parent(pid)
+                    .is_some_and(|(st, _)| !matches!(st, 'T' | 't' | 'Z' | 'X' | 'D'))
+        });
+        if !running {
+            return true;
+        }
+        std::thread::sleep(std::time::Duration::from_micros(200));
+    }
+    false
 }
 
 /// Fork one command of the session: its own session and process group

@@ -106,6 +106,10 @@ impl EnvRecipe {
 
 /// What the serving threads share.
 pub struct Setup<'a> {
+    /// Readable when something changed in the writable roots: between
+    /// commands, what a process left running plants is judged then, not
+    /// only when the next command ends.
+    pub activity: Option<std::os::fd::RawFd>,
     pub engine: &'a Engine,
     pub plan: &'a Plan,
     pub env: EnvRecipe,
@@ -157,6 +161,11 @@ pub fn serve(listening: Listening, init: Seq, setup: &Setup) -> Result<Ended> {
     let ended: Mutex<Option<Ended>> = Mutex::new(None);
     let ids = AtomicU64::new(0);
     let checking = Mutex::new(());
+    // Commands between their start and their check.
+    let inflight = std::sync::atomic::AtomicUsize::new(0);
+    // What checks between commands found, for the next command to say.
+    let between: Mutex<Vec<String>> = Mutex::new(vec![]);
+    let stop = std::sync::atomic::AtomicBool::new(false);
     let (wake_r, wake_w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).context("pipe")?;
     let init = Arc::new(init);
     std::thread::scope(|scope| {
@@ -173,6 +182,44 @@ pub fn serve(listening: Listening, init: Seq, setup: &Setup) -> Result<Ended> {
                 }
                 // PID 1 is gone: nothing more can run.
                 let _ = nix::unistd::write(wake_w, b"x");
+            });
+        }
+        // Between commands: a change in the roots is judged at once (a
+        // host IDE runs git all the time), with the sandbox held still.
+        if let Some(fd) = setup.activity {
+            let (init, routes, checking, inflight, between, stop) =
+                (&init, &routes, &checking, &inflight, &between, &stop);
+            scope.spawn(move || {
+                while !stop.load(Ordering::Relaxed) {
+                    let mut p = libc::pollfd {
+                        fd,
+                        events: libc::POLLIN,
+                        revents: 0,
+                    };
+                    // SAFETY: poll on a descriptor the watch keeps open.
+                    if unsafe { libc::poll(&mut p, 1, 200) } <= 0
+                        || inflight.load(Ordering::SeqCst) > 0
+                    {
+                        continue;
+                    }
+                    // A burst of writes settles first.
+                    std::thread::sleep(std::time::Duration::from_millis(20));
+                    let _one_at_a_time = lock(checking);
+                    if inflight.load(Ordering::SeqCst) > 0 || stop.load(Ordering::Relaxed) {
+                        continue;
+                    }
+                    for o in held_still(init, routes, setup) {
+                        let line = format!(
+                            "airlock: between commands, the sandbox changed a protected path: {}",
+                            crate::sources::escape(&crate::integrity::quarantine::describe(&o))
+                        );
+                        eprintln!("{line}");
+                        if let Some(log) = setup.engine.audit() {
+                            log.protected(&o.path, o.change, &o.action, o.dest.as_deref());
+                        }
+                        lock(between).push(line);
+                    }
+                }
             });
         }
         loop {
@@ -203,8 +250,9 @@ pub fn serve(listening: Listening, init: Seq, setup: &Setup) -> Result<Ended> {
             };
             // SAFETY: accept4 returned a new descriptor that we own.
             let conn: OwnedFd = unsafe { std::os::fd::FromRawFd::from_raw_fd(conn) };
-            let (init, routes, ended, ids, checking, wake_w, info) =
-                (&init, &routes, &ended, &ids, &checking, &wake_w, &info);
+            let (init, routes, ended, ids, checking, wake_w, info, inflight, between) = (
+                &init, &routes, &ended, &ids, &checking, &wake_w, &info, &inflight, &between,
+            );
             scope.spawn(move || {
                 // Only this user's processes outside every sandbox.
                 if let Err(e) = super::peer_outside(&conn) {
@@ -224,8 +272,20 @@ pub fn serve(listening: Listening, init: Seq, setup: &Setup) -> Result<Ended> {
                     }
                     Some("run") => {
                         let id = ids.fetch_add(1, Ordering::Relaxed) + 1;
-                        let reply =
+                        inflight.fetch_add(1, Ordering::SeqCst);
+                        let mut reply =
                             run_command(id, &req, fds, &conn, init, routes, checking, setup);
+                        inflight.fetch_sub(1, Ordering::SeqCst);
+                        let earlier = std::mem::take(&mut *lock(between));
+                        if !earlier.is_empty() {
+                            if let Some(notes) =
+                                reply.get_mut("notes").and_then(Value::as_array_mut)
+                            {
+                                for (i, l) in earlier.into_iter().enumerate() {
+                                    notes.insert(i, json!(l));
+                                }
+                            }
+                        }
                         let _ = conn.send_json(&reply, &[]);
                         let _ = nix::sys::socket::shutdown(
                             conn.0.as_raw_fd(),
@@ -262,6 +322,7 @@ pub fn serve(listening: Listening, init: Seq, setup: &Setup) -> Result<Ended> {
         }
         // Stop every command: PID 1 kills the whole sandbox; the commands
         // still waiting hear that the session ended.
+        stop.store(true, Ordering::Relaxed);
         let _ = init.send_json(&json!({"op": "end"}), &[]);
         lock(&routes).clear();
     });
@@ -392,7 +453,7 @@ fn run_command(
     // What this command planted, judged now that it ended (SPEC §4.7).
     let changes = {
         let _one_at_a_time = lock(checking);
-        (setup.check)()
+        held_still(init, routes, setup)
     };
     for o in &changes {
         notes.push(format!(
@@ -463,6 +524,26 @@ fn run_command(
     answer["notes"] = json!(notes);
     answer["report"] = report;
     answer
+}
+
+/// The check, with every process of the sandbox stopped by its PID 1
+/// meanwhile, and let go after. Call holding the check lock.
+fn held_still(init: &Seq, routes: &Routes, setup: &Setup) -> Vec<crate::integrity::Outcome> {
+    let (tx, rx) = mpsc::channel();
+    lock(routes).insert(0, tx);
+    let asked = init.send_json(&json!({"op": "freeze"}), &[]).is_ok();
+    let frozen = asked
+        && matches!(
+            rx.recv_timeout(std::time::Duration::from_secs(5)),
+            Ok(Event::Init(ref m)) if m.get("complete").and_then(Value::as_bool) == Some(true)
+        );
+    lock(routes).remove(&0);
+    if !frozen {
+        tracing::warn!("the sandbox could not be held still for the check; checking anyway");
+    }
+    let changes = (setup.check)();
+    let _ = init.send_json(&json!({"op": "thaw"}), &[]);
+    changes
 }
 
 /// What was counted since `before`: entries whose count grew, by the

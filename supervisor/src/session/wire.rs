@@ -58,7 +58,10 @@ impl Seq {
     /// the descriptors that did arrive are closed.
     pub fn recv(&self) -> nix::Result<Option<(Vec<u8>, Vec<OwnedFd>)>> {
         let mut buf = vec![0u8; MAX_MESSAGE];
-        let mut space = nix::cmsg_space!([RawFd; 4]);
+        // Room for as many descriptors as one message can carry
+        // (SCM_MAX_FD): a truncated set would leave descriptors installed
+        // that no parse reaches, open for good.
+        let mut space = nix::cmsg_space!([RawFd; 253]);
         loop {
             let mut iov = [IoSliceMut::new(&mut buf)];
             let msg = match recvmsg::<()>(
