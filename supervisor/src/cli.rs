@@ -12,7 +12,8 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
     after_help = "Policy files, lowest precedence first: built-in defaults; the user's \
 $XDG_CONFIG_HOME/airlock/policy.toml (~/.config/airlock/policy.toml); the project's \
 airlock.toml at the workspace root; --policy files; command-line flags; the managed \
-/etc/airlock/managed.toml (or $AIRLOCK_MANAGED_POLICY), which nothing below can loosen."
+/etc/airlock/managed.toml, which nothing below can loosen ($AIRLOCK_MANAGED_POLICY may name \
+a managed file only where /etc/airlock/managed.toml is absent)."
 )]
 pub struct Cli {
     /// More logging (-v shows every decision, -vv the details).

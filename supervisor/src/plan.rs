@@ -274,7 +274,7 @@ pub fn build(policy: &Policy, o: &Options) -> Plan {
     // The protected set (SPEC §4.5): what lies in a writable root and is
     // obeyed or run later. What exists is made read-only; every ancestor
     // whose parent is writable is pinned, so no rename carries it away.
-    let mut airlock_files = vec![crate::sources::managed_policy_path().0];
+    let mut airlock_files = crate::sources::managed_policy_files();
     airlock_files
         .extend(crate::sources::user_policy_path().and_then(|p| p.parent().map(Path::to_path_buf)));
     airlock_files.extend(airlock_ca::default_dir());
