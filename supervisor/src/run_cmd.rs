@@ -147,6 +147,10 @@ pub fn run(args: &RunArgs, early: Early, log: String) -> Result<ExitCode> {
     tracing::debug!(elapsed = ?started.elapsed(), "plan built");
     crate::integrity::set::check_deny_read_links(&plan.deny_read, &plan.write)
         .map_err(anyhow::Error::msg)?;
+    // A `.env` an earlier run made with a second link would pass on what the
+    // user later writes into it.
+    crate::integrity::set::check_deny_read_links(&plan.deny_read_env, &plan.write)
+        .map_err(anyhow::Error::msg)?;
     // The audit log, the report and the learned policy are airlock's:
     // inside a writable root they are read-only to the sandbox (opened
     // before it starts, so they exist by then) and their directories
@@ -172,6 +176,13 @@ pub fn run(args: &RunArgs, early: Early, log: String) -> Result<ExitCode> {
     }
     for u in &plan.unsupported {
         eprintln!("airlock: warning: {u} cannot be enforced by mounts (only plain paths and a trailing /**)");
+    }
+    if plan.deny_read_env_truncated {
+        eprintln!(
+            "airlock: warning: .env files were looked for in the first {} directories of the writable roots only; \
+             name others in deny_read",
+            crate::dotenv::MAX_DIRS
+        );
     }
     run_platform(
         args, policy, plan, timeout, started, &workspace, learn, early,
@@ -261,6 +272,18 @@ fn begin(plan: &mut plan::Plan, early: Early) -> Result<Pending> {
             "airlock: warning: user namespaces are unavailable; running the degraded tier (--allow-degraded): {}",
             crate::doctor::DEGRADED_RESIDUAL_RISK
         );
+        if !plan.deny_read_env.is_empty() {
+            // Landlock would have to take the root's own write access to
+            // carve a file out of it; the full tier mounts over them.
+            eprintln!(
+                "airlock: warning: the degraded tier cannot hide .env files in the workspace or a writable root: {} stay readable",
+                plan.deny_read_env
+                    .iter()
+                    .map(|p| crate::sources::shown(p))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            );
+        }
         plan.degraded = Some(port);
     }
     let wanted = match degraded {
