@@ -14,6 +14,11 @@ use crate::cli::RunArgs;
 use crate::plan::{self, Net, Options};
 use crate::proxy_cmd::run_id;
 use crate::report::{self, ProtectedPaths, Report};
+
+/// How long the command waits, at most, for the record of nested
+/// repositories before it starts (a walk of the writable roots: a few
+/// milliseconds for most projects).
+const NESTED_BEFORE_BUDGET: Duration = Duration::from_millis(100);
 use crate::sources::build_policy;
 
 pub const EXIT_TIMEOUT: u8 = 124;
@@ -478,6 +483,10 @@ fn run_platform(
             std::fs::metadata(p).is_ok_and(|m| m.dev() == own.dev() && m.ino() == own.ino())
         });
     }
+    // Nested repositories' items as they are, by content and identity, so
+    // that a touch that changes nothing is not taken for a write
+    // (integrity/identity.rs); sound whenever taken, so it runs beside.
+    let nested_before = crate::integrity::nested::record_before(plan.write.clone());
     // The protected set as it is before the sandbox can touch it.
     let snapshot = crate::integrity::snapshot::take(&plan.protected);
     let run_start = crate::integrity::nested::kernel_now();
@@ -506,6 +515,10 @@ fn run_platform(
         sandbox.pid as libc::pid_t,
         sandbox.teardown,
     ));
+    // A moment for the record of nested repositories: what it has not
+    // reached when the command changes it is judged by its ctime, as before.
+    let recorded = nested_before.wait(NESTED_BEFORE_BUDGET);
+    tracing::debug!(elapsed = ?started.elapsed(), recorded, "nested repositories recorded");
     // Everything that must see the command from its first instruction is
     // in place.
     if let Err(e) = (sandbox.go)() {
@@ -569,7 +582,13 @@ fn run_platform(
         tracing::debug!(elapsed = ?started.elapsed(), "watch stopped");
     }
     // Every process of the sandbox is gone: nothing can race the check.
-    let checked = crate::integrity::check(&journal.snapshot, &plan.write, run_start, &run);
+    let checked = crate::integrity::check(
+        &journal.snapshot,
+        &plan.write,
+        run_start,
+        &run,
+        &nested_before,
+    );
     crate::integrity::journal::remove(&journal_path);
     let (protected_changes, failed) = (checked.outcomes, checked.failed);
     for o in &protected_changes {

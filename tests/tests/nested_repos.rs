@@ -868,3 +868,111 @@ fn a_run_beside_another_judges_what_the_other_planted() {
         host_git_runs_nothing(&f, who, &f.ws.join("sub"), &marker);
     }
 }
+
+/// Touching the user's own nested repository without changing it (issue
+/// 28, item 6): `chmod 755` on a hook that already was, `touch` on its
+/// configuration. The check judges content and identity, not the ctime:
+/// the hook stays, the configuration keeps `commit.gpgsign`, the signing
+/// key and the credential helper, nothing is reported, and a later run
+/// does not judge them again. A hook the sandbox changes, or a disabled
+/// one it makes executable, is still moved to the quarantine.
+#[test]
+fn a_touch_that_changes_nothing_leaves_the_users_repository_alone() {
+    if !git_available() {
+        eprintln!("skipped: git is not installed");
+        return;
+    }
+    use std::os::unix::fs::PermissionsExt;
+    for who in Who::all() {
+        let f = repo(&base(), who);
+        let lib = f.ws.join("lib");
+        std::fs::create_dir_all(&lib).unwrap();
+        if who == Who::Nobody {
+            airlock_tests::who::chown(&f.ws);
+        }
+        git_ok(&f, who, &lib, &["init", "-q", "."]);
+        for (k, v) in [
+            ("commit.gpgsign", "true"),
+            ("user.signingkey", "ABCDEF0123456789"),
+            ("credential.helper", "store"),
+        ] {
+            git_ok(&f, who, &lib, &["config", k, v]);
+        }
+        let hooks = lib.join(".git/hooks");
+        let hook = hooks.join("pre-commit");
+        let user_hook = "#!/bin/sh\n# the user's secret scanner\nexit 0\n";
+        std::fs::write(&hook, user_hook).unwrap();
+        std::fs::set_permissions(&hook, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let disabled = hooks.join("pre-push");
+        std::fs::write(&disabled, "#!/bin/sh\nexit 1\n").unwrap();
+        std::fs::set_permissions(&disabled, std::fs::Permissions::from_mode(0o644)).unwrap();
+        let victim = hooks.join("commit-msg");
+        std::fs::write(&victim, "#!/bin/sh\nexit 0\n").unwrap();
+        std::fs::set_permissions(&victim, std::fs::Permissions::from_mode(0o755)).unwrap();
+        if who == Who::Nobody {
+            airlock_tests::who::chown(&f.ws);
+        }
+        let config = std::fs::read(lib.join(".git/config")).unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        let out = sandboxed(
+            &f,
+            who,
+            &["--network", "none"],
+            "chmod 755 lib/.git/hooks/pre-commit && touch lib/.git/config lib/.git/hooks/pre-commit && echo touched",
+        );
+        assert!(out.stdout.contains("touched"), "{who:?}: {}", show(&out));
+        let unharmed = |out: &Out, when: &str| {
+            assert_eq!(
+                std::fs::read_to_string(&hook).ok().as_deref(),
+                Some(user_hook),
+                "{who:?} {when}: the user's hook was moved\n{}",
+                show(out)
+            );
+            assert_eq!(
+                std::fs::read(lib.join(".git/config")).unwrap(),
+                config,
+                "{who:?} {when}: the user's configuration was rewritten\n{}",
+                show(out)
+            );
+            assert!(
+                !out.stderr.contains("protected path"),
+                "{who:?} {when}: {}",
+                show(out)
+            );
+        };
+        unharmed(&out, "after the touch");
+        // The next run does not judge the touched items again.
+        let out = sandboxed(&f, who, &["--network", "none"], "echo again");
+        assert!(out.stdout.contains("again"), "{who:?}: {}", show(&out));
+        unharmed(&out, "on the next run");
+        // What changes what git runs is still the sandbox's.
+        let out = sandboxed(
+            &f,
+            who,
+            &["--network", "none"],
+            "chmod 755 lib/.git/hooks/pre-push && printf '#!/bin/sh\\ntouch /tmp/x\\n' > lib/.git/hooks/commit-msg && echo changed",
+        );
+        assert!(out.stdout.contains("changed"), "{who:?}: {}", show(&out));
+        assert!(
+            !disabled.exists() && !victim.exists(),
+            "{who:?}: a hook made executable or rewritten was left in place\n{}",
+            show(&out)
+        );
+        assert!(
+            out.stderr.contains("protected path"),
+            "{who:?}: {}",
+            show(&out)
+        );
+        // The user's own hook and configuration are still theirs.
+        assert_eq!(
+            std::fs::read_to_string(&hook).ok().as_deref(),
+            Some(user_hook),
+            "{who:?}"
+        );
+        assert_eq!(
+            std::fs::read(lib.join(".git/config")).unwrap(),
+            config,
+            "{who:?}"
+        );
+    }
+}

@@ -2,6 +2,7 @@
 //! its snapshot before a run, and the post-run check that quarantines or
 //! restores whatever the sandbox created or changed in it.
 
+pub mod identity;
 pub mod journal;
 pub mod nested;
 pub mod quarantine;
@@ -31,6 +32,7 @@ pub fn check(
     roots: &[PathBuf],
     since: SystemTime,
     run: &str,
+    before: &identity::Before,
 ) -> Checked {
     let t = std::time::Instant::now();
     // Every process of the sandbox is gone: its window closes now.
@@ -83,7 +85,15 @@ pub fn check(
     tracing::debug!(elapsed = ?t.elapsed(), "protected set compared");
     let known: Vec<Protected> = snap.entries.iter().map(|(p, _)| p.clone()).collect();
     let windows = windows::Windows::with_current(since);
-    let (found, nested_failed) = nested::changes(roots, &windows, &known);
+    // What the thread beside the run has recorded so far is what there is.
+    before.stop();
+    let judge = nested::Judge {
+        windows: &windows,
+        before,
+        cleared: std::cell::RefCell::new(identity::Cleared::load()),
+    };
+    let (found, nested_failed) = nested::changes(roots, &judge, &known);
+    judge.cleared.borrow().save();
     failed.extend(nested_failed);
     tracing::debug!(elapsed = ?t.elapsed(), ?roots, "nested repositories searched");
     changes.extend(found);
@@ -100,7 +110,14 @@ pub fn recover() {
             "airlock: finishing the post-run check of run {}, whose airlock was killed",
             crate::sources::escape(&j.run)
         );
-        let c = check(&j.snapshot, &j.roots, j.since(), &j.run);
+        // Nothing was recorded beside that run: judged by ctime alone.
+        let c = check(
+            &j.snapshot,
+            &j.roots,
+            j.since(),
+            &j.run,
+            &identity::Before::default(),
+        );
         for o in &c.outcomes {
             eprintln!(
                 "airlock: the sandbox changed a protected path: {}",
