@@ -976,3 +976,53 @@ fn a_touch_that_changes_nothing_leaves_the_users_repository_alone() {
         );
     }
 }
+
+/// Degraded tier (no mounts pin the workspace's `.git`): `mv .git
+/// .git-user` no longer leaves the user's repository displaced after the
+/// run. It is moved back whole, and what the sandbox changed inside it on
+/// the way is judged again in its place (the hook it planted quarantined,
+/// the configuration restored). (Moving it to another directory is a copy
+/// under Landlock, which refuses to reparent: the original is then gone,
+/// as with `rm -rf .git`, a stated residual of that tier.)
+#[test]
+fn a_renamed_git_directory_is_moved_back_in_the_degraded_tier() {
+    if !git_available() {
+        eprintln!("skipped: git is not installed");
+        return;
+    }
+    use airlock_tests::tiers::{command, Tier};
+    for who in Who::all() {
+        let f = repo(&base(), who);
+        let marker = f.home.join("PWNED");
+        let config = std::fs::read(f.ws.join(".git/config")).unwrap();
+        let script = format!(
+            r#"mv .git .git-user && git config --file .git-user/config core.pager "touch {m}; cat"
+               printf '#!/bin/sh\ntouch {m}\n' > .git-user/hooks/pre-commit; chmod +x .git-user/hooks/pre-commit
+               echo moved"#,
+            m = marker.display()
+        );
+        let out = run(&mut command(
+            &f,
+            Tier::Degraded,
+            who == Who::Nobody,
+            &["--network", "none"],
+            &script,
+        ));
+        assert!(out.stdout.contains("moved"), "{who:?}: {}", show(&out));
+        assert!(
+            f.ws.join(".git/HEAD").exists() && !f.ws.join(".git-user").exists(),
+            "{who:?}: the repository was left displaced\n{}",
+            show(&out)
+        );
+        assert_eq!(
+            std::fs::read(f.ws.join(".git/config")).unwrap(),
+            config,
+            "{who:?}: {}",
+            show(&out)
+        );
+        assert!(out.stderr.contains("moved back"), "{who:?}: {}", show(&out));
+        let log = host(&f, who, &f.ws, "git", &["log", "--oneline", "-1"]);
+        assert_eq!(log.code, 0, "{who:?}: {}", show(&log));
+        host_git_runs_nothing(&f, who, &f.ws, &marker);
+    }
+}

@@ -97,7 +97,33 @@ pub fn check(
     failed.extend(nested_failed);
     tracing::debug!(elapsed = ?t.elapsed(), ?roots, "nested repositories searched");
     changes.extend(found);
-    let outcomes = quarantine::act(&changes, run);
+    let mut outcomes = quarantine::act(&changes, run);
+    // A directory moved back whole (quarantine::bring_back) brings back
+    // whatever the sandbox did inside it: what lies below is compared with
+    // the snapshot again, and acted on, in its place.
+    let moved_back: Vec<PathBuf> = outcomes
+        .iter()
+        .filter(|o| o.action.ends_with("moved back"))
+        .map(|o| PathBuf::from(&o.path))
+        .collect();
+    if !moved_back.is_empty() {
+        let below = |p: &std::path::Path| moved_back.iter().any(|m| p != m && p.starts_with(m));
+        // And what was found where it lay meanwhile went back with it.
+        let went_with_it = |o: &Outcome| {
+            o.change == "created"
+                && o.action.starts_with("reported")
+                && std::fs::symlink_metadata(&o.path).is_err()
+        };
+        outcomes.retain(|o| !below(std::path::Path::new(&o.path)) && !went_with_it(o));
+        // The directory itself too: its mode may have been changed on the
+        // way, which hides what lies below from the comparison.
+        let mut again = snap.changes();
+        again.retain(|c| {
+            let p = c.root.join(&c.rel);
+            below(&p) || moved_back.contains(&p)
+        });
+        outcomes.extend(quarantine::act(&again, run));
+    }
     tracing::debug!(elapsed = ?t.elapsed(), "changes acted on");
     windows::record(since, until);
     Checked { outcomes, failed }
