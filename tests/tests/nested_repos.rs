@@ -874,8 +874,8 @@ fn a_run_beside_another_judges_what_the_other_planted() {
 /// configuration. The check judges content and identity, not the ctime:
 /// the hook stays, the configuration keeps `commit.gpgsign`, the signing
 /// key and the credential helper, nothing is reported, and a later run
-/// does not judge them again. A hook the sandbox changes, or a disabled
-/// one it makes executable, is still moved to the quarantine.
+/// does not judge them again. A hook the sandbox changes is still moved to
+/// the quarantine; a disabled one it makes executable gets its mode back.
 #[test]
 fn a_touch_that_changes_nothing_leaves_the_users_repository_alone() {
     if !git_available() {
@@ -954,12 +954,22 @@ fn a_touch_that_changes_nothing_leaves_the_users_repository_alone() {
         );
         assert!(out.stdout.contains("changed"), "{who:?}: {}", show(&out));
         assert!(
-            !disabled.exists() && !victim.exists(),
-            "{who:?}: a hook made executable or rewritten was left in place\n{}",
+            !victim.exists(),
+            "{who:?}: a rewritten hook was left in place\n{}",
+            show(&out)
+        );
+        // The disabled hook made executable is the user's file: it stays,
+        // not runnable, as the user left it.
+        assert_eq!(
+            std::fs::metadata(&disabled)
+                .map(|m| m.permissions().mode() & 0o777)
+                .ok(),
+            Some(0o644),
+            "{who:?}: {}",
             show(&out)
         );
         assert!(
-            out.stderr.contains("protected path"),
+            out.stderr.contains("protected path") && out.stderr.contains("execute bits put back"),
             "{who:?}: {}",
             show(&out)
         );

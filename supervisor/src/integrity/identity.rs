@@ -44,6 +44,8 @@ pub struct Seen {
     /// `S_IFMT` bits and the execute bits: a hook made executable runs.
     pub kind: u32,
     pub exec: u32,
+    /// The permission bits, to put back when only they changed.
+    pub perm: u32,
     pub ctime: (i64, i64),
     /// SHA-256 of the bytes (of a link: its target).
     pub hash: Vec<u8>,
@@ -97,6 +99,7 @@ pub fn observe(path: &Path) -> Option<Seen> {
         ino: meta.ino(),
         kind: meta.mode() & libc::S_IFMT,
         exec: meta.mode() & 0o111,
+        perm: meta.mode() & 0o7777,
         ctime: ctime_of(&meta),
         hash,
     })
@@ -116,6 +119,37 @@ pub fn same(before: &Seen, now: &Seen) -> bool {
         && before.kind == now.kind
         && before.exec == now.exec
         && before.hash == now.hash
+}
+
+/// Whether `now` differs from `before` only in its execute bits: the
+/// user's bytes in the user's inode, made runnable or not runnable.
+pub fn only_exec_changed(before: &Seen, now: &Seen) -> bool {
+    before.kind == libc::S_IFREG
+        && before.dev == now.dev
+        && before.ino == now.ino
+        && before.kind == now.kind
+        && before.hash == now.hash
+        && before.exec != now.exec
+}
+
+/// Put the permission bits `before` recorded back on `path`, if it is
+/// still that inode (opened without following a link). Whatever the
+/// sandbox set, a hook then runs, or does not, as the user left it.
+pub fn put_mode_back(path: &Path, before: &Seen) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    let Ok(f) = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(path)
+    else {
+        return false;
+    };
+    match f.metadata() {
+        Ok(m) if m.is_file() && m.dev() == before.dev && m.ino() == before.ino => f
+            .set_permissions(std::fs::Permissions::from_mode(before.perm))
+            .is_ok(),
+        _ => false,
+    }
 }
 
 /// Items as they were before the run, filled by a thread beside it.

@@ -91,13 +91,22 @@ pub fn check(
         windows: &windows,
         before,
         cleared: std::cell::RefCell::new(identity::Cleared::load()),
+        modes_restored: Default::default(),
     };
     let (found, nested_failed) = nested::changes(roots, &judge, &known);
     judge.cleared.borrow().save();
+    let modes_restored = judge.modes_restored.take();
     failed.extend(nested_failed);
     tracing::debug!(elapsed = ?t.elapsed(), ?roots, "nested repositories searched");
     changes.extend(found);
     let mut outcomes = quarantine::act(&changes, run);
+    outcomes.extend(modes_restored.into_iter().map(|p| Outcome {
+        path: p.display().to_string(),
+        change: "modified",
+        action: "execute bits put back as they were".into(),
+        dest: None,
+        in_place: false,
+    }));
     // A directory moved back whole (quarantine::bring_back) brings back
     // whatever the sandbox did inside it: what lies below is compared with
     // the snapshot again, and acted on, in its place.

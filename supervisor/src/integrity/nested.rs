@@ -30,7 +30,7 @@ use nix::dir::{Dir, Type};
 use nix::fcntl::AtFlags;
 use nix::sys::stat::fstatat;
 
-use super::identity::{observe, same, Before, Cleared};
+use super::identity::{observe, only_exec_changed, put_mode_back, same, Before, Cleared};
 use super::set::{git_dir_surface, Protected};
 use super::snapshot::{open_dir, Change, ChangeKind, State};
 use super::windows::Windows;
@@ -42,6 +42,9 @@ pub struct Judge<'a> {
     pub windows: &'a Windows,
     pub before: &'a Before,
     pub cleared: std::cell::RefCell<Cleared>,
+    /// Items whose execute bits alone the sandbox changed, put back as the
+    /// user had them (rather than moving the user's file away).
+    pub modes_restored: std::cell::RefCell<Vec<PathBuf>>,
 }
 
 impl Judge<'_> {
@@ -56,8 +59,18 @@ impl Judge<'_> {
         if cleared.holds(&now) {
             return false;
         }
-        if self.before.get(path).is_some_and(|b| same(&b, &now)) {
+        let Some(before) = self.before.get(path) else {
+            return true;
+        };
+        if same(&before, &now) {
             cleared.add(&now);
+            return false;
+        }
+        if only_exec_changed(&before, &now) && put_mode_back(path, &before) {
+            if let Some(again) = observe(path).filter(|a| same(&before, a)) {
+                cleared.add(&again);
+            }
+            self.modes_restored.borrow_mut().push(path.to_path_buf());
             return false;
         }
         true
@@ -525,6 +538,7 @@ pub fn record_before(roots: Vec<PathBuf>) -> Before {
                 windows: &windows,
                 before: &Before::default(),
                 cleared: std::cell::RefCell::new(Cleared::load()),
+                modes_restored: Default::default(),
             };
             let home = std::env::var_os("HOME").map(PathBuf::from);
             let global_hooks = global_hooks_paths(home.as_deref());
