@@ -483,6 +483,9 @@ fn run_platform(
             std::fs::metadata(p).is_ok_and(|m| m.dev() == own.dev() && m.ino() == own.ino())
         });
     }
+    // This run's roots join those a later run's trust covers (SPEC §3.5);
+    // written before the snapshot, which sees it when HOME is a root.
+    crate::trust::remember_roots(&plan.write).context("remembering the run's writable roots")?;
     // Nested repositories' items as they are, by content and identity, so
     // that a touch that changes nothing is not taken for a write
     // (integrity/identity.rs); sound whenever taken, so it runs beside.

@@ -406,11 +406,36 @@ pub fn build_policy(args: &PolicyArgs, extra_roots: &[PathBuf], named: Named) ->
     trust.extend_roots(policy.write.iter().filter_map(|w| resolve(&w.value)));
     // A tool configuration's effect: the hosts presets took from it.
     let read = trust.read_files();
+    let bare = |h: &str| h.split(':').next().unwrap_or(h).to_ascii_lowercase();
     for r in &policy.presets {
         for (host, from) in &r.hosts {
             for (path, _) in &read {
                 if from.starts_with(&path.display().to_string()) {
                     trust.add_effect(path, format!("allows host {host} (preset {})", r.name));
+                    // Which of the user's credentials would go there.
+                    for c in r.credentials.iter().filter(|c| bare(&c.host) == bare(host)) {
+                        trust.add_effect(
+                            path,
+                            format!(
+                                "sends the credential from {} (header {}) to {}",
+                                c.from, c.header, c.host
+                            ),
+                        );
+                    }
+                }
+            }
+        }
+        // A credential found in the file itself, and where it goes.
+        for c in &r.credentials {
+            for (path, _) in &read {
+                if c.from.starts_with(&path.display().to_string()) {
+                    trust.add_effect(
+                        path,
+                        format!(
+                            "sends the credential found in it (header {}) to {} (preset {})",
+                            c.header, c.host, r.name
+                        ),
+                    );
                 }
             }
         }
