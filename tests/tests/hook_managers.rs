@@ -91,3 +91,47 @@ fn hook_manager_files_cannot_be_changed_or_planted() {
         }
     }
 }
+
+/// The same files at the top of a nested repository's work tree: what the
+/// sandbox plants there is moved to the quarantine; the user's own file,
+/// untouched, stays.
+#[test]
+fn hook_manager_files_planted_in_a_nested_repository_are_quarantined() {
+    if !git_available() {
+        eprintln!("skipped: git is not installed");
+        return;
+    }
+    for who in Who::all() {
+        let f = Fixture::new_in(&base());
+        f.write("lib/lefthook.yml", "pre-commit:\n  commands: {}\n");
+        who.prepare(&f);
+        let lib = f.ws.join("lib");
+        let out = host(&f, who, &lib, "git", &["init", "-q", "."]);
+        assert_eq!(out.code, 0, "{}", show(&out));
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        let out = run(&mut command(
+            &f,
+            airlock_tests::tiers::Tier::Full,
+            who == Who::Nobody,
+            &["--network", "none"],
+            "printf 'repos: []\\n' > lib/.pre-commit-config.yaml; mkdir -p lib/.lefthook/pre-commit; \
+             printf 'touch /tmp/x\\n' > lib/.lefthook/pre-commit/run.sh; cat lib/lefthook.yml >/dev/null; echo done",
+        ));
+        assert!(out.stdout.contains("done"), "{who:?}: {}", show(&out));
+        for planted in [".pre-commit-config.yaml", ".lefthook/pre-commit/run.sh"] {
+            assert!(
+                !lib.join(planted).exists(),
+                "{who:?}: lib/{planted} was left in place: {}",
+                show(&out)
+            );
+        }
+        assert_eq!(
+            std::fs::read_to_string(lib.join("lefthook.yml"))
+                .ok()
+                .as_deref(),
+            Some("pre-commit:\n  commands: {}\n"),
+            "{who:?}: {}",
+            show(&out)
+        );
+    }
+}

@@ -282,6 +282,21 @@ fn hook_entries(dir: &Path, out: &mut Vec<PathBuf>) {
     }
 }
 
+/// Everything below `dir` (links not followed), `depth` levels down: a
+/// hook manager's script directories (`.lefthook/<hook>/<script>`).
+fn entries_below(dir: &Path, depth: u8, out: &mut Vec<PathBuf>) {
+    let Ok(rd) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for e in rd.flatten() {
+        let p = e.path();
+        if depth > 1 && e.file_type().is_ok_and(|t| t.is_dir()) {
+            entries_below(&p, depth - 1, out);
+        }
+        out.push(p);
+    }
+}
+
 /// How git reads `core.hooksPath` and includes for one repository: the
 /// work trees its relative hooks path is resolved in, the user's home for
 /// `~/`, the hooks paths of the user's and the system's configuration
@@ -496,6 +511,18 @@ fn items_of(
     let mut items = vec![];
     for value in reach.global_hooks {
         hooks_path(value, &reach, &mut items);
+    }
+    // What the hook managers installed in this repository read at commit
+    // time, at the top of its work tree (a directory by its entries).
+    for top in &reach.tops {
+        for name in super::set::HOOK_MANAGERS {
+            let p = top.join(name);
+            match std::fs::symlink_metadata(&p) {
+                Ok(m) if m.is_dir() => entries_below(&p, 3, &mut items),
+                Ok(_) => items.push(p),
+                Err(_) => {}
+            }
+        }
     }
     for abs in surface {
         let name = abs.file_name().unwrap_or_default().to_os_string();

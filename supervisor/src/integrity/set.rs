@@ -33,9 +33,14 @@ pub const ROOT_SURFACE: &[&str] = &[
     ".githooks",
     "airlock.toml",
     ".airlock",
-    // Hook managers: the hook git runs on the host reads these and runs
-    // what they name (SPEC §4.5). Protected in every root, repository or
-    // not: the sandbox could `git init` and the user install the hooks later.
+];
+
+/// Hook managers' files: the hook git runs on the host reads them and runs
+/// what they name (SPEC §4.5). Protected at the top of every writable root,
+/// repository or not (the sandbox could `git init` and the user install
+/// the hooks later), and judged at the top of every nested repository's
+/// work tree (nested.rs).
+pub const HOOK_MANAGERS: &[&str] = &[
     ".pre-commit-config.yaml",
     ".pre-commit-config.yml",
     ".pre-commit-hooks.yaml",
@@ -364,7 +369,7 @@ pub fn compute(i: &Inputs) -> Vec<Protected> {
     let deny_read = crate::paths::Prefixes::new(i.deny_read);
     let hidden = |p: &Path| deny_read.covers(p);
     for root in i.roots {
-        for name in ROOT_SURFACE {
+        for name in ROOT_SURFACE.iter().chain(HOOK_MANAGERS) {
             candidates.push((root.join(name), *name == ".git"));
         }
         let dot_git = root.join(".git");
