@@ -102,6 +102,43 @@ pub fn find(roots: &[PathBuf]) -> Found {
     found
 }
 
+/// A search of the workspace started as soon as it is known, so that it
+/// overlaps building the policy (`run` calls [`prefetch`]; `plan` takes
+/// the result through [`find_with_prefetch`]).
+static PREFETCH: std::sync::Mutex<Option<(PathBuf, std::thread::JoinHandle<Found>)>> =
+    std::sync::Mutex::new(None);
+
+/// Start searching `root` in a thread.
+pub fn prefetch(root: PathBuf) {
+    let r = root.clone();
+    let spawned = std::thread::Builder::new()
+        .name("dotenv".into())
+        .spawn(move || find(std::slice::from_ref(&r)));
+    if let (Ok(handle), Ok(mut slot)) = (spawned, PREFETCH.lock()) {
+        *slot = Some((root, handle));
+    }
+}
+
+/// [`find`], taking a prefetched root's result where there is one.
+pub fn find_with_prefetch(roots: &[PathBuf]) -> Found {
+    let pre = PREFETCH.lock().ok().and_then(|mut s| s.take());
+    let Some((root, handle)) = pre.filter(|(r, _)| roots.contains(r)) else {
+        return find(roots);
+    };
+    let Ok(mut found) = handle.join() else {
+        return find(roots);
+    };
+    let rest: Vec<PathBuf> = roots.iter().filter(|r| **r != root).cloned().collect();
+    if !rest.is_empty() {
+        let more = find(&rest);
+        found.files.extend(more.files);
+        found.truncated |= more.truncated;
+        found.files.sort();
+        found.files.dedup();
+    }
+    found
+}
+
 fn hideable(path: &Path, kind: std::fs::FileType) -> bool {
     if kind.is_file() {
         return true;

@@ -307,7 +307,7 @@ pub fn build(policy: &Policy, o: &Options) -> Plan {
     write.retain(|p| p.exists());
     write.sort();
     write.dedup();
-    let env_found = crate::dotenv::find(&dotenv_roots(policy, o, &write));
+    let env_found = crate::dotenv::find_with_prefetch(&dotenv_roots(policy, o, &write));
     // The protected set (SPEC §4.5): what lies in a writable root and is
     // obeyed or run later. What exists is made read-only; every ancestor
     // whose parent is writable is pinned, so no rename carries it away.

@@ -82,6 +82,10 @@ pub fn run(args: &RunArgs, early: Early, log: String) -> Result<ExitCode> {
     let early: Early = early.or_else(|| crate::linux::Spawned::early(ahead_of(args)).ok());
     // A previous run whose airlock was killed left its check to us.
     crate::integrity::recover();
+    // The search for `.env` files overlaps building the policy.
+    if let Ok((workspace, _)) = crate::sources::workspace_dir(&args.policy) {
+        crate::dotenv::prefetch(workspace);
+    }
     let built = build_policy(&args.policy, &args.write, crate::sources::Named::NeedTrust)?;
     crate::sources::check_workspace_scope(&built.workspace, built.explicit_workspace)?;
     built.require_trusted()?;
