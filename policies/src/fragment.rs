@@ -106,7 +106,7 @@ impl Fragment {
         let l = |s: &str| Located::built_in(s.to_string());
         f.read = Some(vec![l("/")]);
         f.write = vec![l(".")];
-        f.deny_read = DEFAULT_DENY_READ.iter().map(|s| l(s)).collect();
+        f.deny_read = default_deny_read().iter().map(|s| l(s)).collect();
         f.deny_write = DEFAULT_DENY_WRITE.iter().map(|s| l(s)).collect();
         f.unknown = Some(Located::built_in(Unknown::Ask));
         f.mode = Some(Located::built_in(NetworkMode::Proxy));
@@ -133,6 +133,78 @@ pub const DEFAULT_DENY_READ: &[&str] = &[
     "~/.node_repl_history",
     "~/.psql_history",
     "~/.mysql_history",
+    // Git's XDG credential store, registries and clouds (SPEC §3.3).
+    "~/.config/git/credentials",
+    "~/.pypirc",
+    "~/.gem/credentials",
+    "~/.local/share/gem/credentials",
+    "~/.m2/settings.xml",
+    "~/.m2/settings-security.xml",
+    "~/.gradle/gradle.properties",
+    "~/.config/composer/auth.json",
+    "~/.composer/auth.json",
+    "~/.nuget/NuGet/NuGet.Config",
+    "~/.config/NuGet/NuGet.Config",
+    "~/.terraform.d/credentials.tfrc.json",
+    "~/.terraformrc",
+    "~/.vault-token",
+    "~/.config/containers/auth.json",
+    "~/.config/doctl",
+    "~/.oci",
+    "~/.fly",
+    // Database clients.
+    "~/.pgpass",
+    "~/.pg_service.conf",
+    "~/.my.cnf",
+    "~/.mylogin.cnf",
+    // S3 tools and rclone.
+    "~/.s3cfg",
+    "~/.passwd-s3fs",
+    "~/.boto",
+    "~/.mc",
+    "~/.config/rclone",
+    // hub and glab.
+    "~/.config/hub",
+    "~/.config/glab-cli",
+    // Password-manager CLIs.
+    "~/.config/op",
+    "~/.op",
+    "~/.config/Bitwarden CLI",
+    "~/.password-store",
+    "~/.config/gopass",
+    "~/.local/share/gopass",
+    "~/.config/lpass",
+    "~/.local/share/lpass",
+    // Desktop keyrings and editors' secret storage.
+    "~/.local/share/keyrings",
+    "~/.local/share/kwalletd",
+    "~/Library/Keychains",
+    "~/.config/Code/User/globalStorage/state.vscdb",
+    "~/.config/Code - OSS/User/globalStorage/state.vscdb",
+    "~/.config/VSCodium/User/globalStorage/state.vscdb",
+    "~/.config/Cursor/User/globalStorage/state.vscdb",
+    // Histories of shells, database clients and REPLs.
+    "~/.sh_history",
+    "~/.histfile",
+    "~/.sqlite_history",
+    "~/.duckdb_history",
+    "~/.rediscli_history",
+    "~/.dbshell",
+    "~/.mongodb/mongosh",
+    "~/.mycli-history",
+    "~/.config/pgcli/history",
+    "~/.config/litecli/history",
+    "~/.usql_history",
+    "~/.clickhouse-client-history",
+    "~/.cassandra/cqlsh_history",
+    "~/.influx_history",
+    "~/.irb_history",
+    "~/.pry_history",
+    "~/.php_history",
+    "~/.scala_history",
+    "~/.ghc/ghci_history",
+    "~/.julia/logs/repl_history.jl",
+    "~/.ipython/profile_default/history.sqlite",
     "~/.mozilla",
     "~/.config/google-chrome",
     "~/.config/chromium",
@@ -143,6 +215,33 @@ pub const DEFAULT_DENY_READ: &[&str] = &[
     "~/Library/Application Support/Firefox",
     "~/Library/Safari",
 ];
+
+/// [`DEFAULT_DENY_READ`] and what only this machine's environment names:
+/// podman's per-login credential store under `$XDG_RUNTIME_DIR`, and the
+/// password databases of JetBrains IDEs (one directory per product and
+/// version, so listed, not globbed: mounts cannot take a glob).
+pub fn default_deny_read() -> Vec<String> {
+    let mut out: Vec<String> = DEFAULT_DENY_READ.iter().map(|s| s.to_string()).collect();
+    if let Some(run) = std::env::var_os("XDG_RUNTIME_DIR")
+        .map(std::path::PathBuf::from)
+        .filter(|p| p.is_absolute())
+    {
+        out.push(run.join("containers/auth.json").display().to_string());
+    }
+    if let Some(home) = std::env::var_os("HOME").filter(|h| !h.is_empty()) {
+        let jetbrains = std::path::Path::new(&home).join(".config/JetBrains");
+        if let Ok(dir) = std::fs::read_dir(&jetbrains) {
+            for e in dir.flatten() {
+                if let Some(name) = e.file_name().to_str().filter(|n| !n.contains('*')) {
+                    for f in ["c.kdbx", "c.pwd"] {
+                        out.push(format!("~/.config/JetBrains/{name}/{f}"));
+                    }
+                }
+            }
+        }
+    }
+    out
+}
 
 /// Paths that would let a sandboxed command run code outside the sandbox
 /// later (git hooks, editor tasks, shell start-up files, airlock's own

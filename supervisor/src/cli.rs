@@ -12,7 +12,8 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
     after_help = "Policy files, lowest precedence first: built-in defaults; the user's \
 $XDG_CONFIG_HOME/airlock/policy.toml (~/.config/airlock/policy.toml); the project's \
 airlock.toml at the workspace root; --policy files; command-line flags; the managed \
-/etc/airlock/managed.toml (or $AIRLOCK_MANAGED_POLICY), which nothing below can loosen."
+/etc/airlock/managed.toml, which nothing below can loosen ($AIRLOCK_MANAGED_POLICY may name \
+a managed file only where /etc/airlock/managed.toml is absent)."
 )]
 pub struct Cli {
     /// More logging (-v shows every decision, -vv the details).
@@ -309,14 +310,18 @@ pub enum PolicyCommand {
         #[arg(long)]
         json: bool,
     },
-    /// Print the decision for a target, the rule and the file that decided it.
+    /// Print the decision for a target, the rule and the file that decided it;
+    /// with --path, whether the sandbox may read or write a path and why.
     Explain {
         #[command(flatten)]
         policy: PolicyArgs,
         /// A host with no port is explained for ports 443 and 80.
-        #[arg(value_name = "HOST[:PORT]")]
-        target: String,
-        /// Print a JSON array, one object per port explained.
+        #[arg(value_name = "HOST[:PORT]", required_unless_present = "path")]
+        target: Option<String>,
+        /// Explain a path instead: readable, writable, and the rule that decides.
+        #[arg(long, value_name = "PATH", conflicts_with = "target")]
+        path: Option<PathBuf>,
+        /// Print JSON (for a host: an array, one object per port explained).
         #[arg(long)]
         json: bool,
     },

@@ -144,9 +144,13 @@ pub fn findings() -> Findings {
             Err(e) => format!("no: {e}; `run` keeps the explicit proxy only"),
         },
     };
-    let (managed, _) = crate::sources::managed_policy_path();
-    let approvals = match crate::sources::load_file(&managed, airlock_policy::Layer::Managed, false)
-    {
+    let approvals = match crate::sources::managed_policy_path() {
+        Err(e) => format!("unknown: {e:#}"),
+        Ok((managed, required)) => match crate::sources::load_file(
+            &managed,
+            airlock_policy::Layer::Managed,
+            required,
+        ) {
         Ok(Some(m))
             if m.unknown
                 .as_ref()
@@ -160,9 +164,9 @@ pub fn findings() -> Findings {
                 managed.display()
             )
         }
-        Err(_) => format!("unknown: {} does not parse", managed.display()),
+        Err(_) => format!("unknown: {} cannot be read or does not parse, and `run` refuses", managed.display()),
         _ => "on: unknown hosts are escalated (--ask tty when stdin is a terminal, else deny; --ask socket:PATH for IDEs)".to_string(),
-    };
+    }};
     Findings {
         kernel: read("/proc/sys/kernel/osrelease").unwrap_or_default(),
         landlock_abi,
@@ -296,5 +300,9 @@ pub fn run(json: bool) -> Result<ExitCode> {
         }
         say!("degraded tier risk: {}", f.degraded_residual_risk);
     }
+    // What `run` would refuse on is an error here too, after the findings:
+    // an environment that names a replacement managed policy is not a
+    // setting doctor may report as fine.
+    crate::sources::managed_policy_path()?;
     Ok(ExitCode::SUCCESS)
 }

@@ -141,7 +141,7 @@ impl Learn {
         let mut named: Vec<PathBuf> = vec![workspace.join("airlock.toml")];
         named.extend(crate::sources::user_policy_path());
         named.extend(args.policy.policy.iter().cloned());
-        named.push(crate::sources::managed_policy_path().0);
+        named.extend(crate::sources::managed_policy_files());
         // By name, even before they exist: a proposal written where a
         // policy is read would apply without review.
         let canonical = |p: &Path| -> Option<PathBuf> {

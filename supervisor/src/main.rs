@@ -14,8 +14,10 @@ mod audit_cmd;
 mod ca_cmd;
 mod cli;
 mod doctor;
+mod dotenv;
 mod env;
 mod explain_cmd;
+mod explain_path;
 mod inspect_setup;
 mod integrity;
 mod learn;
@@ -208,8 +210,13 @@ fn main() -> ExitCode {
         Command::Policy(PolicyCommand::Explain {
             policy,
             target,
+            path,
             json,
-        }) => explain_cmd::explain(policy, target, *json),
+        }) => match (path, target) {
+            (Some(path), _) => explain_path::explain_path(policy, path, *json),
+            (None, Some(target)) => explain_cmd::explain(policy, target, *json),
+            (None, None) => Err(anyhow::anyhow!("name a HOST[:PORT] or --path PATH")),
+        },
         Command::Policy(PolicyCommand::Presets { json }) => explain_cmd::presets(*json),
         Command::Policy(PolicyCommand::Trust { policy, file }) => {
             policy_cmd::trust(policy, file.as_deref())

@@ -61,6 +61,15 @@ pub struct Plan {
     /// names the host could move or link into place (linux/denywatch.rs).
     #[serde(default)]
     pub deny_read_names: Vec<PathBuf>,
+    /// `.env` files found in the writable roots when the run starts
+    /// (dotenv.rs): hidden by mounts like `deny_read` files, but kept apart
+    /// because the degraded tier cannot carve a file out of a writable root
+    /// without taking the root's own write access.
+    #[serde(default)]
+    pub deny_read_env: Vec<PathBuf>,
+    /// The search for them stopped at its budget.
+    #[serde(default)]
+    pub deny_read_env_truncated: bool,
     /// Deny entries the mount layer cannot express, for warnings.
     pub unsupported: Vec<String>,
     pub allow_degraded: bool,
@@ -250,6 +259,33 @@ pub fn net_mode(policy: &Policy, flag: Option<&str>) -> Result<Net, String> {
     })
 }
 
+/// The roots searched for `.env` files: the workspace (read-only or not:
+/// its secrets are the project's either way), `--write` and policy `write`
+/// entries, but not the caches presets add (airlock's own, large, and
+/// holding no project's secrets).
+fn dotenv_roots(policy: &Policy, o: &Options, write: &[PathBuf]) -> Vec<PathBuf> {
+    let res = |raw: &str| resolve_path(raw, o.home, o.workspace).map(real);
+    let mut roots: Vec<PathBuf> = policy
+        .write
+        .iter()
+        .filter(|w| !matches!(w.origin, airlock_policy::Origin::Preset { .. }))
+        .filter_map(|w| res(&w.value))
+        .chain(
+            o.extra_write
+                .iter()
+                .filter_map(|p| res(&p.to_string_lossy())),
+        )
+        .filter(|p| write.contains(p))
+        .chain([real(o.workspace.to_path_buf())])
+        .collect();
+    roots.sort();
+    roots.dedup();
+    // A root inside another is searched with it.
+    let all = roots.clone();
+    roots.retain(|r| !all.iter().any(|o| o != r && r.starts_with(o)));
+    roots
+}
+
 pub fn build(policy: &Policy, o: &Options) -> Plan {
     let res = |raw: &str| resolve_path(raw, o.home, o.workspace);
     let mut unsupported = vec![];
@@ -305,10 +341,11 @@ pub fn build(policy: &Policy, o: &Options) -> Plan {
     write.retain(|p| p.exists());
     write.sort();
     write.dedup();
+    let env_found = crate::dotenv::find_with_prefetch(&dotenv_roots(policy, o, &write));
     // The protected set (SPEC §4.5): what lies in a writable root and is
     // obeyed or run later. What exists is made read-only; every ancestor
     // whose parent is writable is pinned, so no rename carries it away.
-    let mut airlock_files = vec![crate::sources::managed_policy_path().0];
+    let mut airlock_files = crate::sources::managed_policy_files();
     airlock_files
         .extend(crate::sources::user_policy_path().and_then(|p| p.parent().map(Path::to_path_buf)));
     airlock_files.extend(airlock_ca::default_dir());
@@ -389,6 +426,8 @@ pub fn build(policy: &Policy, o: &Options) -> Plan {
         protected,
         deny_read_globs: globs,
         deny_read_names,
+        deny_read_env: env_found.files,
+        deny_read_env_truncated: env_found.truncated,
         unsupported,
         allow_degraded: o.allow_degraded,
         degraded: None,

@@ -31,7 +31,7 @@ pub fn check(files: &[PathBuf], managed: bool, as_json: bool) -> Result<ExitCode
             }
         }
     }
-    let (managed_path, required) = managed_policy_path();
+    let (managed_path, required) = managed_policy_path()?;
     let checking_managed = managed
         || files
             .iter()

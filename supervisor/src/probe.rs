@@ -131,7 +131,7 @@ fn probe_plan(argv: &[&str], env: BTreeMap<String, String>) -> Plan {
     let home = std::env::var_os("HOME")
         .map(PathBuf::from)
         .unwrap_or_else(|| "/".into());
-    let mut deny_read: Vec<PathBuf> = airlock_policy::fragment::DEFAULT_DENY_READ
+    let mut deny_read: Vec<PathBuf> = airlock_policy::fragment::default_deny_read()
         .iter()
         .filter_map(|p| crate::plan::resolve_path(p, &home, Path::new("/")))
         .collect();
@@ -154,6 +154,8 @@ fn probe_plan(argv: &[&str], env: BTreeMap<String, String>) -> Plan {
         protected: vec![],
         deny_read_globs: vec![],
         deny_read_names: vec![],
+        deny_read_env: vec![],
+        deny_read_env_truncated: false,
         unsupported: vec![],
         allow_degraded: false,
         degraded: None,

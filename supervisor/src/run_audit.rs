@@ -33,7 +33,9 @@ pub fn policy_files(args: &RunArgs, workspace: &Path) -> Vec<PolicyFile> {
     for p in &args.policy.policy {
         files.push(("command-line", p.clone()));
     }
-    files.push(("managed", crate::sources::managed_policy_path().0));
+    if let Ok((managed, _)) = crate::sources::managed_policy_path() {
+        files.push(("managed", managed));
+    }
     files
         .into_iter()
         .filter_map(|(layer, path)| {

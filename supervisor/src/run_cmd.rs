@@ -14,6 +14,11 @@ use crate::cli::RunArgs;
 use crate::plan::{self, Net, Options};
 use crate::proxy_cmd::run_id;
 use crate::report::{self, Head, ProtectedPaths};
+
+/// How long the command waits, at most, for the record of nested
+/// repositories before it starts (a walk of the writable roots: a few
+/// milliseconds for most projects).
+const NESTED_BEFORE_BUDGET: Duration = Duration::from_millis(100);
 use crate::sources::build_policy;
 
 pub const EXIT_TIMEOUT: u8 = 124;
@@ -80,6 +85,10 @@ pub fn run(args: &RunArgs, early: Early, log: String, session: Option<&str>) -> 
     let early: Early = early.or_else(|| crate::linux::Spawned::early(ahead_of(args)).ok());
     // A previous run whose airlock was killed left its check to us.
     crate::integrity::recover();
+    // The search for `.env` files overlaps building the policy.
+    if let Ok((workspace, _)) = crate::sources::workspace_dir(&args.policy) {
+        crate::dotenv::prefetch(workspace);
+    }
     let built = build_policy(&args.policy, &args.write, crate::sources::Named::NeedTrust)?;
     crate::sources::check_workspace_scope(&built.workspace, built.explicit_workspace)?;
     built.require_trusted()?;
@@ -161,6 +170,10 @@ pub fn run(args: &RunArgs, early: Early, log: String, session: Option<&str>) -> 
     tracing::debug!(elapsed = ?started.elapsed(), "plan built");
     crate::integrity::set::check_deny_read_links(&plan.deny_read, &plan.write)
         .map_err(anyhow::Error::msg)?;
+    // A `.env` an earlier run made with a second link would pass on what the
+    // user later writes into it.
+    crate::integrity::set::check_deny_read_links(&plan.deny_read_env, &plan.write)
+        .map_err(anyhow::Error::msg)?;
     // The audit log, the report and the learned policy are airlock's:
     // inside a writable root they are read-only to the sandbox (opened
     // before it starts, so they exist by then) and their directories
@@ -186,6 +199,13 @@ pub fn run(args: &RunArgs, early: Early, log: String, session: Option<&str>) -> 
     }
     for u in &plan.unsupported {
         eprintln!("airlock: warning: {u} cannot be enforced by mounts (only plain paths and a trailing /**)");
+    }
+    if plan.deny_read_env_truncated {
+        eprintln!(
+            "airlock: warning: .env files were looked for in the first {} directories of the writable roots only; \
+             name others in deny_read",
+            crate::dotenv::MAX_DIRS
+        );
     }
     plan.session = session.is_some();
     // --review (SPEC §4.8): refused where it cannot hold, never written through.
@@ -296,6 +316,18 @@ fn begin(plan: &mut plan::Plan, early: Early) -> Result<Pending> {
             "airlock: warning: user namespaces are unavailable; running the degraded tier (--allow-degraded): {}",
             crate::doctor::DEGRADED_RESIDUAL_RISK
         );
+        if !plan.deny_read_env.is_empty() {
+            // Landlock would have to take the root's own write access to
+            // carve a file out of it; the full tier mounts over them.
+            eprintln!(
+                "airlock: warning: the degraded tier cannot hide .env files in the workspace or a writable root: {} stay readable",
+                plan.deny_read_env
+                    .iter()
+                    .map(|p| crate::sources::shown(p))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            );
+        }
         plan.degraded = Some(port);
     }
     let wanted = match degraded {
@@ -506,6 +538,13 @@ fn run_platform(
             std::fs::metadata(p).is_ok_and(|m| m.dev() == own.dev() && m.ino() == own.ino())
         });
     }
+    // This run's roots join those a later run's trust covers (SPEC §3.5);
+    // written before the snapshot, which sees it when HOME is a root.
+    crate::trust::remember_roots(&plan.write).context("remembering the run's writable roots")?;
+    // Nested repositories' items as they are, by content and identity, so
+    // that a touch that changes nothing is not taken for a write
+    // (integrity/identity.rs); sound whenever taken, so it runs beside.
+    let nested_before = crate::integrity::nested::record_before(plan.write.clone());
     // The protected set as it is before the sandbox can touch it.
     let snapshot = crate::integrity::snapshot::take(&plan.protected);
     let run_start = crate::integrity::nested::kernel_now();
@@ -534,6 +573,10 @@ fn run_platform(
         sandbox.pid as libc::pid_t,
         sandbox.teardown,
     ));
+    // A moment for the record of nested repositories: what it has not
+    // reached when the command changes it is judged by its ctime, as before.
+    let recorded = nested_before.wait(NESTED_BEFORE_BUDGET);
+    tracing::debug!(elapsed = ?started.elapsed(), recorded, "nested repositories recorded");
     // Everything that must see the command from its first instruction is
     // in place.
     if let Err(e) = (sandbox.go)() {
@@ -627,6 +670,7 @@ fn run_platform(
                     since,
                     &run,
                     &label,
+                    &nested_before,
                     only.as_deref(),
                 );
                 // Only a clean result moves the baseline: what could not be
@@ -717,9 +761,16 @@ fn run_platform(
             *since,
             &run,
             &format!("{run}-end"),
+            &nested_before,
             None,
         ),
-        None => crate::integrity::check(&journal.snapshot, &plan.write, run_start, &run),
+        None => crate::integrity::check(
+            &journal.snapshot,
+            &plan.write,
+            run_start,
+            &run,
+            &nested_before,
+        ),
     };
     crate::integrity::journal::remove(&journal_path);
     let (mut protected_changes, failed) = (checked.outcomes, checked.failed);

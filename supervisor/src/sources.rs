@@ -25,13 +25,76 @@ pub fn user_policy_path() -> Option<PathBuf> {
     Some(base.join("airlock/policy.toml"))
 }
 
-/// The managed policy's path, and whether it must exist (an explicit
-/// `AIRLOCK_MANAGED_POLICY` that points nowhere is an error, not a pass).
-pub fn managed_policy_path() -> (PathBuf, bool) {
-    match std::env::var_os("AIRLOCK_MANAGED_POLICY").filter(|v| !v.is_empty()) {
-        Some(p) => (PathBuf::from(p), true),
-        None => (PathBuf::from(DEFAULT_MANAGED), false),
+/// The managed policy's path, and whether it must exist (SPEC §3.3).
+///
+/// `AIRLOCK_MANAGED_POLICY` names a managed file only on a machine without
+/// `/etc/airlock/managed.toml`: where anything stands at that path (a file,
+/// an unreadable one, a directory, a dangling link) or its presence cannot
+/// be told, the variable is an error, never a replacement, because whoever
+/// sets the caller's environment is not the administrator. The variable
+/// naming that very file is no replacement and is accepted. An explicit
+/// variable that points nowhere is an error too, and so is anything at the
+/// default path that cannot be read (a link to nowhere included): the
+/// managed policy fails closed.
+pub fn managed_policy_path() -> Result<(PathBuf, bool)> {
+    managed_policy_path_in(
+        Path::new(DEFAULT_MANAGED),
+        std::env::var_os("AIRLOCK_MANAGED_POLICY").filter(|v| !v.is_empty()),
+    )
+}
+
+fn managed_policy_path_in(
+    default: &Path,
+    var: Option<std::ffi::OsString>,
+) -> Result<(PathBuf, bool)> {
+    let present = match std::fs::symlink_metadata(default) {
+        Ok(_) => Ok(true),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
+        Err(e) => Err(e),
+    };
+    let Some(named) = var.map(PathBuf::from) else {
+        // Something there that is not readable is loaded as required, so a
+        // link to nowhere or a directory is an error rather than "none".
+        return Ok((default.to_path_buf(), !matches!(present, Ok(false))));
+    };
+    match present {
+        Ok(false) => Ok((named, true)),
+        Ok(true) if same_file(&named, default) => Ok((default.to_path_buf(), true)),
+        Ok(true) => bail!(
+            "AIRLOCK_MANAGED_POLICY={} is refused: this machine has a managed policy at {}, \
+             which the environment cannot replace (SPEC §3.3); unset AIRLOCK_MANAGED_POLICY",
+            shown(&named),
+            default.display()
+        ),
+        Err(e) => bail!(
+            "AIRLOCK_MANAGED_POLICY={} is refused: whether this machine has a managed policy at {} \
+             cannot be told ({e}), and the environment may name one only where there is none; \
+             unset AIRLOCK_MANAGED_POLICY",
+            shown(&named),
+            default.display()
+        ),
     }
+}
+
+/// Both name the same existing file (device and inode, links followed).
+fn same_file(a: &Path, b: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    match (std::fs::metadata(a), std::fs::metadata(b)) {
+        (Ok(x), Ok(y)) => x.dev() == y.dev() && x.ino() == y.ino(),
+        _ => false,
+    }
+}
+
+/// Every path that may hold the managed policy, for protection: it is never
+/// writable from inside, whichever of them applies.
+pub fn managed_policy_files() -> Vec<PathBuf> {
+    let mut out = vec![PathBuf::from(DEFAULT_MANAGED)];
+    out.extend(
+        std::env::var_os("AIRLOCK_MANAGED_POLICY")
+            .filter(|v| !v.is_empty())
+            .map(PathBuf::from),
+    );
+    out
 }
 
 pub fn format_diagnostics(diags: &[Diagnostic]) -> String {
@@ -249,7 +312,7 @@ pub fn gather(
             Named::AsGiven => push(load_file(p, Layer::CommandLine, true)),
         }
     }
-    let (managed, required) = managed_policy_path();
+    let (managed, required) = managed_policy_path()?;
     push(load_file(&managed, Layer::Managed, required));
     if !errors.is_empty() {
         bail!("invalid policy:\n{}", format_diagnostics(&errors));
@@ -343,11 +406,36 @@ pub fn build_policy(args: &PolicyArgs, extra_roots: &[PathBuf], named: Named) ->
     trust.extend_roots(policy.write.iter().filter_map(|w| resolve(&w.value)));
     // A tool configuration's effect: the hosts presets took from it.
     let read = trust.read_files();
+    let bare = |h: &str| h.split(':').next().unwrap_or(h).to_ascii_lowercase();
     for r in &policy.presets {
         for (host, from) in &r.hosts {
             for (path, _) in &read {
                 if from.starts_with(&path.display().to_string()) {
                     trust.add_effect(path, format!("allows host {host} (preset {})", r.name));
+                    // Which of the user's credentials would go there.
+                    for c in r.credentials.iter().filter(|c| bare(&c.host) == bare(host)) {
+                        trust.add_effect(
+                            path,
+                            format!(
+                                "sends the credential from {} (header {}) to {}",
+                                c.from, c.header, c.host
+                            ),
+                        );
+                    }
+                }
+            }
+        }
+        // A credential found in the file itself, and where it goes.
+        for c in &r.credentials {
+            for (path, _) in &read {
+                if c.from.starts_with(&path.display().to_string()) {
+                    trust.add_effect(
+                        path,
+                        format!(
+                            "sends the credential found in it (header {}) to {} (preset {})",
+                            c.header, c.host, r.name
+                        ),
+                    );
                 }
             }
         }
@@ -359,4 +447,55 @@ pub fn build_policy(args: &PolicyArgs, extra_roots: &[PathBuf], named: Named) ->
         untrusted: trust.untrusted(),
         read_files: trust.read_files(),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_variable_names_a_managed_file_only_where_there_is_none() {
+        let dir = tempfile::tempdir().unwrap();
+        let default = dir.path().join("managed.toml");
+        let other = dir.path().join("other.toml");
+        std::fs::write(&other, "").unwrap();
+        let var = || Some(other.clone().into_os_string());
+        // None there: the variable names it, and must exist.
+        assert_eq!(
+            managed_policy_path_in(&default, var()).unwrap(),
+            (other.clone(), true)
+        );
+        assert_eq!(
+            managed_policy_path_in(&default, None).unwrap(),
+            (default.clone(), false)
+        );
+        // A file, a directory, a link to nowhere: the variable is refused,
+        // and without it the entry there is required (read or fail).
+        let dangling = dir.path().join("nowhere");
+        let makers: [&dyn Fn(&Path); 3] = [
+            &|p| std::fs::write(p, "").unwrap(),
+            &|p| std::fs::create_dir(p).unwrap(),
+            &|p| std::os::unix::fs::symlink(&dangling, p).unwrap(),
+        ];
+        for make in makers {
+            let _ = std::fs::remove_file(&default);
+            let _ = std::fs::remove_dir(&default);
+            make(&default);
+            let e = managed_policy_path_in(&default, var()).unwrap_err();
+            assert!(e.to_string().contains("AIRLOCK_MANAGED_POLICY"), "{e}");
+            assert_eq!(
+                managed_policy_path_in(&default, None).unwrap(),
+                (default.clone(), true)
+            );
+        }
+        // The variable naming that very file (through a link) is no replacement.
+        std::fs::remove_file(&default).unwrap();
+        std::fs::write(&default, "").unwrap();
+        let alias = dir.path().join("alias.toml");
+        std::os::unix::fs::symlink(&default, &alias).unwrap();
+        assert_eq!(
+            managed_policy_path_in(&default, Some(alias.into_os_string())).unwrap(),
+            (default.clone(), true)
+        );
+    }
 }

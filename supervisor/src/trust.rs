@@ -82,8 +82,118 @@ pub struct Trust {
     effects: RefCell<BTreeMap<PathBuf, Vec<String>>>,
 }
 
+/// Where the writable roots of this user's earlier runs are remembered:
+/// beside the run journals, in airlock's config directory, which every
+/// sandbox sees read-only.
+fn past_roots_path() -> Option<PathBuf> {
+    crate::sources::user_policy_path()
+        .and_then(|p| p.parent().map(|d| d.join("pending").join("roots")))
+}
+
+/// Roots remembered before the record is pruned of those that no longer
+/// exist (a root that is gone holds nothing a sandbox wrote).
+const PAST_ROOTS_PRUNE: usize = 4096;
+
+/// The record, opened without following a link and locked (`LOCK_SH` to
+/// read, `LOCK_EX` to change it), so that concurrent runs lose no line.
+fn open_past_roots(write: bool) -> std::io::Result<std::fs::File> {
+    let path = past_roots_path().ok_or_else(|| std::io::Error::other("no config directory"))?;
+    let f = if write {
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir)?;
+        }
+        std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(&path)?
+    } else {
+        std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+            .open(&path)?
+    };
+    if !f.metadata()?.is_file() {
+        return Err(std::io::Error::other("not a regular file"));
+    }
+    use std::os::fd::AsRawFd;
+    let op = if write { libc::LOCK_EX } else { libc::LOCK_SH };
+    // SAFETY: flock on a descriptor we own.
+    if unsafe { libc::flock(f.as_raw_fd(), op) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(f)
+}
+
+fn read_roots(f: &mut std::fs::File) -> std::io::Result<Vec<PathBuf>> {
+    let mut buf = vec![];
+    std::io::Read::read_to_end(f, &mut buf)?;
+    Ok(String::from_utf8_lossy(&buf)
+        .lines()
+        .filter(|l| l.starts_with('/'))
+        .map(PathBuf::from)
+        .collect())
+}
+
+/// The writable roots of this user's earlier runs and sessions (SPEC §3.5:
+/// yesterday's workspace may be a parent of today's).
+pub fn past_roots() -> Vec<PathBuf> {
+    open_past_roots(false)
+        .and_then(|mut f| read_roots(&mut f))
+        .unwrap_or_default()
+}
+
+/// Remember this run's writable roots, before its command starts (so a
+/// run whose airlock dies still counts). A failure is an error: a root
+/// that is not remembered would let what the run writes there widen a
+/// later run started below it.
+pub fn remember_roots(roots: &[PathBuf]) -> Result<()> {
+    use std::io::{Seek, SeekFrom};
+    let mut f = open_past_roots(true).context("opening the record of past writable roots")?;
+    let mut known = read_roots(&mut f).context("reading the record of past writable roots")?;
+    let new: Vec<PathBuf> = roots
+        .iter()
+        .filter(|r| !known.contains(r))
+        .filter(|r| r.to_str().is_some_and(|s| !s.contains('\n')))
+        .cloned()
+        .collect();
+    if new.is_empty() {
+        return Ok(());
+    }
+    known.extend(new.iter().cloned());
+    let pruned = known.len() > PAST_ROOTS_PRUNE;
+    let lines: Vec<&PathBuf> = if pruned {
+        known
+            .iter()
+            .filter(|r| std::fs::symlink_metadata(r).is_ok())
+            .collect()
+    } else {
+        new.iter().collect()
+    };
+    let text: String = lines.iter().map(|p| format!("{}\n", p.display())).collect();
+    if pruned {
+        f.set_len(0)?;
+        f.seek(SeekFrom::Start(0))?;
+    } else {
+        f.seek(SeekFrom::End(0))?;
+    }
+    f.write_all(text.as_bytes())
+        .context("writing the record of past writable roots")?;
+    Ok(())
+}
+
 impl Trust {
-    pub fn new(roots: Vec<PathBuf>) -> Trust {
+    /// `roots` are this run's writable roots; those of every earlier run
+    /// of this user are added: a file there could have been written by a
+    /// sandbox as much as one in today's workspace.
+    pub fn new(mut roots: Vec<PathBuf>) -> Trust {
+        for r in past_roots() {
+            if !roots.contains(&r) {
+                roots.push(r);
+            }
+        }
         Trust {
             roots: RefCell::new(roots),
             store: load_store(),
@@ -276,8 +386,13 @@ pub fn fragment_effect(f: &airlock_policy::Fragment) -> Vec<String> {
     if !f.inspect.is_empty() {
         out.push(format!("inspects {} host pattern(s)", f.inspect.len()));
     }
-    if !f.credentials.is_empty() {
-        out.push(format!("injects {} credential(s)", f.credentials.len()));
+    for c in &f.credentials {
+        out.push(format!(
+            "sends a credential to {}: header {} with {}",
+            c.host.text,
+            c.header,
+            credential_source(&c.value)
+        ));
     }
     if !f.upstream_ca.is_empty() {
         out.push("trusts extra upstream CAs".into());
@@ -293,6 +408,27 @@ pub fn fragment_effect(f: &airlock_policy::Fragment) -> Vec<String> {
         out.push("no widening found (restrictions only)".into());
     }
     out
+}
+
+/// Where a credential's value comes from, in words that hold no secret:
+/// the variables it names, or that it is written in the file itself.
+pub fn credential_source(value: &str) -> String {
+    let vars: Vec<&str> = value
+        .split("${")
+        .skip(1)
+        .filter_map(|rest| rest.split_once('}').map(|(name, _)| name))
+        .collect();
+    if vars.is_empty() {
+        "a value written in the file".into()
+    } else {
+        format!(
+            "the value of {}",
+            vars.iter()
+                .map(|v| format!("${v}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        )
+    }
 }
 
 /// The refusal shown by `run` and `proxy` (SPEC §3.5): what each file would
@@ -317,5 +453,13 @@ pub fn refusal(untrusted: &[Untrusted], workspace: &Path) -> String {
         "Review it, then trust it as it is now: airlock policy trust --workspace {}",
         crate::sources::shown(workspace)
     ));
+    // A file outside today's workspace (a parent that was an earlier run's
+    // workspace, a --policy file there) is trusted by name.
+    for u in untrusted.iter().filter(|u| !u.path.starts_with(workspace)) {
+        s.push_str(&format!(
+            "\n  or, for a file outside the workspace: airlock policy trust {}",
+            crate::sources::shown(&u.path)
+        ));
+    }
     s
 }

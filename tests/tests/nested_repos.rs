@@ -868,3 +868,171 @@ fn a_run_beside_another_judges_what_the_other_planted() {
         host_git_runs_nothing(&f, who, &f.ws.join("sub"), &marker);
     }
 }
+
+/// Touching the user's own nested repository without changing it (issue
+/// 28, item 6): `chmod 755` on a hook that already was, `touch` on its
+/// configuration. The check judges content and identity, not the ctime:
+/// the hook stays, the configuration keeps `commit.gpgsign`, the signing
+/// key and the credential helper, nothing is reported, and a later run
+/// does not judge them again. A hook the sandbox changes is still moved to
+/// the quarantine; a disabled one it makes executable gets its mode back.
+#[test]
+fn a_touch_that_changes_nothing_leaves_the_users_repository_alone() {
+    if !git_available() {
+        eprintln!("skipped: git is not installed");
+        return;
+    }
+    use std::os::unix::fs::PermissionsExt;
+    for who in Who::all() {
+        let f = repo(&base(), who);
+        let lib = f.ws.join("lib");
+        std::fs::create_dir_all(&lib).unwrap();
+        if who == Who::Nobody {
+            airlock_tests::who::chown(&f.ws);
+        }
+        git_ok(&f, who, &lib, &["init", "-q", "."]);
+        for (k, v) in [
+            ("commit.gpgsign", "true"),
+            ("user.signingkey", "ABCDEF0123456789"),
+            ("credential.helper", "store"),
+        ] {
+            git_ok(&f, who, &lib, &["config", k, v]);
+        }
+        let hooks = lib.join(".git/hooks");
+        let hook = hooks.join("pre-commit");
+        let user_hook = "#!/bin/sh\n# the user's secret scanner\nexit 0\n";
+        std::fs::write(&hook, user_hook).unwrap();
+        std::fs::set_permissions(&hook, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let disabled = hooks.join("pre-push");
+        std::fs::write(&disabled, "#!/bin/sh\nexit 1\n").unwrap();
+        std::fs::set_permissions(&disabled, std::fs::Permissions::from_mode(0o644)).unwrap();
+        let victim = hooks.join("commit-msg");
+        std::fs::write(&victim, "#!/bin/sh\nexit 0\n").unwrap();
+        std::fs::set_permissions(&victim, std::fs::Permissions::from_mode(0o755)).unwrap();
+        if who == Who::Nobody {
+            airlock_tests::who::chown(&f.ws);
+        }
+        let config = std::fs::read(lib.join(".git/config")).unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        let out = sandboxed(
+            &f,
+            who,
+            &["--network", "none"],
+            "chmod 755 lib/.git/hooks/pre-commit && touch lib/.git/config lib/.git/hooks/pre-commit && echo touched",
+        );
+        assert!(out.stdout.contains("touched"), "{who:?}: {}", show(&out));
+        let unharmed = |out: &Out, when: &str| {
+            assert_eq!(
+                std::fs::read_to_string(&hook).ok().as_deref(),
+                Some(user_hook),
+                "{who:?} {when}: the user's hook was moved\n{}",
+                show(out)
+            );
+            assert_eq!(
+                std::fs::read(lib.join(".git/config")).unwrap(),
+                config,
+                "{who:?} {when}: the user's configuration was rewritten\n{}",
+                show(out)
+            );
+            assert!(
+                !out.stderr.contains("protected path"),
+                "{who:?} {when}: {}",
+                show(out)
+            );
+        };
+        unharmed(&out, "after the touch");
+        // The next run does not judge the touched items again.
+        let out = sandboxed(&f, who, &["--network", "none"], "echo again");
+        assert!(out.stdout.contains("again"), "{who:?}: {}", show(&out));
+        unharmed(&out, "on the next run");
+        // What changes what git runs is still the sandbox's.
+        let out = sandboxed(
+            &f,
+            who,
+            &["--network", "none"],
+            "chmod 755 lib/.git/hooks/pre-push && printf '#!/bin/sh\\ntouch /tmp/x\\n' > lib/.git/hooks/commit-msg && echo changed",
+        );
+        assert!(out.stdout.contains("changed"), "{who:?}: {}", show(&out));
+        assert!(
+            !victim.exists(),
+            "{who:?}: a rewritten hook was left in place\n{}",
+            show(&out)
+        );
+        // The disabled hook made executable is the user's file: it stays,
+        // not runnable, as the user left it.
+        assert_eq!(
+            std::fs::metadata(&disabled)
+                .map(|m| m.permissions().mode() & 0o777)
+                .ok(),
+            Some(0o644),
+            "{who:?}: {}",
+            show(&out)
+        );
+        assert!(
+            out.stderr.contains("protected path") && out.stderr.contains("execute bits put back"),
+            "{who:?}: {}",
+            show(&out)
+        );
+        // The user's own hook and configuration are still theirs.
+        assert_eq!(
+            std::fs::read_to_string(&hook).ok().as_deref(),
+            Some(user_hook),
+            "{who:?}"
+        );
+        assert_eq!(
+            std::fs::read(lib.join(".git/config")).unwrap(),
+            config,
+            "{who:?}"
+        );
+    }
+}
+
+/// Degraded tier (no mounts pin the workspace's `.git`): `mv .git
+/// .git-user` no longer leaves the user's repository displaced after the
+/// run. It is moved back whole, and what the sandbox changed inside it on
+/// the way is judged again in its place (the hook it planted quarantined,
+/// the configuration restored). (Moving it to another directory is a copy
+/// under Landlock, which refuses to reparent: the original is then gone,
+/// as with `rm -rf .git`, a stated residual of that tier.)
+#[test]
+fn a_renamed_git_directory_is_moved_back_in_the_degraded_tier() {
+    if !git_available() {
+        eprintln!("skipped: git is not installed");
+        return;
+    }
+    use airlock_tests::tiers::{command, Tier};
+    for who in Who::all() {
+        let f = repo(&base(), who);
+        let marker = f.home.join("PWNED");
+        let config = std::fs::read(f.ws.join(".git/config")).unwrap();
+        let script = format!(
+            r#"mv .git .git-user && git config --file .git-user/config core.pager "touch {m}; cat"
+               printf '#!/bin/sh\ntouch {m}\n' > .git-user/hooks/pre-commit; chmod +x .git-user/hooks/pre-commit
+               echo moved"#,
+            m = marker.display()
+        );
+        let out = run(&mut command(
+            &f,
+            Tier::Degraded,
+            who == Who::Nobody,
+            &["--network", "none"],
+            &script,
+        ));
+        assert!(out.stdout.contains("moved"), "{who:?}: {}", show(&out));
+        assert!(
+            f.ws.join(".git/HEAD").exists() && !f.ws.join(".git-user").exists(),
+            "{who:?}: the repository was left displaced\n{}",
+            show(&out)
+        );
+        assert_eq!(
+            std::fs::read(f.ws.join(".git/config")).unwrap(),
+            config,
+            "{who:?}: {}",
+            show(&out)
+        );
+        assert!(out.stderr.contains("moved back"), "{who:?}: {}", show(&out));
+        let log = host(&f, who, &f.ws, "git", &["log", "--oneline", "-1"]);
+        assert_eq!(log.code, 0, "{who:?}: {}", show(&log));
+        host_git_runs_nothing(&f, who, &f.ws, &marker);
+    }
+}

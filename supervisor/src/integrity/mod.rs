@@ -4,6 +4,7 @@
 
 #[cfg(target_os = "linux")]
 pub mod dirty;
+pub mod identity;
 pub mod journal;
 pub mod nested;
 pub mod quarantine;
@@ -33,8 +34,9 @@ pub fn check(
     roots: &[PathBuf],
     since: SystemTime,
     run: &str,
+    before: &identity::Before,
 ) -> Checked {
-    check_near(snap, roots, since, run, run, None)
+    check_near(snap, roots, since, run, run, before, None)
 }
 
 /// `check`, with nested repositories searched only near `only` (the
@@ -47,6 +49,7 @@ pub fn check_near(
     since: SystemTime,
     run: &str,
     label: &str,
+    before: &identity::Before,
     only: Option<&[PathBuf]>,
 ) -> Checked {
     let t = std::time::Instant::now();
@@ -100,11 +103,54 @@ pub fn check_near(
     tracing::debug!(elapsed = ?t.elapsed(), "protected set compared");
     let known: Vec<Protected> = snap.entries.iter().map(|(p, _)| p.clone()).collect();
     let windows = windows::Windows::with_current(since, run);
-    let (found, nested_failed) = nested::changes_near(roots, &windows, &known, only);
+    // What the thread beside the run has recorded so far is what there is.
+    before.stop();
+    let judge = nested::Judge {
+        windows: &windows,
+        before,
+        cleared: std::cell::RefCell::new(identity::Cleared::load()),
+        modes_restored: Default::default(),
+    };
+    let (found, nested_failed) = nested::changes_near(roots, &judge, &known, only);
+    judge.cleared.borrow().save();
+    let modes_restored = judge.modes_restored.take();
     failed.extend(nested_failed);
     tracing::debug!(elapsed = ?t.elapsed(), ?roots, "nested repositories searched");
     changes.extend(found);
-    let outcomes = quarantine::act(&changes, label);
+    let mut outcomes = quarantine::act(&changes, label);
+    outcomes.extend(modes_restored.into_iter().map(|p| Outcome {
+        path: p.display().to_string(),
+        change: "modified",
+        action: "execute bits put back as they were".into(),
+        dest: None,
+        in_place: false,
+    }));
+    // A directory moved back whole (quarantine::bring_back) brings back
+    // whatever the sandbox did inside it: what lies below is compared with
+    // the snapshot again, and acted on, in its place.
+    let moved_back: Vec<PathBuf> = outcomes
+        .iter()
+        .filter(|o| o.action.ends_with("moved back"))
+        .map(|o| PathBuf::from(&o.path))
+        .collect();
+    if !moved_back.is_empty() {
+        let below = |p: &std::path::Path| moved_back.iter().any(|m| p != m && p.starts_with(m));
+        // And what was found where it lay meanwhile went back with it.
+        let went_with_it = |o: &Outcome| {
+            o.change == "created"
+                && o.action.starts_with("reported")
+                && std::fs::symlink_metadata(&o.path).is_err()
+        };
+        outcomes.retain(|o| !below(std::path::Path::new(&o.path)) && !went_with_it(o));
+        // The directory itself too: its mode may have been changed on the
+        // way, which hides what lies below from the comparison.
+        let mut again = snap.changes();
+        again.retain(|c| {
+            let p = c.root.join(&c.rel);
+            below(&p) || moved_back.contains(&p)
+        });
+        outcomes.extend(quarantine::act(&again, label));
+    }
     tracing::debug!(elapsed = ?t.elapsed(), "changes acted on");
     windows::record(since, until);
     Checked { outcomes, failed }
@@ -117,7 +163,14 @@ pub fn recover() {
             "airlock: finishing the post-run check of run {}, whose airlock was killed",
             crate::sources::escape(&j.run)
         );
-        let c = check(&j.snapshot, &j.roots, j.since(), &j.run);
+        // Nothing was recorded beside that run: judged by ctime alone.
+        let c = check(
+            &j.snapshot,
+            &j.roots,
+            j.since(),
+            &j.run,
+            &identity::Before::default(),
+        );
         for o in &c.outcomes {
             eprintln!(
                 "airlock: the sandbox changed a protected path: {}",

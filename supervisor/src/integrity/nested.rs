@@ -15,7 +15,10 @@
 //! it last changed: within any sandbox's run (`windows.rs`), this one's or
 //! an earlier one's, it is the sandbox's, and is moved to the quarantine
 //! (a configuration replaced by its program-free keys). What the user
-//! changed between runs is theirs and left alone.
+//! changed between runs is theirs and left alone, and so is an item whose
+//! content and identity the run did not change (a `touch`, a `chmod` to
+//! the mode it had): a ctime alone never condemns the user's file
+//! (identity.rs).
 
 use std::ffi::{OsStr, OsString};
 use std::os::fd::OwnedFd;
@@ -27,9 +30,52 @@ use nix::dir::{Dir, Type};
 use nix::fcntl::AtFlags;
 use nix::sys::stat::fstatat;
 
+use super::identity::{observe, only_exec_changed, put_mode_back, same, Before, Cleared};
 use super::set::{git_dir_surface, Protected};
 use super::snapshot::{open_dir, Change, ChangeKind, State};
 use super::windows::Windows;
+
+/// Whether a sandbox made an item what it is: its ctime lies in a
+/// sandbox's window, and it is not, by content and identity, what the
+/// user had before the run (identity.rs) or what a past run judged.
+pub struct Judge<'a> {
+    pub windows: &'a Windows,
+    pub before: &'a Before,
+    pub cleared: std::cell::RefCell<Cleared>,
+    /// Items whose execute bits alone the sandbox changed, put back as the
+    /// user had them (rather than moving the user's file away).
+    pub modes_restored: std::cell::RefCell<Vec<PathBuf>>,
+}
+
+impl Judge<'_> {
+    fn sandboxs(&self, path: &Path) -> bool {
+        if !written_in(path, self.windows) {
+            return false;
+        }
+        let Some(now) = observe(path) else {
+            return true;
+        };
+        let mut cleared = self.cleared.borrow_mut();
+        if cleared.holds(&now) {
+            return false;
+        }
+        let Some(before) = self.before.get(path) else {
+            return true;
+        };
+        if same(&before, &now) {
+            cleared.add(&now);
+            return false;
+        }
+        if only_exec_changed(&before, &now) && put_mode_back(path, &before) {
+            if let Some(again) = observe(path).filter(|a| same(&before, a)) {
+                cleared.add(&again);
+            }
+            self.modes_restored.borrow_mut().push(path.to_path_buf());
+            return false;
+        }
+        true
+    }
+}
 
 /// Directories visited at most. Past it the check fails loudly: a tree the
 /// sandbox made huge must not hide a repository.
@@ -236,6 +282,21 @@ fn hook_entries(dir: &Path, out: &mut Vec<PathBuf>) {
     }
 }
 
+/// Everything below `dir` (links not followed), `depth` levels down: a
+/// hook manager's script directories (`.lefthook/<hook>/<script>`).
+fn entries_below(dir: &Path, depth: u8, out: &mut Vec<PathBuf>) {
+    let Ok(rd) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for e in rd.flatten() {
+        let p = e.path();
+        if depth > 1 && e.file_type().is_ok_and(|t| t.is_dir()) {
+            entries_below(&p, depth - 1, out);
+        }
+        out.push(p);
+    }
+}
+
 /// How git reads `core.hooksPath` and includes for one repository: the
 /// work trees its relative hooks path is resolved in, the user's home for
 /// `~/`, the hooks paths of the user's and the system's configuration
@@ -246,7 +307,7 @@ struct Reach<'a> {
     tops: Vec<PathBuf>,
     home: Option<&'a Path>,
     global_hooks: &'a [Vec<u8>],
-    windows: &'a Windows,
+    judge: &'a Judge<'a>,
 }
 
 /// The values of `key` (and, for includes, the include keys) in the git
@@ -304,7 +365,7 @@ fn hooks_path(value: &[u8], reach: &Reach, out: &mut Vec<PathBuf>) {
 /// (every hook in it) and the files `include.path`/`includeIf.*.path`
 /// name, followed (four deep). Not for a file a sandbox wrote.
 fn config_targets(config: &Path, reach: &Reach, depth: u8, out: &mut Vec<PathBuf>) {
-    if depth == 0 || written_in(config, reach.windows) {
+    if depth == 0 || reach.judge.sandboxs(config) {
         return;
     }
     let values = config_values(
@@ -421,7 +482,7 @@ fn items_of(
     found: &Path,
     home: Option<&Path>,
     global_hooks: &[Vec<u8>],
-    windows: &Windows,
+    judge: &Judge,
 ) -> Vec<PathBuf> {
     let Ok(meta) = std::fs::symlink_metadata(found) else {
         return vec![];
@@ -431,7 +492,7 @@ fn items_of(
         // and the git directory a `gitdir:` file names.
         let mut items = vec![found.to_path_buf()];
         if let Some(target) = gitdir_target(found).filter(|t| t.is_dir()) {
-            items.extend(items_of(&target, home, global_hooks, windows));
+            items.extend(items_of(&target, home, global_hooks, judge));
         }
         return items;
     }
@@ -445,11 +506,23 @@ fn items_of(
         tops: work_trees(found),
         home,
         global_hooks,
-        windows,
+        judge,
     };
     let mut items = vec![];
     for value in reach.global_hooks {
         hooks_path(value, &reach, &mut items);
+    }
+    // What the hook managers installed in this repository read at commit
+    // time, at the top of its work tree (a directory by its entries).
+    for top in &reach.tops {
+        for name in super::set::HOOK_MANAGERS {
+            let p = top.join(name);
+            match std::fs::symlink_metadata(&p) {
+                Ok(m) if m.is_dir() => entries_below(&p, 3, &mut items),
+                Ok(_) => items.push(p),
+                Err(_) => {}
+            }
+        }
     }
     for abs in surface {
         let name = abs.file_name().unwrap_or_default().to_os_string();
@@ -471,6 +544,116 @@ fn items_of(
     }
     items.extend(sequencer_state(found));
     items
+}
+
+/// Record, in a thread, every nested repository's items as they are now
+/// (identity.rs says why this is sound at any moment). `wait` it briefly
+/// before the command starts; `stop` it before the post-run check.
+///
+/// Where the last post-run check of a root found its repositories
+/// ([`found_record`]), only those are looked at (no walk, so the command
+/// does not wait for one); a repository the user made since is judged by
+/// its ctime alone this once. A root never checked before is walked.
+pub fn record_before(roots: Vec<PathBuf>) -> Before {
+    let before = Before::default();
+    let out = before.clone();
+    let spawned = std::thread::Builder::new()
+        .name("nested-before".into())
+        .spawn(move || {
+            let windows = Windows::with_current(kernel_now(), "");
+            let judge = Judge {
+                windows: &windows,
+                before: &Before::default(),
+                cleared: std::cell::RefCell::new(Cleared::load()),
+                modes_restored: Default::default(),
+            };
+            let home = std::env::var_os("HOME").map(PathBuf::from);
+            let global_hooks = global_hooks_paths(home.as_deref());
+            let known = read_found();
+            'roots: for root in &roots {
+                let found = match known.get(root) {
+                    Some(list) => list.clone(),
+                    None => find(root).found,
+                };
+                for found in found {
+                    if before.stopped() {
+                        break 'roots;
+                    }
+                    for abs in items_of(&found, home.as_deref(), &global_hooks, &judge) {
+                        let Some(seen) = observe(&abs) else { continue };
+                        let users = !windows.covers(super::identity::ctime_time(seen.ctime))
+                            || judge.cleared.borrow().holds(&seen);
+                        if users {
+                            before.record(abs, seen);
+                        }
+                    }
+                }
+            }
+            before.finished();
+        });
+    if let Err(e) = spawned {
+        tracing::warn!("recording nested repositories before the run: {e}");
+        out.finished();
+    }
+    out
+}
+
+/// Where the repositories each root's last check found are recorded, in
+/// airlock's own directory (no `.json`: not a journal).
+fn found_record() -> Option<PathBuf> {
+    super::journal::path_of("nested-found").map(|p| p.with_extension(""))
+}
+
+/// Roots recorded at most, and repositories per root.
+const FOUND_ROOTS: usize = 256;
+const FOUND_PER_ROOT: usize = 10_000;
+
+fn read_found() -> std::collections::BTreeMap<PathBuf, Vec<PathBuf>> {
+    found_record()
+        .and_then(|p| crate::trust::read_no_follow(&p).ok())
+        .and_then(|b| serde_json::from_slice(&b).ok())
+        .unwrap_or_default()
+}
+
+/// Keep what this check found for the next run's record (identity.rs).
+fn save_found(found: &[(PathBuf, Vec<PathBuf>)]) {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let Some(p) = found_record() else { return };
+    let mut all = read_found();
+    for (root, list) in found {
+        if list.len() <= FOUND_PER_ROOT {
+            all.insert(root.clone(), list.clone());
+        } else {
+            all.remove(root);
+        }
+    }
+    while all.len() > FOUND_ROOTS {
+        let Some(k) = all
+            .keys()
+            .find(|k| !found.iter().any(|(r, _)| r == *k))
+            .cloned()
+        else {
+            break;
+        };
+        all.remove(&k);
+    }
+    let Ok(text) = serde_json::to_vec(&all) else {
+        return;
+    };
+    let tmp = p.with_extension(format!("{}.tmp", std::process::id()));
+    let written = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(&tmp)
+        .and_then(|mut f| f.write_all(&text));
+    if written.is_ok() {
+        let _ = std::fs::rename(&tmp, &p);
+    } else {
+        let _ = std::fs::remove_file(&tmp);
+    }
 }
 
 /// Whether the protected set already judges `rel` in `root` (by its
@@ -522,7 +705,7 @@ fn near(dir: &Path, root: &Path) -> Walk {
 /// searches every root whole).
 pub fn changes_near(
     roots: &[PathBuf],
-    windows: &Windows,
+    judge: &Judge,
     known: &[Protected],
     only: Option<&[PathBuf]>,
 ) -> (Vec<Change>, Vec<String>) {
@@ -530,6 +713,7 @@ pub fn changes_near(
     let global_hooks = global_hooks_paths(home.as_deref());
     let mut out: Vec<Change> = vec![];
     let mut failed = vec![];
+    let mut seen: Vec<(PathBuf, Vec<PathBuf>)> = vec![];
     for root in roots {
         let mut walk = match only {
             None => find(root),
@@ -550,6 +734,9 @@ pub fn changes_near(
         };
         walk.found.sort();
         walk.found.dedup();
+        if walk.complete {
+            seen.push((root.clone(), walk.found.clone()));
+        }
         tracing::debug!(root = %root.display(), dirs = walk.dirs, repos = walk.found.len(), "nested repositories searched");
         if !walk.complete {
             failed.push(format!(
@@ -559,7 +746,7 @@ pub fn changes_near(
             ));
         }
         for found in walk.found {
-            for abs in items_of(&found, home.as_deref(), &global_hooks, windows) {
+            for abs in items_of(&found, home.as_deref(), &global_hooks, judge) {
                 // What lies outside every writable root, the sandbox could
                 // not write.
                 let Some(item_root) = super::set::root_of(&abs, roots) else {
@@ -570,10 +757,10 @@ pub fn changes_near(
                 };
                 if rel.as_os_str().is_empty()
                     || known_item(known, item_root, rel)
-                    || !written_in(&abs, windows)
                     || out
                         .iter()
                         .any(|c| &c.root == item_root && c.rel.as_path() == rel)
+                    || !judge.sandboxs(&abs)
                 {
                     continue;
                 }
@@ -595,6 +782,7 @@ pub fn changes_near(
             }
         }
     }
+    save_found(&seen);
     (out, failed)
 }
 

@@ -313,6 +313,55 @@ fn restore<Fd: AsFd + Copy>(dir: Fd, name: &OsStr, state: &State) -> bool {
     }
 }
 
+/// Directories searched at most for a moved one.
+const BRING_BACK_DIRS: usize = 200_000;
+
+/// A directory `before` recorded, moved elsewhere below `root` during the
+/// run: find it (by device and inode, following no link) and rename it
+/// back to `name` in `dir`, where nothing is now. Only directories: a file
+/// is restored from its recorded bytes. What it holds is judged again
+/// after (`integrity::check`): the sandbox may have changed it on the way.
+fn bring_back(root: &Path, dir: &OwnedFd, name: &OsStr, before: &State) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    let (State::Dir { .. }, Some((dev, ino))) = (before, before.inode()) else {
+        return false;
+    };
+    if nix::sys::stat::fstatat(dir, name, nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW).is_ok() {
+        return false;
+    }
+    let mut queue = std::collections::VecDeque::from([root.to_path_buf()]);
+    let mut visited = 0;
+    while let Some(d) = queue.pop_front() {
+        visited += 1;
+        if visited > BRING_BACK_DIRS {
+            return false;
+        }
+        let Ok(entries) = std::fs::read_dir(&d) else {
+            continue;
+        };
+        for e in entries.flatten() {
+            let Ok(kind) = e.file_type() else { continue };
+            if !kind.is_dir() {
+                continue;
+            }
+            let path = e.path();
+            // By stat, not the entry's d_ino: overlayfs reports another.
+            if std::fs::symlink_metadata(&path).is_ok_and(|m| m.dev() == dev && m.ino() == ino) {
+                let Some(from) = path.parent().and_then(|p| open_root(p).ok()) else {
+                    return false;
+                };
+                return renameat(&from, e.file_name().as_os_str(), dir, name).is_ok();
+            }
+            // Not from the quarantine: what this check moved there (a
+            // directory whose mode the sandbox changed) stays there.
+            if e.file_name() != AIRLOCK_DIR {
+                queue.push_back(path);
+            }
+        }
+    }
+    false
+}
+
 /// Move a file or link `name` from `from` into `to` (another filesystem):
 /// copied without following links, then removed. A directory is refused
 /// (EXDEV stands): only a rename moves one whole.
@@ -446,7 +495,19 @@ fn act_one(c: &Change, run: &str) -> Outcome {
             }
         }
     }
-    if rel == c.rel && restore(&parent, &name, &c.before) {
+    if rel == c.rel
+        && c.kind != ChangeKind::Created
+        && bring_back(&c.root, &parent, &name, &c.before)
+    {
+        // The user's own directory, moved elsewhere in the root (`mv .git
+        // .git-user`): renamed back whole, which no recorded state could
+        // rebuild (a git directory is recorded as one node).
+        outcome.action = if c.kind == ChangeKind::Removed {
+            "moved back".into()
+        } else {
+            "quarantined and moved back".into()
+        };
+    } else if rel == c.rel && restore(&parent, &name, &c.before) {
         outcome.action = if c.kind == ChangeKind::Removed {
             "restored".into()
         } else {

@@ -35,6 +35,65 @@ pub const ROOT_SURFACE: &[&str] = &[
     ".airlock",
 ];
 
+/// Hook managers' files: the hook git runs on the host reads them and runs
+/// what they name (SPEC §4.5). Protected at the top of every writable root,
+/// repository or not (the sandbox could `git init` and the user install
+/// the hooks later), and judged at the top of every nested repository's
+/// work tree (nested.rs).
+pub const HOOK_MANAGERS: &[&str] = &[
+    ".pre-commit-config.yaml",
+    ".pre-commit-config.yml",
+    ".pre-commit-hooks.yaml",
+    "lefthook.yml",
+    "lefthook.yaml",
+    "lefthook.toml",
+    "lefthook.json",
+    "lefthook.jsonc",
+    ".lefthook.yml",
+    ".lefthook.yaml",
+    ".lefthook.toml",
+    ".lefthook.json",
+    ".lefthook.jsonc",
+    "lefthook-local.yml",
+    "lefthook-local.yaml",
+    "lefthook-local.toml",
+    "lefthook-local.json",
+    ".lefthook-local.yml",
+    ".lefthook-local.yaml",
+    ".lefthook-local.toml",
+    ".lefthook-local.json",
+    ".lefthook",
+    ".lefthook-local",
+    ".config/lefthook.yml",
+    ".config/lefthook.yaml",
+    ".overcommit.yml",
+    ".git-hooks",
+    ".simple-git-hooks.json",
+    ".simple-git-hooks.js",
+    ".simple-git-hooks.cjs",
+    ".simple-git-hooks.mjs",
+    "simple-git-hooks.json",
+    "simple-git-hooks.js",
+    "simple-git-hooks.cjs",
+    "simple-git-hooks.mjs",
+    ".huskyrc",
+    ".huskyrc.json",
+    ".huskyrc.js",
+    ".huskyrc.yaml",
+    ".huskyrc.yml",
+    "husky.config.js",
+    ".lintstagedrc",
+    ".lintstagedrc.json",
+    ".lintstagedrc.yaml",
+    ".lintstagedrc.yml",
+    ".lintstagedrc.js",
+    ".lintstagedrc.cjs",
+    ".lintstagedrc.mjs",
+    "lint-staged.config.js",
+    "lint-staged.config.cjs",
+    "lint-staged.config.mjs",
+];
+
 /// Below HOME: start-up files, tool configuration that names programs to
 /// run, and airlock's own files. They matter when HOME, or one of these,
 /// lies inside a writable root.
@@ -310,7 +369,7 @@ pub fn compute(i: &Inputs) -> Vec<Protected> {
     let deny_read = crate::paths::Prefixes::new(i.deny_read);
     let hidden = |p: &Path| deny_read.covers(p);
     for root in i.roots {
-        for name in ROOT_SURFACE {
+        for name in ROOT_SURFACE.iter().chain(HOOK_MANAGERS) {
             candidates.push((root.join(name), *name == ".git"));
         }
         let dot_git = root.join(".git");

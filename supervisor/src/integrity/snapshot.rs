@@ -84,6 +84,19 @@ pub struct Id {
     size: i64,
 }
 
+impl State {
+    /// The device and inode it had, where it existed.
+    pub fn inode(&self) -> Option<(u64, u64)> {
+        match self {
+            State::File { id, .. }
+            | State::Link { id, .. }
+            | State::Dir { id, .. }
+            | State::Other { id } => Some((id.dev, id.ino)),
+            State::Absent | State::Blocked => None,
+        }
+    }
+}
+
 impl Id {
     // `st_dev` is an i32 on macOS.
     #[allow(clippy::unnecessary_cast)]

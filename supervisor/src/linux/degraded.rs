@@ -364,7 +364,7 @@ fn sandbox_init(
         .and_then(|p| p.parent().map(PathBuf::from))
         .into_iter()
         .chain(airlock_ca::default_dir())
-        .chain([crate::sources::managed_policy_path().0])
+        .chain(crate::sources::managed_policy_files())
         .collect();
     let hidden_write: Vec<PathBuf> = plan
         .deny_read

@@ -230,7 +230,14 @@ pub fn setup(plan: &Plan) -> Result<()> {
             do_mount(Some(p), p, None, MsFlags::MS_BIND | MsFlags::MS_REC, None)?;
         }
     }
-    for p in &plan.deny_read {
+    // `.env` files (dotenv.rs) are files like any hidden one; a link among
+    // them is hidden where it leads.
+    let env_files = plan
+        .deny_read_env
+        .iter()
+        .filter_map(|p| crate::resolve::canonical(p));
+    for p in plan.deny_read.iter().cloned().chain(env_files) {
+        let p = &p;
         match fs::symlink_metadata(p) {
             Ok(m) if m.is_dir() => tmpfs(p, "mode=0000", MsFlags::MS_RDONLY | MsFlags::MS_NOEXEC)?,
             Ok(_) => do_mount(

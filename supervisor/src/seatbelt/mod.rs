@@ -346,6 +346,13 @@ pub fn profile(plan: &Plan, proxy_port: Option<u16>) -> Profile {
     for d in &prot.deny_read {
         filters.push_str(&p.path("DENY_READ", d, true));
     }
+    // `.env` files found at start (dotenv.rs), as found and where they lead.
+    for d in &plan.deny_read_env {
+        filters.push_str(&p.path("DENY_READ", d, true));
+        if let Some(real) = crate::resolve::canonical(d).filter(|r| r != d) {
+            filters.push_str(&p.path("DENY_READ", &real, true));
+        }
+    }
     for g in &plan.deny_read_globs {
         filters.push_str(&p.regex("DENY_READ_GLOB", pathre::glob(g)));
     }

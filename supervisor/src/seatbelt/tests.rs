@@ -43,6 +43,8 @@ fn plan(
         protected: vec![],
         deny_read_globs: globs.iter().map(|s| s.to_string()).collect(),
         deny_read_names: vec![],
+        deny_read_env: vec![],
+        deny_read_env_truncated: false,
         unsupported: vec![],
         allow_degraded: false,
         degraded: None,

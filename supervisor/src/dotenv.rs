@@ -1,0 +1,209 @@
+//! `.env` and `.env.*` files in the writable roots (SPEC §3.3): a project's
+//! API keys, unreadable inside by default; `.env.example`-style templates
+//! stay readable, and so does a directory named `.env` (a Python virtual
+//! environment often is one).
+//!
+//! Mounts hide what exists when the run starts, so the roots are searched
+//! then: to [`MAX_DEPTH`] directories below each root, at most [`MAX_DIRS`]
+//! directories in all, without descending into dependency, build and
+//! version-control directories ([`SKIP`]), whose `.env` files are other
+//! people's. A `.env` the host creates while the run goes on is not hidden.
+
+use std::ffi::OsStr;
+use std::path::{Path, PathBuf};
+
+/// How many directories below a root are searched.
+pub const MAX_DEPTH: usize = 6;
+/// How many directories are read in all, so a huge tree costs bounded time.
+pub const MAX_DIRS: usize = 10_000;
+/// Not descended into: vendored dependencies, build output, caches and VCS.
+pub const SKIP: &[&str] = &[
+    ".git",
+    ".hg",
+    ".svn",
+    "node_modules",
+    "target",
+    "vendor",
+    ".venv",
+    "venv",
+    "__pycache__",
+    ".tox",
+    ".cache",
+    ".airlock",
+];
+/// A last dotted part that makes `.env.*` a template, not a secret store.
+const TEMPLATE: &[&str] = &[
+    "example", "examples", "sample", "template", "tmpl", "tpl", "dist", "defaults", "schema",
+];
+
+/// The rule's name in messages and `policy explain --path`.
+pub const RULE: &str =
+    "built-in default: .env and .env.* files in every writable root (not templates such as .env.example)";
+
+/// Whether a file name is one the rule hides: `.env`, or `.env.<x>` where no
+/// dotted part of `<x>` names a template.
+pub fn is_secret_name(name: &OsStr) -> bool {
+    let Some(name) = name.to_str() else {
+        return false;
+    };
+    if name == ".env" {
+        return true;
+    }
+    let Some(rest) = name.strip_prefix(".env.") else {
+        return false;
+    };
+    !rest.is_empty()
+        && !rest
+            .split('.')
+            .any(|part| TEMPLATE.contains(&part.to_ascii_lowercase().as_str()))
+}
+
+/// What the search found.
+#[derive(Debug, Default)]
+pub struct Found {
+    /// The files to hide, as found (a link is resolved by the mount).
+    pub files: Vec<PathBuf>,
+    /// The directory budget ran out before every root was searched.
+    pub truncated: bool,
+}
+
+/// The `.env` files below `roots` that exist now: regular files, or links to
+/// regular files outside the kernel's pseudo file systems (mounting over
+/// those could only break the run, and they hold no project secret).
+pub fn find(roots: &[PathBuf]) -> Found {
+    let mut found = Found::default();
+    let mut budget = MAX_DIRS;
+    let mut queue: std::collections::VecDeque<(PathBuf, usize)> =
+        roots.iter().map(|r| (r.clone(), 0)).collect();
+    // Breadth first: shallow files (the common place) before the budget ends.
+    while let Some((dir, depth)) = queue.pop_front() {
+        if budget == 0 {
+            found.truncated = true;
+            break;
+        }
+        budget -= 1;
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        for e in entries.flatten() {
+            let Ok(kind) = e.file_type() else { continue };
+            let name = e.file_name();
+            if kind.is_dir() {
+                if depth < MAX_DEPTH && !SKIP.iter().any(|s| OsStr::new(s) == name) {
+                    queue.push_back((e.path(), depth + 1));
+                }
+            } else if is_secret_name(&name) && hideable(&e.path(), kind) {
+                found.files.push(e.path());
+            }
+        }
+    }
+    found.files.sort();
+    found.files.dedup();
+    found
+}
+
+/// A search of the workspace started as soon as it is known, so that it
+/// overlaps building the policy (`run` calls [`prefetch`]; `plan` takes
+/// the result through [`find_with_prefetch`]).
+static PREFETCH: std::sync::Mutex<Option<(PathBuf, std::thread::JoinHandle<Found>)>> =
+    std::sync::Mutex::new(None);
+
+/// Start searching `root` in a thread.
+pub fn prefetch(root: PathBuf) {
+    let r = root.clone();
+    let spawned = std::thread::Builder::new()
+        .name("dotenv".into())
+        .spawn(move || find(std::slice::from_ref(&r)));
+    if let (Ok(handle), Ok(mut slot)) = (spawned, PREFETCH.lock()) {
+        *slot = Some((root, handle));
+    }
+}
+
+/// [`find`], taking a prefetched root's result where there is one.
+pub fn find_with_prefetch(roots: &[PathBuf]) -> Found {
+    let pre = PREFETCH.lock().ok().and_then(|mut s| s.take());
+    let Some((root, handle)) = pre.filter(|(r, _)| roots.contains(r)) else {
+        return find(roots);
+    };
+    let Ok(mut found) = handle.join() else {
+        return find(roots);
+    };
+    let rest: Vec<PathBuf> = roots.iter().filter(|r| **r != root).cloned().collect();
+    if !rest.is_empty() {
+        let more = find(&rest);
+        found.files.extend(more.files);
+        found.truncated |= more.truncated;
+        found.files.sort();
+        found.files.dedup();
+    }
+    found
+}
+
+fn hideable(path: &Path, kind: std::fs::FileType) -> bool {
+    if kind.is_file() {
+        return true;
+    }
+    if !kind.is_symlink() {
+        return false;
+    }
+    match std::fs::canonicalize(path) {
+        Ok(real) => {
+            real.is_file()
+                && !["/proc", "/sys", "/dev"]
+                    .iter()
+                    .any(|p| real.starts_with(p))
+        }
+        Err(_) => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn secrets_and_templates_are_told_apart() {
+        for n in [".env", ".env.local", ".env.production", ".env.test.local"] {
+            assert!(is_secret_name(OsStr::new(n)), "{n}");
+        }
+        for n in [
+            ".env.example",
+            ".env.sample",
+            ".env.template",
+            ".env.local.example",
+            ".env.EXAMPLE",
+            ".env.",
+            ".envrc",
+            "x.env",
+            "env",
+        ] {
+            assert!(!is_secret_name(OsStr::new(n)), "{n}");
+        }
+    }
+
+    #[test]
+    fn the_search_finds_files_below_and_skips_dependencies() {
+        let d = tempfile::tempdir().unwrap();
+        let root = d.path().to_path_buf();
+        for f in [
+            ".env",
+            ".env.example",
+            "apps/web/.env.local",
+            "node_modules/x/.env",
+            ".git/.env",
+        ] {
+            let p = root.join(f);
+            std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+            std::fs::write(&p, "K=v").unwrap();
+        }
+        // A virtual environment named .env is a directory: left alone.
+        std::fs::create_dir_all(root.join("py/.env/bin")).unwrap();
+        std::os::unix::fs::symlink("/proc/self/environ", root.join("apps/.env")).unwrap();
+        let found = find(std::slice::from_ref(&root));
+        assert_eq!(
+            found.files,
+            vec![root.join(".env"), root.join("apps/web/.env.local")]
+        );
+        assert!(!found.truncated);
+    }
+}

