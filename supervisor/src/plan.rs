@@ -92,6 +92,10 @@ pub struct Plan {
     /// caller's directory, said on stderr.
     #[serde(skip)]
     pub start_note: Option<String>,
+    /// Writes are not watched for the report (`AIRLOCK_BENCH_NO_WRITE_NOTES`,
+    /// for measuring what watching costs; the boundary is the same).
+    #[serde(default)]
+    pub no_write_notes: bool,
     /// A session (SPEC §4.7): PID 1 starts the commands the supervisor
     /// sends, not `argv`.
     #[serde(default)]
@@ -447,6 +451,7 @@ pub fn build(policy: &Policy, o: &Options) -> Plan {
         },
         log: String::new(),
         start_note: None,
+        no_write_notes: std::env::var_os("AIRLOCK_BENCH_NO_WRITE_NOTES").is_some(),
         session: false,
         review: vec![],
     };

@@ -164,6 +164,7 @@ fn probe_plan(argv: &[&str], env: BTreeMap<String, String>) -> Plan {
         limits: Default::default(),
         log: String::new(),
         start_note: None,
+        no_write_notes: false,
         session: false,
         review: vec![],
     }

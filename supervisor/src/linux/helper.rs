@@ -534,7 +534,7 @@ fn pid1(
     filters.install()?;
     phase("seccomp");
     // From here every connect() waits for the supervisor's decision.
-    let listener = super::unixconnect::install()?;
+    let listener = super::unixconnect::install(!plan.no_write_notes)?;
     netns::send_fd(channel, listener.as_fd())
         .and_then(|_| netns::send_fd(channel, diag.as_fd()))
         .and_then(|_| netns::send_fd(channel, pid_ns.as_fd()))

@@ -58,6 +58,7 @@ fn plan(
         limits: Default::default(),
         log: String::new(),
         start_note: None,
+        no_write_notes: false,
         session: false,
         review: vec![],
     }
