@@ -631,9 +631,11 @@ fn run_platform(
     // What the session's checks did along the way, for its report.
     let session_changes: std::sync::Mutex<Vec<crate::integrity::Outcome>> =
         std::sync::Mutex::new(vec![]);
-    let since_last: std::sync::Mutex<
-        Option<(crate::integrity::snapshot::Snapshot, std::time::SystemTime)>,
-    > = std::sync::Mutex::new(None);
+    // (`None`: the journal's snapshot, from the session's start.)
+    let since_last: std::sync::Mutex<(
+        Option<crate::integrity::snapshot::Snapshot>,
+        std::time::SystemTime,
+    )> = std::sync::Mutex::new((None, run_start));
     let ended = match (listening, sandbox.session, env_recipe) {
         (Some(listening), Some(to_init), Some(env)) => {
             // Where the roots change between checks: each check then
@@ -648,10 +650,8 @@ fn run_platform(
                 let mut last = since_last
                     .lock()
                     .unwrap_or_else(std::sync::PoisonError::into_inner);
-                let (snap, since) = match &*last {
-                    Some((snap, since)) => (snap, *since),
-                    None => (&journal.snapshot, run_start),
-                };
+                let since = last.1;
+                let snap = last.0.as_ref().unwrap_or(&journal.snapshot);
                 #[cfg(target_os = "linux")]
                 let only = dirty
                     .lock()
@@ -675,11 +675,13 @@ fn run_platform(
                 );
                 // Only a clean result moves the baseline: what could not be
                 // moved aside is judged again at the next check and the end.
+                // A check that changed nothing keeps the snapshot it had.
                 if checked.failed.is_empty() && !checked.outcomes.iter().any(|o| o.in_place) {
-                    *last = Some((
-                        crate::integrity::snapshot::take(&plan.protected),
-                        past_own_writes(!checked.outcomes.is_empty()),
-                    ));
+                    let wrote = !checked.outcomes.is_empty();
+                    if wrote {
+                        last.0 = Some(crate::integrity::snapshot::take(&plan.protected));
+                    }
+                    last.1 = past_own_writes(wrote);
                 }
                 drop(last);
                 if let Ok(mut all) = session_changes.lock() {
@@ -754,11 +756,11 @@ fn run_platform(
     let last = since_last
         .into_inner()
         .unwrap_or_else(std::sync::PoisonError::into_inner);
-    let checked = match &last {
-        Some((snap, since)) => crate::integrity::check_near(
-            snap,
+    let checked = match session {
+        Some(_) => crate::integrity::check_near(
+            last.0.as_ref().unwrap_or(&journal.snapshot),
             &plan.write,
-            *since,
+            last.1,
             &run,
             &format!("{run}-end"),
             &nested_before,

@@ -105,15 +105,21 @@ pub fn check_near(
     let windows = windows::Windows::with_current(since, run);
     // What the thread beside the run has recorded so far is what there is.
     before.stop();
-    let judge = nested::Judge {
-        windows: &windows,
-        before,
-        cleared: std::cell::RefCell::new(identity::Cleared::load()),
-        modes_restored: Default::default(),
+    // Nothing changed in the roots since the last check (a session's
+    // watch says so): no repository there can have changed either.
+    let (found, nested_failed, modes_restored) = if only.is_some_and(|o| o.is_empty()) {
+        (vec![], vec![], vec![])
+    } else {
+        let judge = nested::Judge {
+            windows: &windows,
+            before,
+            cleared: std::cell::RefCell::new(identity::Cleared::load()),
+            modes_restored: Default::default(),
+        };
+        let (found, nested_failed) = nested::changes_near(roots, &judge, &known, only);
+        judge.cleared.borrow().save();
+        (found, nested_failed, judge.modes_restored.take())
     };
-    let (found, nested_failed) = nested::changes_near(roots, &judge, &known, only);
-    judge.cleared.borrow().save();
-    let modes_restored = judge.modes_restored.take();
     failed.extend(nested_failed);
     tracing::debug!(elapsed = ?t.elapsed(), ?roots, "nested repositories searched");
     changes.extend(found);

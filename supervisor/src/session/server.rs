@@ -413,6 +413,7 @@ fn run_command(
         return json!({"type": "error", "code": 125, "message": format!("the session's sandbox is gone: {e}")});
     }
     drop(stdio);
+    tracing::debug!(id, elapsed = ?started.elapsed(), "command sent to PID 1");
     let mut killed = false;
     let answer = loop {
         match rx.recv() {
@@ -427,6 +428,7 @@ fn run_command(
                         "message": airlock_proxy::escape::line(m, 1000)});
                 }
                 Some("exit") => {
+                    tracing::debug!(id, elapsed = ?started.elapsed(), "command exited");
                     let code = msg.get("code").and_then(Value::as_i64).unwrap_or(125);
                     break json!({"type": "exit", "code": code});
                 }
@@ -464,6 +466,7 @@ fn run_command(
             log.protected(&o.path, o.change, &o.action, o.dest.as_deref());
         }
     }
+    tracing::debug!(id, elapsed = ?started.elapsed(), "command checked");
     let code = answer.get("code").and_then(Value::as_i64).unwrap_or(125);
     // What the proxy refused, or could not reach, while it ran (with
     // commands running at once, theirs too: the proxy cannot tell them
@@ -538,10 +541,12 @@ fn held_still(init: &Seq, routes: &Routes, setup: &Setup) -> Vec<crate::integrit
             Ok(Event::Init(ref m)) if m.get("complete").and_then(Value::as_bool) == Some(true)
         );
     lock(routes).remove(&0);
+    let t = Instant::now();
     if !frozen {
         tracing::warn!("the sandbox could not be held still for the check; checking anyway");
     }
     let changes = (setup.check)();
+    tracing::debug!(took = ?t.elapsed(), "checked, held still");
     let _ = init.send_json(&json!({"op": "thaw"}), &[]);
     changes
 }
