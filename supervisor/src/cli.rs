@@ -137,6 +137,18 @@ pub struct RunArgs {
     /// Extra writable path (repeatable).
     #[arg(long, value_name = "PATH")]
     pub write: Vec<PathBuf>,
+    /// Make a host path readable, read-only, where it is not already (the
+    /// host's /tmp is private inside) (repeatable).
+    #[arg(long, value_name = "PATH")]
+    pub read: Vec<PathBuf>,
+    /// A port a server in the sandbox listens on (127.0.0.1:PORT inside),
+    /// reachable at 127.0.0.1:PORT on the host (repeatable), as Docker's -p.
+    #[arg(long, value_name = "PORT")]
+    pub publish: Vec<u16>,
+    /// Dial every upstream connection through this parent HTTP proxy
+    /// (http://[user:pass@]host:port); the policy is still airlock's.
+    #[arg(long = "upstream-proxy", value_name = "URL")]
+    pub upstream_proxy: Option<String>,
     /// The workspace is read-only too.
     #[arg(long = "read-only")]
     pub read_only: bool,
@@ -199,6 +211,10 @@ pub struct SessionStartArgs {
     /// Extra writable path (repeatable).
     #[arg(long, value_name = "PATH")]
     pub write: Vec<PathBuf>,
+    /// Make a host path readable, read-only, where it is not already
+    /// (repeatable).
+    #[arg(long, value_name = "PATH")]
+    pub read: Vec<PathBuf>,
     /// The workspace is read-only too.
     #[arg(long = "read-only")]
     pub read_only: bool,
@@ -217,6 +233,9 @@ impl SessionStartArgs {
         RunArgs {
             policy: self.policy.clone(),
             write: self.write.clone(),
+            read: self.read.clone(),
+            publish: vec![],
+            upstream_proxy: None,
             read_only: self.read_only,
             network: self.network.clone(),
             report: None,

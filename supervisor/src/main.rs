@@ -16,6 +16,7 @@ mod cli;
 mod doctor;
 mod env;
 mod explain_cmd;
+mod hints;
 mod inspect_setup;
 mod integrity;
 mod learn;

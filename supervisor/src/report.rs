@@ -313,7 +313,7 @@ pub struct ReportFile {
 /// its name; the content is written by `write` at the end.
 pub fn open(path: &Path) -> Result<ReportFile> {
     let file = safe_file::open(path, Mode::Replace, 0o644)
-        .with_context(|| format!("--report {}", path.display()))?;
+        .context("--report")?;
     Ok(ReportFile {
         file,
         path: path.to_path_buf(),

@@ -149,6 +149,15 @@ pub fn run(args: &RunArgs, early: Early, log: String, session: Option<&str>) -> 
         },
     );
     plan.log = log;
+    crate::hints::apply_read(&mut plan, &args.read)?;
+    // A directory `--read` brought in can be the one to start in.
+    if let (Some(_), Some(dir)) = (&plan.start_note, &cwd) {
+        if let Ok(d) = plan.start_dir(dir) {
+            plan.cwd = d;
+            plan.start_note = None;
+            plan.env.insert("PWD".into(), plan.cwd.display().to_string());
+        }
+    }
     if let Some(why) = &plan.start_note {
         eprintln!(
             "airlock: the command starts in the workspace root {}: {why}",
@@ -157,6 +166,9 @@ pub fn run(args: &RunArgs, early: Early, log: String, session: Option<&str>) -> 
     }
     for w in &plan.env_warnings {
         eprintln!("airlock: {w}");
+    }
+    for h in crate::hints::at_start(&plan, &policy) {
+        eprintln!("airlock: note: {h}");
     }
     tracing::debug!(elapsed = ?started.elapsed(), "plan built");
     crate::integrity::set::check_deny_read_links(&plan.deny_read, &plan.write)

@@ -119,6 +119,13 @@ pub fn setup(plan: &Plan) -> Result<()> {
         .iter()
         .filter_map(|p| handle(p).ok().map(|fd| (p.clone(), fd, p.is_dir())))
         .collect();
+    // `--read` paths under /tmp: bound back read-only (the mount itself
+    // refuses writes, whatever Landlock's roots say).
+    let tmp_read: Vec<(PathBuf, OwnedFd, bool)> = plan
+        .tmp_read_binds
+        .iter()
+        .filter_map(|p| handle(p).ok().map(|fd| (p.clone(), fd, p.is_dir())))
+        .collect();
     let sockets = super::sockets::keep(plan);
     let devices: Vec<(&str, OwnedFd)> = DEVICES
         .iter()
@@ -133,6 +140,10 @@ pub fn setup(plan: &Plan) -> Result<()> {
     )?;
     for (path, fd, is_dir) in &tmp_roots {
         bind_handle(fd, path, *is_dir)?;
+    }
+    for (path, fd, is_dir) in &tmp_read {
+        bind_handle(fd, path, *is_dir)?;
+        remount_readonly(path)?;
     }
 
     // Host sockets (docker.sock, D-Bus, ssh-agent) live here.
