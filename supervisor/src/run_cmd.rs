@@ -692,11 +692,10 @@ fn run_platform(
     };
     crate::integrity::journal::remove(&journal_path);
     let (mut protected_changes, failed) = (checked.outcomes, checked.failed);
+    for line in crate::integrity::quarantine::lines(&protected_changes) {
+        eprintln!("{line}");
+    }
     for o in &protected_changes {
-        eprintln!(
-            "airlock: the sandbox changed a protected path: {}",
-            crate::sources::escape(&crate::integrity::quarantine::describe(o))
-        );
         if let Some(log) = engine.audit() {
             log.protected(&o.path, o.change, &o.action, o.dest.as_deref());
         }

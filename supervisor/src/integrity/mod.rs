@@ -101,6 +101,7 @@ pub fn check_near(
     failed.extend(nested_failed);
     tracing::debug!(elapsed = ?t.elapsed(), ?roots, "nested repositories searched");
     changes.extend(found);
+    changes.retain(|c| !quarantine::inert_cache_marker(c));
     let outcomes = quarantine::act(&changes, run);
     tracing::debug!(elapsed = ?t.elapsed(), "changes acted on");
     windows::record(since, until);
@@ -115,11 +116,8 @@ pub fn recover() {
             crate::sources::escape(&j.run)
         );
         let c = check(&j.snapshot, &j.roots, j.since(), &j.run);
-        for o in &c.outcomes {
-            eprintln!(
-                "airlock: the sandbox changed a protected path: {}",
-                crate::sources::escape(&quarantine::describe(o))
-            );
+        for line in quarantine::lines(&c.outcomes) {
+            eprintln!("{line}");
         }
         for f in &c.failed {
             eprintln!("airlock: error: {f}");
