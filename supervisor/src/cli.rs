@@ -61,6 +61,10 @@ pub enum Command {
         /// Print the summary as JSON.
         #[arg(long)]
         json: bool,
+        /// List each run's inspected requests per URL (method, count,
+        /// statuses, bytes); the JSON always holds them.
+        #[arg(long)]
+        urls: bool,
     },
     /// One sandbox for an agent's whole task: many commands, one approval.
     #[command(subcommand)]
