@@ -124,6 +124,12 @@ pub struct PolicyArgs {
     /// (e.g. http://127.0.0.1:4318).
     #[arg(long, value_name = "ENDPOINT")]
     pub otlp: Option<String>,
+    /// Open every upstream connection through this parent HTTP proxy
+    /// (http://[user:password@]host:port), as corporate networks require.
+    /// Decisions and address checks stay airlock's: the parent is asked
+    /// for the checked address.
+    #[arg(long = "upstream-proxy", value_name = "URL")]
+    pub upstream_proxy: Option<String>,
     /// Ask this DNS server (IP:PORT) instead of the system's resolvers.
     #[arg(long = "dns-server", value_name = "IP:PORT")]
     pub dns_server: Option<std::net::SocketAddr>,
@@ -149,10 +155,6 @@ pub struct RunArgs {
     /// reachable at 127.0.0.1:PORT on the host (repeatable), as Docker's -p.
     #[arg(long, value_name = "PORT")]
     pub publish: Vec<u16>,
-    /// Dial every upstream connection through this parent HTTP proxy
-    /// (http://[user:pass@]host:port); the policy is still airlock's.
-    #[arg(long = "upstream-proxy", value_name = "URL")]
-    pub upstream_proxy: Option<String>,
     /// The workspace is read-only too.
     #[arg(long = "read-only")]
     pub read_only: bool,
@@ -239,7 +241,6 @@ impl SessionStartArgs {
             write: self.write.clone(),
             read: self.read.clone(),
             publish: vec![],
-            upstream_proxy: None,
             read_only: self.read_only,
             network: self.network.clone(),
             report: None,

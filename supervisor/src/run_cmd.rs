@@ -93,6 +93,8 @@ pub fn run(args: &RunArgs, early: Early, log: String, session: Option<&str>) -> 
         };
         eprintln!("airlock: warning: {from}: the command reaches the network directly, with no proxy and no policy");
     }
+    // A bad parent URL stops the run before anything is built.
+    crate::proxy_cmd::upstream_proxy(&args.policy)?;
     let learn = crate::learn::Learn::prepare(args, &mut policy, &workspace, net == Net::Proxy)?;
     let timeout = match &args.timeout {
         Some(t) => Some(
@@ -553,6 +555,7 @@ fn run_platform(
         dns_server: args.policy.dns_server,
         inspect,
         lend_to,
+        upstream_proxy: crate::proxy_cmd::upstream_proxy(&args.policy)?,
     });
     if let Some(std_listener) = sandbox.listener {
         std_listener

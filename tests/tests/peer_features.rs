@@ -115,3 +115,185 @@ fn read_refuses_what_it_must_not_uncover() {
         assert!(out.stderr.contains(why), "{path}: {}", show(&out));
     }
 }
+
+/// A minimal parent proxy on 127.0.0.1: answers CONNECT (recording the
+/// request line and whether the expected Proxy-Authorization came), then
+/// relays both ways. Anything else gets a 405.
+struct Parent {
+    addr: std::net::SocketAddr,
+    seen: std::sync::Arc<std::sync::Mutex<Vec<(String, bool)>>>,
+}
+
+impl Parent {
+    fn start(auth: Option<&'static str>) -> Parent {
+        use std::io::{Read, Write};
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap();
+        let seen = std::sync::Arc::new(std::sync::Mutex::new(vec![]));
+        let log = seen.clone();
+        std::thread::spawn(move || {
+            for s in l.incoming().map_while(Result::ok) {
+                let log = log.clone();
+                std::thread::spawn(move || {
+                    let mut s = s;
+                    let Some(head) = read_head(&mut s) else { return };
+                    let line = head.lines().next().unwrap_or("").to_string();
+                    let authed = auth.is_none_or(|a| {
+                        head.lines().any(|h| h.eq_ignore_ascii_case(&format!("proxy-authorization: {a}")))
+                    });
+                    log.lock().unwrap().push((line.clone(), authed));
+                    let mut parts = line.split_whitespace();
+                    let (Some("CONNECT"), Some(to)) = (parts.next(), parts.next()) else {
+                        let _ = s.write_all(b"HTTP/1.1 405 Method Not Allowed\r\n\r\n");
+                        return;
+                    };
+                    if !authed {
+                        let _ = s.write_all(b"HTTP/1.1 407 Proxy Authentication Required\r\n\r\n");
+                        return;
+                    }
+                    let Ok(up) = std::net::TcpStream::connect(to) else {
+                        let _ = s.write_all(b"HTTP/1.1 502 Bad Gateway\r\n\r\n");
+                        return;
+                    };
+                    let _ = s.write_all(b"HTTP/1.1 200 Connection established\r\n\r\n");
+                    let (mut a, mut b) = (s.try_clone().unwrap(), up.try_clone().unwrap());
+                    let (mut c, mut d) = (up, s);
+                    std::thread::spawn(move || {
+                        let mut buf = [0u8; 8192];
+                        while let Ok(n) = a.read(&mut buf) {
+                            if n == 0 || b.write_all(&buf[..n]).is_err() {
+                                break;
+                            }
+                        }
+                        let _ = b.shutdown(std::net::Shutdown::Write);
+                    });
+                    let mut buf = [0u8; 8192];
+                    while let Ok(n) = c.read(&mut buf) {
+                        if n == 0 || d.write_all(&buf[..n]).is_err() {
+                            break;
+                        }
+                    }
+                    let _ = d.shutdown(std::net::Shutdown::Write);
+                });
+            }
+        });
+        Parent { addr, seen }
+    }
+
+    fn seen(&self) -> Vec<(String, bool)> {
+        self.seen.lock().unwrap().clone()
+    }
+}
+
+#[test]
+fn run_dials_through_the_upstream_proxy_and_keeps_its_own_decisions() {
+    // "Basic " + base64("me:p@ss")
+    let parent = Parent::start(Some("Basic bWU6cEBzcw=="));
+    let origin = Origin::start("behind-parent");
+    let port = origin.port().to_string();
+    let upstream = format!("http://me:p%40ss@{}", parent.addr);
+    for who in Who::all() {
+        let f = Fixture::new_in(&base());
+        who.prepare(&f);
+        let args = [
+            "--upstream-proxy",
+            &upstream,
+            "--resolve",
+            "api.test=127.0.0.1",
+            "--resolve",
+            "other.test=127.0.0.1",
+            "--allow",
+            &format!("api.test:{port}"),
+            "--allow-private",
+            "127.0.0.1/32",
+            "--ask",
+            "deny",
+        ];
+        let before = parent.seen().len();
+        let out = run(&mut who.wrap(f.command(
+            &args,
+            &format!(
+                "curl -s -m 10 http://api.test:{port}/via-parent; echo; \
+                 curl -s -m 10 -o /dev/null -w 'other=%{{http_code}}\\n' http://other.test:{port}/nope"
+            ),
+        )));
+        assert!(
+            out.stdout.contains("behind-parent GET /via-parent"),
+            "{who:?}: {}",
+            show(&out)
+        );
+        assert!(out.stdout.contains("other=403"), "{who:?}: {}", show(&out));
+        let seen: Vec<_> = parent.seen()[before..].to_vec();
+        // The parent was asked for the address airlock checked, with the
+        // credentials of the URL, and never for the refused host.
+        assert_eq!(
+            seen,
+            vec![(format!("CONNECT 127.0.0.1:{port} HTTP/1.1"), true)],
+            "{who:?}: {}",
+            show(&out)
+        );
+    }
+    // The sandbox cannot reach the parent around airlock.
+    let f = Fixture::new_in(&base());
+    let out = f.run(
+        &["--upstream-proxy", &upstream],
+        &format!(
+            "curl -s -m 5 -p -x http://{} http://api.test:{port}/ || echo no-direct",
+            parent.addr
+        ),
+    );
+    assert!(out.stdout.contains("no-direct"), "{}", show(&out));
+    assert!(!out.stdout.contains("behind-parent"), "{}", show(&out));
+}
+
+#[test]
+fn the_standalone_proxy_chains_to_a_parent_and_says_what_it_refuses() {
+    let parent = Parent::start(Some("Basic bWU6cEBzcw=="));
+    let origin = Origin::start("chained");
+    let port = origin.port().to_string();
+    let home = Home::new();
+    let upstream = format!("http://me:p%40ss@{}", parent.addr);
+    let proxy = Proxy::start(
+        &home,
+        &[
+            "--upstream-proxy",
+            &upstream,
+            "--resolve",
+            "api.test=127.0.0.1",
+            "--allow",
+            &format!("api.test:{port}"),
+            "--allow-private",
+            "127.0.0.1/32",
+            "--ask",
+            "deny",
+        ],
+    );
+    let out = curl(&["-s", "-m", "10", "-x", &proxy.url(), &format!("http://api.test:{port}/x")]);
+    assert!(out.stdout.contains("chained GET /x"), "{}\n{}", out.stdout, proxy.log());
+    assert_eq!(
+        parent.seen(),
+        vec![(format!("CONNECT 127.0.0.1:{port} HTTP/1.1"), true)]
+    );
+    assert!(proxy.log().contains("parent proxy"), "{}", proxy.log());
+    // Wrong credentials: a refusal that says what to give.
+    let proxy = Proxy::start(
+        &home,
+        &[
+            "--upstream-proxy",
+            &format!("http://me:wrong@{}", parent.addr),
+            "--resolve",
+            "api.test=127.0.0.1",
+            "--allow",
+            &format!("api.test:{port}"),
+            "--allow-private",
+            "127.0.0.1/32",
+        ],
+    );
+    let out = curl(&["-s", "-m", "10", "-x", &proxy.url(), &format!("http://api.test:{port}/x")]);
+    assert!(!out.stdout.contains("chained"), "{}", out.stdout);
+    assert!(out.stdout.contains("wants credentials"), "{}\n{}", out.stdout, proxy.log());
+    // A URL airlock cannot use stops it at once.
+    let bad = run(airlock(home.path()).args(["proxy", "--listen", "127.0.0.1:0", "--upstream-proxy", "https://p.test:3128"]));
+    assert_ne!(bad.code, 0);
+    assert!(bad.stderr.contains("not supported"), "{}", bad.stderr);
+}

@@ -21,7 +21,7 @@ use crate::fragment::Rule;
 use crate::pattern::{Pattern, PatternList};
 use crate::source::{Layer, Located, Origin};
 
-pub use secret::strip_url_secret;
+pub use secret::{basic, strip_url_secret};
 
 /// The machine, as presets see it.
 pub trait Probe {
