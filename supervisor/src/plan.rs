@@ -43,6 +43,9 @@ pub struct Plan {
     /// /tmp.
     #[serde(default)]
     pub tmp_read_binds: Vec<PathBuf>,
+    /// `--publish` ports: served at the host's 127.0.0.1 (linux/publish.rs).
+    #[serde(default)]
+    pub publish: Vec<u16>,
     /// Hidden: tmpfs over directories, /dev/null over files.
     pub deny_read: Vec<PathBuf>,
     /// Made read-only with bind mounts, when they exist: the policy's
@@ -373,6 +376,7 @@ pub fn build(policy: &Policy, o: &Options) -> Plan {
         write,
         tmp_binds,
         tmp_read_binds: vec![],
+        publish: vec![],
         deny_read,
         deny_write,
         pin,

@@ -152,6 +152,7 @@ pub fn run(args: &RunArgs, early: Early, log: String, session: Option<&str>) -> 
     );
     plan.log = log;
     crate::hints::apply_read(&mut plan, &args.read)?;
+    plan.publish = args.publish.clone();
     // A directory `--read` brought in can be the one to start in.
     if let (Some(_), Some(dir)) = (&plan.start_note, &cwd) {
         if let Ok(d) = plan.start_dir(dir) {
@@ -233,6 +234,9 @@ struct Started {
     capture: Option<Result<crate::linux::capture::Received, String>>,
     /// A session's command socket to PID 1.
     session: Option<std::os::fd::OwnedFd>,
+    /// `--publish`: the host's listeners, bound before the command starts.
+    #[cfg(target_os = "linux")]
+    publish: Option<crate::linux::publish::Published>,
 }
 
 /// Waits for the process `Started::pid` names.
@@ -325,6 +329,11 @@ fn finish(pending: Pending, plan: &plan::Plan) -> Result<Started> {
     let mut sandbox = begun.finish(plan)?;
     let capture = sandbox.capture.take();
     let session = sandbox.session.take();
+    let publish = sandbox
+        .publisher
+        .take()
+        .map(|f| crate::linux::publish::Published::bind(f, &plan.publish))
+        .transpose()?;
     let (mut child, fd, channel) = sandbox.into_parts();
     let channel = Arc::new(channel);
     let anchor = child.id();
@@ -362,6 +371,7 @@ fn finish(pending: Pending, plan: &plan::Plan) -> Result<Started> {
         finish: Box::new(|| ()),
         capture,
         session,
+        publish,
     })
 }
 
@@ -576,6 +586,10 @@ fn run_platform(
 
     #[cfg(target_os = "linux")]
     crate::linux::capture::serve(&runtime, &engine, sandbox.capture);
+    #[cfg(target_os = "linux")]
+    if let Some(p) = sandbox.publish {
+        p.serve(&runtime);
+    }
 
     // A session serves its commands until it is asked to end.
     // What each check of a session starts from: the protected set as the

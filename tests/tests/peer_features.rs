@@ -297,3 +297,103 @@ fn the_standalone_proxy_chains_to_a_parent_and_says_what_it_refuses() {
     assert_ne!(bad.code, 0);
     assert!(bad.stderr.contains("not supported"), "{}", bad.stderr);
 }
+
+fn have_python() -> bool {
+    std::process::Command::new("python3")
+        .arg("-c")
+        .arg("pass")
+        .output()
+        .is_ok_and(|o| o.status.success())
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// Ask the published port until the sandbox's server answers.
+fn ask(port: u16, what: &str) -> Option<String> {
+    use std::io::{Read, Write};
+    let t = std::time::Instant::now();
+    while t.elapsed() < std::time::Duration::from_secs(15) {
+        if let Ok(mut s) = std::net::TcpStream::connect(("127.0.0.1", port)) {
+            let _ = s.set_read_timeout(Some(std::time::Duration::from_secs(5)));
+            let _ = s.write_all(what.as_bytes());
+            let mut got = String::new();
+            let _ = s.read_to_string(&mut got);
+            if !got.is_empty() {
+                return Some(got);
+            }
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    None
+}
+
+#[test]
+fn a_published_port_reaches_the_sandboxs_server_and_opens_no_way_out() {
+    if !have_python() {
+        eprintln!("skipped: python3 is not installed");
+        return;
+    }
+    let origin = Origin::start("host-only");
+    for who in Who::all() {
+        let f = Fixture::new_in(&base());
+        who.prepare(&f);
+        let port = free_port();
+        let server = format!(
+            "import socket,sys\n\
+             s=socket.socket(); s.setsockopt(socket.SOL_SOCKET,socket.SO_REUSEADDR,1)\n\
+             s.bind(('127.0.0.1',{port})); s.listen(4)\n\
+             try:\n    socket.create_connection(('127.0.0.1',{o}),timeout=2); print('reached-host-origin')\n\
+             except Exception: print('no-way-out')\n\
+             sys.stdout.flush()\n\
+             c,_=s.accept(); d=c.recv(100); c.sendall(b'pong from sandbox: '+d); c.close()\n",
+            o = origin.port()
+        );
+        let cmd = f.command_argv(
+            &["--publish", &port.to_string(), "--timeout", "30s"],
+            &["python3", "-c", &server],
+        );
+        let child = spawn_piped(&mut who.wrap(cmd));
+        let answer = ask(port, "ping");
+        let out = output_of(child);
+        assert_eq!(
+            answer.as_deref(),
+            Some("pong from sandbox: ping"),
+            "{who:?}: {}",
+            show(&out)
+        );
+        assert_eq!(out.code, 0, "{who:?}: {}", show(&out));
+        assert!(out.stdout.contains("no-way-out"), "{who:?}: {}", show(&out));
+        assert!(
+            out.stderr.contains(&format!("publishing the sandbox's 127.0.0.1:{port}")),
+            "{who:?}: {}",
+            show(&out)
+        );
+        // The host's port is free again once the run is over.
+        assert!(std::net::TcpListener::bind(("127.0.0.1", port)).is_ok(), "{who:?}");
+    }
+    assert_eq!(origin.hits(), 0, "the sandbox reached the host's loopback");
+}
+
+#[test]
+fn publish_refuses_airlocks_own_ports_and_a_taken_host_port() {
+    let f = Fixture::new_in(&base());
+    let out = f.run(&["--publish", "3128"], "echo ran");
+    assert_eq!(out.code, 125, "{}", show(&out));
+    assert!(!out.stdout.contains("ran"));
+    assert!(out.stderr.contains("airlock's own"), "{}", show(&out));
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = taken.local_addr().unwrap().port().to_string();
+    let out = f.run(&["--publish", &port], "echo ran");
+    assert_eq!(out.code, 125, "{}", show(&out));
+    assert!(!out.stdout.contains("ran"));
+    assert!(out.stderr.contains("cannot listen on the host's 127.0.0.1"), "{}", show(&out));
+    let out = f.run(&["--network", "host", "--publish", "4000"], "echo ran");
+    assert_eq!(out.code, 125, "{}", show(&out));
+    assert!(out.stderr.contains("own network namespace"), "{}", show(&out));
+}
