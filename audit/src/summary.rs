@@ -149,8 +149,11 @@ struct RunAcc {
     approvals: BTreeMap<(String, Option<u16>, String, String), u64>,
     protected: Vec<ProtectedSummary>,
     /// (url, method) -> (count, statuses, up, down).
-    urls: BTreeMap<(String, String), (u64, BTreeMap<u16, u64>, u64, u64)>,
+    urls: BTreeMap<(String, String), UrlAcc>,
 }
+
+/// One URL's count, statuses, bytes up and down.
+type UrlAcc = (u64, BTreeMap<u16, u64>, u64, u64);
 
 /// Folds lines into a summary; feed it every line of every file in order.
 #[derive(Default)]
@@ -537,7 +540,13 @@ pub fn render_text_with(s: &Summary, urls: bool) -> String {
                 let st: Vec<String> = u
                     .statuses
                     .iter()
-                    .map(|(s, n)| if *n == 1 { s.to_string() } else { format!("{s} x{n}") })
+                    .map(|(s, n)| {
+                        if *n == 1 {
+                            s.to_string()
+                        } else {
+                            format!("{s} x{n}")
+                        }
+                    })
                     .collect();
                 let _ = writeln!(
                     out,

@@ -31,7 +31,11 @@ impl std::fmt::Debug for UpstreamProxy {
             f,
             "UpstreamProxy({}{})",
             self.addr,
-            if self.auth.is_some() { ", with credentials" } else { "" }
+            if self.auth.is_some() {
+                ", with credentials"
+            } else {
+                ""
+            }
         )
     }
 }
@@ -69,7 +73,9 @@ impl UpstreamProxy {
             .rsplit_once(':')
             .is_some_and(|(h, p)| !h.is_empty() && p.parse::<u16>().is_ok_and(|p| p != 0));
         if !port_ok {
-            return Err(bad("the parent needs a host and a port (http://proxy.corp:3128)"));
+            return Err(bad(
+                "the parent needs a host and a port (http://proxy.corp:3128)",
+            ));
         }
         let auth = userinfo.map(|u| {
             let decoded = percent_encoding::percent_decode_str(u).decode_utf8_lossy();
@@ -172,9 +178,18 @@ mod tests {
         assert_eq!(p.shown(), "proxy.corp:3128");
         assert!(p.auth.is_none());
         let p = UpstreamProxy::parse("http://me:p%40ss@10.0.0.1:8080").unwrap();
-        assert_eq!(p.auth.as_deref(), Some(airlock_policy::preset::basic("me", "p@ss").as_str()));
+        assert_eq!(
+            p.auth.as_deref(),
+            Some(airlock_policy::preset::basic("me", "p@ss").as_str())
+        );
         assert!(!format!("{p:?}").contains("ss"));
-        for bad in ["https://p:1", "http://p", "http://p:0", "http://p:1/x", "socks5://p:1"] {
+        for bad in [
+            "https://p:1",
+            "http://p",
+            "http://p:0",
+            "http://p:1/x",
+            "socks5://p:1",
+        ] {
             assert!(UpstreamProxy::parse(bad).is_err(), "{bad}");
         }
     }

@@ -3,9 +3,7 @@
 
 use std::process::ExitCode;
 
-use airlock_policy::{
-    check_address, decide, inspects, Host, Policy, Target, PRESETS,
-};
+use airlock_policy::{check_address, decide, inspects, Host, Policy, Target, PRESETS};
 use anyhow::{Context, Result};
 use serde_json::{json, Map, Value};
 

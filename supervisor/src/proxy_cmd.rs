@@ -89,7 +89,9 @@ fn reload(engine: &Engine, args: &ProxyArgs) {
 }
 
 /// `--upstream-proxy URL`, parsed.
-pub fn upstream_proxy(args: &crate::cli::PolicyArgs) -> Result<Option<airlock_proxy::UpstreamProxy>> {
+pub fn upstream_proxy(
+    args: &crate::cli::PolicyArgs,
+) -> Result<Option<airlock_proxy::UpstreamProxy>> {
     let Some(url) = &args.upstream_proxy else {
         return Ok(None);
     };

@@ -158,7 +158,8 @@ pub fn run(args: &RunArgs, early: Early, log: String, session: Option<&str>) -> 
         if let Ok(d) = plan.start_dir(dir) {
             plan.cwd = d;
             plan.start_note = None;
-            plan.env.insert("PWD".into(), plan.cwd.display().to_string());
+            plan.env
+                .insert("PWD".into(), plan.cwd.display().to_string());
         }
     }
     if let Some(why) = &plan.start_note {

@@ -152,7 +152,8 @@ fn a_host_with_a_path_says_rules_take_hosts() {
     );
     assert!(!out.stderr.contains("CIDR"), "{}", show(&out));
     // A CIDR still reads as one.
-    let out = run(airlock(h.path()).args(["policy", "explain", "--deny", "10.0.0.0/8", "10.1.2.3:22"]));
+    let out =
+        run(airlock(h.path()).args(["policy", "explain", "--deny", "10.0.0.0/8", "10.1.2.3:22"]));
     assert_eq!(out.code, 0, "{}", show(&out));
     assert!(out.stdout.contains("verdict:  deny"), "{}", show(&out));
 }
@@ -169,10 +170,18 @@ fn explain_takes_a_url() {
     ]));
     assert_eq!(out.code, 0, "{}", show(&out));
     assert_eq!(out.stdout.matches("target:").count(), 1, "{}", show(&out));
-    assert!(out.stdout.contains("target:   x.test:443"), "{}", show(&out));
+    assert!(
+        out.stdout.contains("target:   x.test:443"),
+        "{}",
+        show(&out)
+    );
     assert!(out.stdout.contains("verdict:  allow"), "{}", show(&out));
     let out = run(airlock(h.path()).args(["policy", "explain", "http://x.test:8080/a?b"]));
-    assert!(out.stdout.contains("target:   x.test:8080"), "{}", show(&out));
+    assert!(
+        out.stdout.contains("target:   x.test:8080"),
+        "{}",
+        show(&out)
+    );
     assert!(!out.stdout.contains("invalid"), "{}", show(&out));
 }
 
@@ -200,7 +209,12 @@ fn a_missing_policy_file_is_no_such_file() {
 fn a_report_that_cannot_be_written_says_why_once() {
     let f = airlock_tests::Fixture::new_in(&base());
     let out = f.run(
-        &["--network", "none", "--report", "/nonexistent-airlock-dir/r.json"],
+        &[
+            "--network",
+            "none",
+            "--report",
+            "/nonexistent-airlock-dir/r.json",
+        ],
         "echo ran",
     );
     assert_eq!(out.code, 125, "{}", show(&out));
@@ -239,7 +253,8 @@ fn checking_a_user_file_names_no_built_in_managed_rule() {
     assert_eq!(out.code, 1, "{}", show(&out));
     assert!(!out.stdout.contains("built-in"), "{}", show(&out));
     assert!(
-        out.stdout.contains("only the managed policy can set network.user_allow")
+        out.stdout
+            .contains("only the managed policy can set network.user_allow")
             && out.stdout.contains("belongs in the managed policy"),
         "{}",
         show(&out)
@@ -325,7 +340,10 @@ fn a_loopback_mirror_gets_the_way_that_works() {
     // What it says works: the host's loopback server, through the proxy.
     let args: Vec<String> = hint.split(' ').map(str::to_string).collect();
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    let out = f.run(&args, &format!("curl -s -m 5 http://host.test:{port}/simple/"));
+    let out = f.run(
+        &args,
+        &format!("curl -s -m 5 http://host.test:{port}/simple/"),
+    );
     assert!(
         out.stdout.contains("host-mirror GET /simple/"),
         "{}",
@@ -366,7 +384,11 @@ fn learn_mode_ends_with_the_trust_step_when_one_is_needed() {
 
 #[test]
 fn a_repository_the_user_asked_for_is_one_calm_line() {
-    if std::process::Command::new("git").arg("--version").output().is_err() {
+    if std::process::Command::new("git")
+        .arg("--version")
+        .output()
+        .is_err()
+    {
         eprintln!("skipped: git is not installed");
         return;
     }
@@ -399,7 +421,11 @@ fn a_repository_the_user_asked_for_is_one_calm_line() {
             marker.display()
         ),
     );
-    assert!(out.stderr.contains("changed a protected path"), "{}", show(&out));
+    assert!(
+        out.stderr.contains("changed a protected path"),
+        "{}",
+        show(&out)
+    );
     assert!(
         out.stderr.contains("core.fsmonitor") && out.stderr.contains("hooks/pre-commit"),
         "{}",
@@ -407,14 +433,27 @@ fn a_repository_the_user_asked_for_is_one_calm_line() {
     );
     assert!(!f.ws.join("evil/.git/hooks/pre-commit").exists());
     let _ = std::process::Command::new("git")
-        .args(["-c", "user.name=a", "-c", "user.email=a@b", "commit", "-q", "--allow-empty", "-m", "x"])
+        .args([
+            "-c",
+            "user.name=a",
+            "-c",
+            "user.email=a@b",
+            "commit",
+            "-q",
+            "--allow-empty",
+            "-m",
+            "x",
+        ])
         .current_dir(f.ws.join("evil"))
         .output();
     let _ = std::process::Command::new("git")
         .arg("status")
         .current_dir(f.ws.join("evil"))
         .output();
-    assert!(!marker.exists(), "a planted hook or fsmonitor ran on the host");
+    assert!(
+        !marker.exists(),
+        "a planted hook or fsmonitor ran on the host"
+    );
 }
 
 #[test]
@@ -423,7 +462,10 @@ fn an_empty_git_marker_in_airlocks_own_cache_is_not_reported() {
     let cache = f.home.join(".cache/airlock/uv");
     fs::create_dir_all(&cache).unwrap();
     let c = cache.to_str().unwrap();
-    let out = f.run(&["--network", "none", "--write", c], &format!(": > {c}/.git"));
+    let out = f.run(
+        &["--network", "none", "--write", c],
+        &format!(": > {c}/.git"),
+    );
     assert_eq!(out.code, 0, "{}", show(&out));
     assert!(!out.stderr.contains(".git"), "{}", show(&out));
     assert!(cache.join(".git").is_file());

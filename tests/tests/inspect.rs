@@ -324,7 +324,8 @@ fn audit_counts_inspected_bytes_and_lists_urls() {
     let s = setup();
     let audit = s.f.home.join("audit.jsonl");
     let (one, two) = (s.url("/repos/acme/one"), s.url("/repos/acme/two"));
-    let script = format!("curl -s -o /dev/null '{one}' '{one}' '{two}'; curl -s -o /dev/null '{one}'");
+    let script =
+        format!("curl -s -o /dev/null '{one}' '{one}' '{two}'; curl -s -o /dev/null '{one}'");
     let out = s.run(&["--audit-log", audit.to_str().unwrap()], &script);
     assert_eq!(out.code, 0, "{}", show(&out));
     let summary = run(airlock(&s.f.home).args(["audit", "--json"]).arg(&audit));
@@ -340,13 +341,22 @@ fn audit_counts_inspected_bytes_and_lists_urls() {
     };
     assert_eq!((count(&one), count(&two)), (Some(3), Some(1)), "{run0}");
     let text = run(airlock(&s.f.home).args(["audit", "--urls"]).arg(&audit));
-    assert!(!text.stdout.contains(" 0 B up, 0 B down"), "{}", text.stdout);
+    assert!(
+        !text.stdout.contains(" 0 B up, 0 B down"),
+        "{}",
+        text.stdout
+    );
     assert!(text.stdout.contains("per URL"), "{}", text.stdout);
     assert!(
-        text.stdout.contains(&format!("GET {one}  x3  status 200 x3")),
+        text.stdout
+            .contains(&format!("GET {one}  x3  status 200 x3")),
         "{}",
         text.stdout
     );
     let plain = run(airlock(&s.f.home).arg("audit").arg(&audit));
-    assert!(plain.stdout.contains("airlock audit --urls"), "{}", plain.stdout);
+    assert!(
+        plain.stdout.contains("airlock audit --urls"),
+        "{}",
+        plain.stdout
+    );
 }

@@ -93,7 +93,11 @@ fn a_path_under_the_host_tmp_is_named_and_read_brings_it_in_read_only() {
             &format!("cat {dir}/data.txt; ls {dir}/job.sh 2>/dev/null && echo saw-sibling; true"),
         )));
         assert!(out.stdout.contains("host-data"), "{who:?}: {}", show(&out));
-        assert!(!out.stdout.contains("saw-sibling"), "{who:?}: {}", show(&out));
+        assert!(
+            !out.stdout.contains("saw-sibling"),
+            "{who:?}: {}",
+            show(&out)
+        );
     }
 }
 
@@ -109,7 +113,10 @@ fn read_refuses_what_it_must_not_uncover() {
         ("relative/path", "absolute"),
         ("/nonexistent-airlock-read", "No such file"),
     ] {
-        let out = f.run(&["--network", "none", "--read", path], "cat ~/.ssh/id_ed25519; echo ran");
+        let out = f.run(
+            &["--network", "none", "--read", path],
+            "cat ~/.ssh/id_ed25519; echo ran",
+        );
         assert_eq!(out.code, 125, "{path}: {}", show(&out));
         assert!(!out.stdout.contains("ran"), "{path}: {}", show(&out));
         assert!(out.stderr.contains(why), "{path}: {}", show(&out));
@@ -136,10 +143,13 @@ impl Parent {
                 let log = log.clone();
                 std::thread::spawn(move || {
                     let mut s = s;
-                    let Some(head) = read_head(&mut s) else { return };
+                    let Some(head) = read_head(&mut s) else {
+                        return;
+                    };
                     let line = head.lines().next().unwrap_or("").to_string();
                     let authed = auth.is_none_or(|a| {
-                        head.lines().any(|h| h.eq_ignore_ascii_case(&format!("proxy-authorization: {a}")))
+                        head.lines()
+                            .any(|h| h.eq_ignore_ascii_case(&format!("proxy-authorization: {a}")))
                     });
                     log.lock().unwrap().push((line.clone(), authed));
                     let mut parts = line.split_whitespace();
@@ -268,8 +278,20 @@ fn the_standalone_proxy_chains_to_a_parent_and_says_what_it_refuses() {
             "deny",
         ],
     );
-    let out = curl(&["-s", "-m", "10", "-x", &proxy.url(), &format!("http://api.test:{port}/x")]);
-    assert!(out.stdout.contains("chained GET /x"), "{}\n{}", out.stdout, proxy.log());
+    let out = curl(&[
+        "-s",
+        "-m",
+        "10",
+        "-x",
+        &proxy.url(),
+        &format!("http://api.test:{port}/x"),
+    ]);
+    assert!(
+        out.stdout.contains("chained GET /x"),
+        "{}\n{}",
+        out.stdout,
+        proxy.log()
+    );
     assert_eq!(
         parent.seen(),
         vec![(format!("CONNECT 127.0.0.1:{port} HTTP/1.1"), true)]
@@ -289,11 +311,29 @@ fn the_standalone_proxy_chains_to_a_parent_and_says_what_it_refuses() {
             "127.0.0.1/32",
         ],
     );
-    let out = curl(&["-s", "-m", "10", "-x", &proxy.url(), &format!("http://api.test:{port}/x")]);
+    let out = curl(&[
+        "-s",
+        "-m",
+        "10",
+        "-x",
+        &proxy.url(),
+        &format!("http://api.test:{port}/x"),
+    ]);
     assert!(!out.stdout.contains("chained"), "{}", out.stdout);
-    assert!(out.stdout.contains("wants credentials"), "{}\n{}", out.stdout, proxy.log());
+    assert!(
+        out.stdout.contains("wants credentials"),
+        "{}\n{}",
+        out.stdout,
+        proxy.log()
+    );
     // A URL airlock cannot use stops it at once.
-    let bad = run(airlock(home.path()).args(["proxy", "--listen", "127.0.0.1:0", "--upstream-proxy", "https://p.test:3128"]));
+    let bad = run(airlock(home.path()).args([
+        "proxy",
+        "--listen",
+        "127.0.0.1:0",
+        "--upstream-proxy",
+        "https://p.test:3128",
+    ]));
     assert_ne!(bad.code, 0);
     assert!(bad.stderr.contains("not supported"), "{}", bad.stderr);
 }
@@ -370,12 +410,16 @@ fn a_published_port_reaches_the_sandboxs_server_and_opens_no_way_out() {
         assert_eq!(out.code, 0, "{who:?}: {}", show(&out));
         assert!(out.stdout.contains("no-way-out"), "{who:?}: {}", show(&out));
         assert!(
-            out.stderr.contains(&format!("publishing the sandbox's 127.0.0.1:{port}")),
+            out.stderr
+                .contains(&format!("publishing the sandbox's 127.0.0.1:{port}")),
             "{who:?}: {}",
             show(&out)
         );
         // The host's port is free again once the run is over.
-        assert!(std::net::TcpListener::bind(("127.0.0.1", port)).is_ok(), "{who:?}");
+        assert!(
+            std::net::TcpListener::bind(("127.0.0.1", port)).is_ok(),
+            "{who:?}"
+        );
     }
     assert_eq!(origin.hits(), 0, "the sandbox reached the host's loopback");
 }
@@ -392,8 +436,16 @@ fn publish_refuses_airlocks_own_ports_and_a_taken_host_port() {
     let out = f.run(&["--publish", &port], "echo ran");
     assert_eq!(out.code, 125, "{}", show(&out));
     assert!(!out.stdout.contains("ran"));
-    assert!(out.stderr.contains("cannot listen on the host's 127.0.0.1"), "{}", show(&out));
+    assert!(
+        out.stderr.contains("cannot listen on the host's 127.0.0.1"),
+        "{}",
+        show(&out)
+    );
     let out = f.run(&["--network", "host", "--publish", "4000"], "echo ran");
     assert_eq!(out.code, 125, "{}", show(&out));
-    assert!(out.stderr.contains("own network namespace"), "{}", show(&out));
+    assert!(
+        out.stderr.contains("own network namespace"),
+        "{}",
+        show(&out)
+    );
 }

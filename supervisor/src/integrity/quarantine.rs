@@ -572,7 +572,10 @@ pub fn lines(outcomes: &[Outcome]) -> Vec<String> {
     let mut out = vec![];
     for o in outcomes {
         let repo = repo_of(o).filter(|_| !o.in_place);
-        match repo.as_ref().and_then(|r| new_repos.get_mut(r).map(|n| (r, n))) {
+        match repo
+            .as_ref()
+            .and_then(|r| new_repos.get_mut(r).map(|n| (r, n)))
+        {
             Some((r, n)) => n.files.push(
                 Path::new(&o.path)
                     .strip_prefix(r)
@@ -586,13 +589,8 @@ pub fn lines(outcomes: &[Outcome]) -> Vec<String> {
     }
     for (repo, n) in new_repos {
         let shown = crate::sources::escape(&repo.display().to_string());
-        let kept = crate::sources::escape(
-            &n.config
-                .parent()
-                .unwrap_or(&n.config)
-                .display()
-                .to_string(),
-        );
+        let kept =
+            crate::sources::escape(&n.config.parent().unwrap_or(&n.config).display().to_string());
         let running: Vec<String> = git_config_entries(&n.config).map_or_else(
             || vec!["config (unreadable)".to_string()],
             |entries| {

@@ -4,7 +4,6 @@
 pub mod attribution;
 pub mod caps;
 pub mod capture;
-pub mod publish;
 pub mod degraded;
 pub mod denywatch;
 pub mod helper;
@@ -14,6 +13,7 @@ pub mod limits;
 pub mod mounts;
 pub mod netlink;
 pub mod netns;
+pub mod publish;
 pub mod scope;
 pub mod seccomp;
 pub mod sockets;

@@ -61,7 +61,11 @@ pub fn factory() -> Result<OwnedFd> {
             super::helper::close_inherited(keep);
             // Nor the command's terminal or pipes: a reader waiting for
             // their end must not wait on the factory.
-            if let Ok(null) = std::fs::OpenOptions::new().read(true).write(true).open("/dev/null") {
+            if let Ok(null) = std::fs::OpenOptions::new()
+                .read(true)
+                .write(true)
+                .open("/dev/null")
+            {
                 for target in 0..3 {
                     // SAFETY: dup2 onto our own standard descriptors.
                     unsafe { libc::dup2(std::os::fd::AsRawFd::as_raw_fd(&null), target) };
@@ -87,13 +91,7 @@ fn serve_factory(sock: &UnixStream) {
             _ => return,
         }
         // SAFETY: a plain socket() call; the descriptor is owned below.
-        let raw = unsafe {
-            libc::socket(
-                libc::AF_INET,
-                libc::SOCK_STREAM | libc::SOCK_CLOEXEC,
-                0,
-            )
-        };
+        let raw = unsafe { libc::socket(libc::AF_INET, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0) };
         if raw < 0 {
             // Plain text instead of a descriptor: the supervisor sees none.
             let _ = std::io::Write::write_all(&mut &*sock, b"E");
@@ -120,8 +118,9 @@ impl Published {
     pub fn bind(factory: OwnedFd, ports: &[u16]) -> Result<Published> {
         let mut listeners = vec![];
         for &p in ports {
-            let l = std::net::TcpListener::bind((Ipv4Addr::LOCALHOST, p))
-                .with_context(|| format!("--publish {p}: cannot listen on the host's 127.0.0.1:{p}"))?;
+            let l = std::net::TcpListener::bind((Ipv4Addr::LOCALHOST, p)).with_context(|| {
+                format!("--publish {p}: cannot listen on the host's 127.0.0.1:{p}")
+            })?;
             l.set_nonblocking(true).context("--publish")?;
             listeners.push((p, l));
         }
@@ -134,7 +133,9 @@ impl Published {
     /// Relay each connection to the host's port into the sandbox.
     pub fn serve(self, runtime: &tokio::runtime::Runtime) {
         for (port, l) in self.listeners {
-            eprintln!("airlock: publishing the sandbox's 127.0.0.1:{port} at the host's 127.0.0.1:{port}");
+            eprintln!(
+                "airlock: publishing the sandbox's 127.0.0.1:{port} at the host's 127.0.0.1:{port}"
+            );
             let factory = self.factory.clone();
             runtime.spawn(async move {
                 let l = match tokio::net::TcpListener::from_std(l) {
