@@ -176,8 +176,19 @@ impl Learn {
         }
         let (dir, name) =
             safe_file::split(path).with_context(|| format!("--learn {}", path.display()))?;
+        // The writable roots as trust sees them: the workspace, --write,
+        // and every path a policy layer or preset makes writable.
+        let home = std::env::var_os("HOME")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| "/".into());
         let writable: Vec<PathBuf> = std::iter::once(workspace.to_path_buf())
             .chain(args.write.iter().cloned())
+            .chain(
+                policy
+                    .write
+                    .iter()
+                    .filter_map(|w| crate::plan::resolve_path(&w.value, &home, workspace)),
+            )
             .filter_map(|w| std::fs::canonicalize(w).ok())
             .collect();
         let needs_trust = wanted
