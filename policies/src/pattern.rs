@@ -85,7 +85,7 @@ impl Pattern {
             // A host with a path (example.com/simple): rules match hosts,
             // never paths; a CIDR's part after the slash is a number.
             let after = path.split(':').next().unwrap_or("");
-            if !after.is_empty() && !after.bytes().all(|b| b.is_ascii_digit()) {
+            if after.is_empty() || !after.bytes().all(|b| b.is_ascii_digit()) {
                 return Err(err(&format!(
                     "a host pattern takes a host (with an optional port), not a path: write {host}; \
                      to limit paths use a [[network.request]] rule"

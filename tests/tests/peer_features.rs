@@ -98,6 +98,25 @@ fn a_path_under_the_host_tmp_is_named_and_read_brings_it_in_read_only() {
             "{who:?}: {}",
             show(&out)
         );
+        // A writable root below a read-only one stays writable.
+        std::fs::create_dir(d.path().join("out")).unwrap();
+        if who == Who::Nobody {
+            airlock_tests::who::chown(d.path());
+        }
+        let out = run(&mut who.wrap(f.command(
+            &["--network", "none", "--read", &dir, "--write", &format!("{dir}/out")],
+            &format!("echo r > {dir}/out/result && echo wrote-out; echo x > {dir}/data.txt && echo wrote-data; true"),
+        )));
+        assert!(out.stdout.contains("wrote-out"), "{who:?}: {}", show(&out));
+        assert!(
+            !out.stdout.contains("wrote-data"),
+            "{who:?}: {}",
+            show(&out)
+        );
+        assert_eq!(
+            std::fs::read_to_string(d.path().join("out/result")).unwrap_or_default(),
+            "r\n"
+        );
     }
 }
 
