@@ -68,7 +68,10 @@ pub fn apply_read(plan: &mut Plan, reads: &[PathBuf]) -> Result<()> {
 /// Lines for stderr at run start.
 pub fn at_start(plan: &Plan, policy: &Policy) -> Vec<String> {
     let mut out = tmp_arguments(plan);
-    out.extend(loopback_rules(policy));
+    // With the host's network, localhost is the host's: nothing to say.
+    if plan.net != crate::plan::Net::Host {
+        out.extend(loopback_rules(policy));
+    }
     out
 }
 

@@ -277,6 +277,12 @@ fn run_warns_of_a_credential_no_allow_rule_covers() {
         "{}",
         show(&out)
     );
+    assert!(
+        out.stderr
+            .contains("write host = \"api.test:8443\" in the credential"),
+        "{}",
+        show(&out)
+    );
     // Covered: nothing to say.
     let p = f.write(
         "~/q.toml",
@@ -337,6 +343,16 @@ fn a_loopback_mirror_gets_the_way_that_works() {
         "--resolve host.test=127.0.0.1 --allow host.test:{port} --allow-private 127.0.0.1/32"
     );
     assert!(out.stderr.contains(&hint), "{}", show(&out));
+    // With the host's network, localhost is the host's: no such note.
+    let out = f.run(
+        &["--network", "host", "--allow", &format!("localhost:{port}")],
+        "true",
+    );
+    assert!(
+        !out.stderr.contains("--resolve host.test"),
+        "{}",
+        show(&out)
+    );
     // What it says works: the host's loopback server, through the proxy.
     let args: Vec<String> = hint.split(' ').map(str::to_string).collect();
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
