@@ -152,6 +152,9 @@ pub fn run(args: &RunArgs, early: Early, log: String, session: Option<&str>) -> 
     );
     plan.log = log;
     crate::hints::apply_read(&mut plan, &args.read)?;
+    if !args.publish.is_empty() && !cfg!(target_os = "linux") {
+        bail!("--publish is Linux-only for now: the sandbox there has a network namespace of its own to publish from");
+    }
     plan.publish = args.publish.clone();
     // A directory `--read` brought in can be the one to start in.
     if let (Some(_), Some(dir)) = (&plan.start_note, &cwd) {
