@@ -118,6 +118,8 @@ pub struct Line<'a> {
     pub method: Option<Cow<'a, str>>,
     #[serde(default)]
     pub status: Option<u16>,
+    #[serde(borrow, default)]
+    pub url: Option<Cow<'a, str>>,
 }
 
 /// Call `each` for every event line of `input`; returns (lines read, lines

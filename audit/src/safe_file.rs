@@ -20,8 +20,10 @@ pub enum SafeFileError {
     HardLinked { path: String, links: u64 },
     #[error("{path} is not a regular file")]
     NotRegular { path: String },
-    #[error("{path}: {source}")]
-    Io { path: String, source: io::Error },
+    // The OS error is in the message and deliberately not a `source`:
+    // a `{:#}` chain would print it twice.
+    #[error("{path}: {error}")]
+    Io { path: String, error: io::Error },
 }
 
 /// How a file is opened.
@@ -48,7 +50,7 @@ fn cstr(p: &Path) -> Result<CString, io::Error> {
 fn io_err(path: &Path, source: io::Error) -> SafeFileError {
     SafeFileError::Io {
         path: path.display().to_string(),
-        source,
+        error: source,
     }
 }
 

@@ -68,6 +68,18 @@ pub struct ProtectedSummary {
     pub dest: Option<String>,
 }
 
+/// One inspected URL of a run: how often, with which answers, how much.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct UrlSummary {
+    pub method: String,
+    pub url: String,
+    pub count: u64,
+    /// Status -> count.
+    pub statuses: BTreeMap<u16, u64>,
+    pub bytes_up: u64,
+    pub bytes_down: u64,
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct RunSummary {
     pub run: String,
@@ -87,6 +99,8 @@ pub struct RunSummary {
     pub blocked: Vec<BlockedSummary>,
     pub approvals: Vec<ApprovalSummary>,
     pub protected: Vec<ProtectedSummary>,
+    /// Inspected requests per (method, URL), in URL order.
+    pub urls: Vec<UrlSummary>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -134,7 +148,12 @@ struct RunAcc {
     blocked: BTreeMap<(String, Option<u16>, String), u64>,
     approvals: BTreeMap<(String, Option<u16>, String, String), u64>,
     protected: Vec<ProtectedSummary>,
+    /// (url, method) -> (count, statuses, up, down).
+    urls: BTreeMap<(String, String), UrlAcc>,
 }
+
+/// One URL's count, statuses, bytes up and down.
+type UrlAcc = (u64, BTreeMap<u16, u64>, u64, u64);
 
 /// Folds lines into a summary; feed it every line of every file in order.
 #[derive(Default)]
@@ -238,6 +257,19 @@ impl Summariser {
                 };
                 bump(host_entry(&mut run.hosts, host, l.port));
                 bump(host_entry(by_command(run, key, &l), host, l.port));
+                if request {
+                    let k = (
+                        own(&l.url).unwrap_or_default(),
+                        own(&l.method).unwrap_or_default(),
+                    );
+                    let u = run.urls.entry(k).or_default();
+                    u.0 += 1;
+                    if let Some(st) = l.status {
+                        *u.1.entry(st).or_default() += 1;
+                    }
+                    u.2 += l.bytes_up.unwrap_or(0);
+                    u.3 += l.bytes_down.unwrap_or(0);
+                }
             }
             "approval" => {
                 let key = (
@@ -346,6 +378,20 @@ fn finish_run(id: &str, r: RunAcc) -> RunSummary {
             })
             .collect(),
         protected: r.protected,
+        urls: r
+            .urls
+            .into_iter()
+            .map(
+                |((url, method), (count, statuses, bytes_up, bytes_down))| UrlSummary {
+                    method,
+                    url,
+                    count,
+                    statuses,
+                    bytes_up,
+                    bytes_down,
+                },
+            )
+            .collect(),
     }
 }
 
@@ -402,6 +448,11 @@ fn host_line(out: &mut String, indent: &str, h: &HostSummary) {
 
 /// The human summary.
 pub fn render_text(s: &Summary) -> String {
+    render_text_with(s, false)
+}
+
+/// The human summary; with `urls`, each run's inspected requests per URL.
+pub fn render_text_with(s: &Summary, urls: bool) -> String {
     let mut out = String::new();
     for r in &s.runs {
         let id = if r.run.is_empty() {
@@ -482,6 +533,38 @@ pub fn render_text(s: &Summary) -> String {
                 }
                 out.push('\n');
             }
+        }
+        if urls && !r.urls.is_empty() {
+            let _ = writeln!(out, "  per URL (inspected requests):");
+            for u in &r.urls {
+                let st: Vec<String> = u
+                    .statuses
+                    .iter()
+                    .map(|(s, n)| {
+                        if *n == 1 {
+                            s.to_string()
+                        } else {
+                            format!("{s} x{n}")
+                        }
+                    })
+                    .collect();
+                let _ = writeln!(
+                    out,
+                    "    {} {}  x{}  status {}  {} B up, {} B down",
+                    printable(&u.method),
+                    printable(&u.url),
+                    u.count,
+                    st.join(", "),
+                    u.bytes_up,
+                    u.bytes_down
+                );
+            }
+        } else if !urls && !r.urls.is_empty() {
+            let _ = writeln!(
+                out,
+                "  {} inspected URLs (airlock audit --urls lists them)",
+                r.urls.len()
+            );
         }
         out.push('\n');
     }

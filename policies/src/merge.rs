@@ -80,11 +80,21 @@ pub struct Conflict {
 
 impl std::fmt::Display for Conflict {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "{}: {} (the managed rule at {} wins)",
-            self.origin, self.message, self.managed
-        )
+        // A setting only the managed policy may make has no managed rule to
+        // point at when the managed policy is silent: name where it belongs.
+        if self.managed == Origin::BuiltIn {
+            write!(
+                f,
+                "{}: {} (it belongs in the managed policy, /etc/airlock/managed.toml)",
+                self.origin, self.message
+            )
+        } else {
+            write!(
+                f,
+                "{}: {} (the managed rule at {} wins)",
+                self.origin, self.message, self.managed
+            )
+        }
     }
 }
 

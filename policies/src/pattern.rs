@@ -81,6 +81,17 @@ impl Pattern {
                 if host.contains(':') { "" } else { " (ports 80 and 443)" }
             )));
         }
+        if let Some((host, path)) = trimmed.split_once('/') {
+            // A host with a path (example.com/simple): rules match hosts,
+            // never paths; a CIDR's part after the slash is a number.
+            let after = path.split(':').next().unwrap_or("");
+            if after.is_empty() || !after.bytes().all(|b| b.is_ascii_digit()) {
+                return Err(err(&format!(
+                    "a host pattern takes a host (with an optional port), not a path: write {host}; \
+                     to limit paths use a [[network.request]] rule"
+                )));
+            }
+        }
         let (host_part, port_part) = if trimmed.contains('/') && !trimmed.starts_with('[') {
             // CIDR: an IPv4 CIDR may carry a port after its prefix length.
             match trimmed.rsplit_once('/') {

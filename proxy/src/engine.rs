@@ -161,6 +161,8 @@ pub struct EngineConfig {
     pub inspect: Option<crate::inspect::InspectConfig>,
     /// Which clients credentials are added for (SPEC §5.4).
     pub lend_to: crate::lend::LendTo,
+    /// Dial every checked address through this parent proxy (SPEC §5.4).
+    pub upstream_proxy: Option<crate::parent::UpstreamProxy>,
 }
 
 /// What becomes of a request that would carry a credential beyond what it
@@ -189,6 +191,7 @@ pub struct Engine {
     identity: Arc<dyn ClientIdentity>,
     inspect: Option<crate::inspect::InspectConfig>,
     lend_to: crate::lend::LendTo,
+    upstream_proxy: Option<crate::parent::UpstreamProxy>,
     /// (target, method, credential) that `allow-session` lent for the run.
     lent: Mutex<HashSet<(Target, String, String)>>,
     next_conn: AtomicU64,
@@ -257,6 +260,7 @@ impl Engine {
             identity: cfg.identity,
             inspect: cfg.inspect,
             lend_to: cfg.lend_to,
+            upstream_proxy: cfg.upstream_proxy,
             lent: Mutex::new(HashSet::new()),
             next_conn: AtomicU64::new(1),
             open_conns: Default::default(),
@@ -426,6 +430,10 @@ impl Engine {
         let ips = match live.resolver.lookup(&target.host).await {
             Ok(ips) => ips,
             Err(e) => {
+                let e = match &self.upstream_proxy {
+                    Some(_) => format!("{e}; with --upstream-proxy airlock still resolves each name itself, to check the address the parent is asked for: give it a resolver that answers (--dns-server IP:PORT) or pin the name (--resolve HOST=IP)"),
+                    None => e,
+                };
                 let r = Refusal::new(Reason::UpstreamUnreachable, target, e)
                     .with_rule(decision.rule.clone());
                 return Err(self.refused(conn, protocol, r, None));
@@ -449,8 +457,31 @@ impl Engine {
         let mut timed_out = false;
         let mut last_err = String::new();
         for addr in checked {
-            match tokio::time::timeout(policy.connect_timeout, TcpStream::connect(addr)).await {
-                Ok(Ok(stream)) => {
+            let dialed = match &self.upstream_proxy {
+                // The checked address, through the parent: its answer
+                // cannot lead anywhere airlock did not check.
+                Some(parent) => parent
+                    .connect(addr, policy.connect_timeout)
+                    .await
+                    .map_err(std::io::Error::other),
+                None => {
+                    match tokio::time::timeout(policy.connect_timeout, TcpStream::connect(addr))
+                        .await
+                    {
+                        Ok(r) => r,
+                        Err(_) => {
+                            timed_out = true;
+                            last_err = format!(
+                                "connecting to {addr} timed out after {:?}",
+                                policy.connect_timeout
+                            );
+                            continue;
+                        }
+                    }
+                }
+            };
+            match dialed {
+                Ok(stream) => {
                     let _ = stream.set_nodelay(true);
                     self.log_decision(conn, protocol, target, Some(addr.ip()), &decision, None);
                     return Ok(Dialed {
@@ -459,14 +490,8 @@ impl Engine {
                         decision,
                     });
                 }
-                Ok(Err(e)) => last_err = format!("connecting to {addr} failed: {e}"),
-                Err(_) => {
-                    timed_out = true;
-                    last_err = format!(
-                        "connecting to {addr} timed out after {:?}",
-                        policy.connect_timeout
-                    );
-                }
+                Err(e) if self.upstream_proxy.is_some() => last_err = e.to_string(),
+                Err(e) => last_err = format!("connecting to {addr} failed: {e}"),
             }
         }
         let reason = if timed_out {

@@ -310,14 +310,22 @@ pub async fn serve<C: Stream>(
             }
         })
     };
+    // The client side's plaintext, counted: what it reads from us went
+    // down to it, what it wrote went up (Counted names them the other way
+    // round, from an upstream's side).
+    let (tls, counters) = crate::count::Counted::new(tls);
     let result = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new())
         .serve_connection(TokioIo::new(tls), service)
         .await;
+    let seen = counters.totals();
     engine.closed(
         &conn,
         &target,
         since,
-        Default::default(),
+        crate::tunnel::Totals {
+            up: seen.down,
+            down: seen.up,
+        },
         result.err().map(|e| e.to_string()),
     );
 }

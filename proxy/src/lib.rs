@@ -13,6 +13,7 @@ pub mod identity;
 pub mod inspect;
 pub mod lend;
 pub mod metrics;
+pub mod parent;
 pub mod refusal;
 mod resolve;
 pub mod rules;
@@ -33,4 +34,5 @@ pub use engine::{
 };
 pub use identity::{Client, ClientIdentity, SourceAddressOnly};
 pub use lend::LendTo;
+pub use parent::UpstreamProxy;
 pub use serve::serve;

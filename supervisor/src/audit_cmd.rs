@@ -7,7 +7,7 @@ use std::time::Instant;
 
 use anyhow::{Context, Result};
 
-pub fn run(files: &[PathBuf], json: bool) -> Result<ExitCode> {
+pub fn run(files: &[PathBuf], json: bool, urls: bool) -> Result<ExitCode> {
     let started = Instant::now();
     let summary = airlock_audit::summarise_files(files)
         .map_err(|(f, e)| anyhow::anyhow!("cannot read {}: {e}", f.display()))?;
@@ -29,7 +29,7 @@ pub fn run(files: &[PathBuf], json: bool) -> Result<ExitCode> {
         s.push('\n');
         s
     } else {
-        airlock_audit::summary::render_text(&summary)
+        airlock_audit::summary::render_text_with(&summary, urls)
     };
     let mut stdout = std::io::stdout().lock();
     match stdout.write_all(out.as_bytes()) {

@@ -62,6 +62,10 @@ pub enum Command {
         /// Print the summary as JSON.
         #[arg(long)]
         json: bool,
+        /// List each run's inspected requests per URL (method, count,
+        /// statuses, bytes); the JSON always holds them.
+        #[arg(long)]
+        urls: bool,
     },
     /// One sandbox for an agent's whole task: many commands, one approval.
     #[command(subcommand)]
@@ -129,6 +133,12 @@ pub struct PolicyArgs {
     /// (e.g. http://127.0.0.1:4318).
     #[arg(long, value_name = "ENDPOINT")]
     pub otlp: Option<String>,
+    /// Open every upstream connection through this parent HTTP proxy
+    /// (http://[user:password@]host:port), as corporate networks require.
+    /// Decisions and address checks stay airlock's: the parent is asked
+    /// for the checked address.
+    #[arg(long = "upstream-proxy", value_name = "URL")]
+    pub upstream_proxy: Option<String>,
     /// Ask this DNS server (IP:PORT) instead of the system's resolvers.
     #[arg(long = "dns-server", value_name = "IP:PORT")]
     pub dns_server: Option<std::net::SocketAddr>,
@@ -146,6 +156,14 @@ pub struct RunArgs {
     /// Extra writable path (repeatable).
     #[arg(long, value_name = "PATH")]
     pub write: Vec<PathBuf>,
+    /// Make a host path readable, read-only, where it is not already (the
+    /// host's /tmp is private inside) (repeatable).
+    #[arg(long, value_name = "PATH")]
+    pub read: Vec<PathBuf>,
+    /// A port a server in the sandbox listens on (127.0.0.1:PORT inside),
+    /// reachable at 127.0.0.1:PORT on the host (repeatable), as Docker's -p.
+    #[arg(long, value_name = "PORT")]
+    pub publish: Vec<u16>,
     /// The workspace is read-only too.
     #[arg(long = "read-only")]
     pub read_only: bool,
@@ -248,6 +266,10 @@ pub struct SessionStartArgs {
     /// Extra writable path (repeatable).
     #[arg(long, value_name = "PATH")]
     pub write: Vec<PathBuf>,
+    /// Make a host path readable, read-only, where it is not already
+    /// (repeatable).
+    #[arg(long, value_name = "PATH")]
+    pub read: Vec<PathBuf>,
     /// The workspace is read-only too.
     #[arg(long = "read-only")]
     pub read_only: bool,
@@ -266,6 +288,8 @@ impl SessionStartArgs {
         RunArgs {
             policy: self.policy.clone(),
             write: self.write.clone(),
+            read: self.read.clone(),
+            publish: vec![],
             read_only: self.read_only,
             network: self.network.clone(),
             report: None,

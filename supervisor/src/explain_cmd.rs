@@ -3,9 +3,7 @@
 
 use std::process::ExitCode;
 
-use airlock_policy::{
-    check_address, decide, how_to_allow, inspects, Host, Policy, Target, PRESETS,
-};
+use airlock_policy::{check_address, decide, inspects, Host, Policy, Target, PRESETS};
 use anyhow::{Context, Result};
 use serde_json::{json, Map, Value};
 
@@ -22,6 +20,16 @@ pub fn explain(args: &PolicyArgs, target: &str, as_json: bool) -> Result<ExitCod
     let policy = built.policy;
     // Without a port, both web ports: a pattern without a port allows both,
     // and a plain-http fetch is decided on 80.
+    // A URL is what people paste: decide its host and the port its scheme
+    // implies (the policy decides hosts; a path never changes the answer).
+    let url_target;
+    let target = match url_host_port(target) {
+        Some(t) => {
+            url_target = t;
+            url_target.as_str()
+        }
+        None => target,
+    };
     let targets: Vec<Result<Target, String>> = match Target::parse(target, None) {
         Ok(t) => vec![Ok(t)],
         Err(_) => [443, 80]
@@ -68,6 +76,31 @@ pub fn explain(args: &PolicyArgs, target: &str, as_json: bool) -> Result<ExitCod
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// `https://host[:port]/path` as `host:port` (443 for https, 80 for
+/// http); None for anything that is not an http(s) URL.
+fn url_host_port(text: &str) -> Option<String> {
+    let (scheme, rest) = text.split_once("://")?;
+    let default = match scheme.to_ascii_lowercase().as_str() {
+        "https" => 443,
+        "http" => 80,
+        _ => return None,
+    };
+    let authority = rest.split(['/', '?', '#']).next().unwrap_or("");
+    let host_port = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
+    if host_port.is_empty() {
+        return None;
+    }
+    let has_port = match host_port.rsplit_once(':') {
+        Some((h, p)) => !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()) && !h.ends_with(':'),
+        None => false,
+    } && !(host_port.starts_with('[') && host_port.ends_with(']'));
+    Some(if has_port {
+        host_port.to_string()
+    } else {
+        format!("{host_port}:{default}")
+    })
 }
 
 fn explain_one(policy: &Policy, target: &Target) -> Fields {
@@ -123,7 +156,12 @@ fn explain_one(policy: &Policy, target: &Target) -> Fields {
         };
         out.push(("address", address));
     } else {
-        out.push(("to allow", how_to_allow(target, d.reason)));
+        // The same advice `run` gives: under user_allow = false, --allow
+        // would not count, so it is not offered.
+        out.push((
+            "to allow",
+            airlock_policy::advice(target, d.reason, None, policy.user_allow),
+        ));
     }
     out
 }
@@ -153,6 +191,7 @@ pub fn presets(as_json: bool) -> Result<ExitCode> {
                 "hidden": pairs(&r.hide, "path", "why"),
                 "credentials": r.credentials.iter().map(|c| json!({"host": c.host, "header": c.header, "from": c.from})).collect::<Vec<_>>(),
                 "notes": r.notes,
+                "warnings": r.warnings,
             }));
             continue;
         }
@@ -180,6 +219,9 @@ pub fn presets(as_json: bool) -> Result<ExitCode> {
         }
         for n in &r.notes {
             say!("  note: {n}");
+        }
+        for w in &r.warnings {
+            say!("  warning: {w}");
         }
     }
     if as_json {

@@ -106,6 +106,9 @@ pub struct Learn {
     command: Vec<String>,
     /// The policy files in force, by (device, inode): FILE is never one.
     policies: Vec<(PathBuf, u64, u64)>,
+    /// FILE lies where the sandbox may write: `-p FILE` then needs
+    /// `policy trust FILE` first, and the closing line says so.
+    needs_trust: bool,
 }
 
 fn identity(path: &Path) -> Option<(u64, u64)> {
@@ -173,7 +176,26 @@ impl Learn {
         }
         let (dir, name) =
             safe_file::split(path).with_context(|| format!("--learn {}", path.display()))?;
+        // The writable roots as trust sees them: the workspace, --write,
+        // and every path a policy layer or preset makes writable.
+        let home = std::env::var_os("HOME")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| "/".into());
+        let writable: Vec<PathBuf> = std::iter::once(workspace.to_path_buf())
+            .chain(args.write.iter().cloned())
+            .chain(
+                policy
+                    .write
+                    .iter()
+                    .filter_map(|w| crate::plan::resolve_path(&w.value, &home, workspace)),
+            )
+            .filter_map(|w| std::fs::canonicalize(w).ok())
+            .collect();
+        let needs_trust = wanted
+            .as_ref()
+            .is_none_or(|w| writable.iter().any(|root| w.starts_with(root)));
         let learn = Learn {
+            needs_trust,
             path: path.clone(),
             dir,
             name,
@@ -235,12 +257,21 @@ impl Learn {
         file.set_len(0)
             .and_then(|()| file.write_all(text.as_bytes()))
             .with_context(|| format!("writing {}", self.path.display()))?;
+        let shown = crate::sources::escape(&self.path.display().to_string());
+        // A file the sandbox could have written is applied only once
+        // trusted: give the whole way, not a step that then refuses.
+        let next = if self.needs_trust {
+            format!(
+                "Review it, trust it as it is then (it lies where the sandbox could write): \
+                 airlock policy trust {shown}; then use it with -p {shown}"
+            )
+        } else {
+            format!("Review it, then use it with -p {shown}")
+        };
         eprintln!(
             "airlock: LEARN MODE ended: unknown hosts were allowed; {} destinations recorded \
-             in {}. Review it, then use it with -p {} (it sets unknown = \"deny\")",
+             in {shown}. {next} (it sets unknown = \"deny\")",
             seen.allowed.len(),
-            self.path.display(),
-            self.path.display()
         );
         Ok(())
     }

@@ -18,6 +18,7 @@ mod dotenv;
 mod env;
 mod explain_cmd;
 mod explain_path;
+mod hints;
 mod inspect_setup;
 mod integrity;
 mod learn;
@@ -297,7 +298,7 @@ fn main() -> ExitCode {
         },
         Command::Ca { action, out } => ca_cmd::run(*action, out.as_deref()),
         Command::Doctor { json } => doctor::run(*json),
-        Command::Audit { files, json } => audit_cmd::run(files, *json),
+        Command::Audit { files, json, urls } => audit_cmd::run(files, *json, *urls),
     };
     match result {
         Ok(code) => code,

@@ -39,6 +39,13 @@ pub struct Plan {
     pub write: Vec<PathBuf>,
     /// Writable roots under /tmp, bound back into the private /tmp.
     pub tmp_binds: Vec<PathBuf>,
+    /// `--read` paths under /tmp, bound back read-only into the private
+    /// /tmp.
+    #[serde(default)]
+    pub tmp_read_binds: Vec<PathBuf>,
+    /// `--publish` ports: served at the host's 127.0.0.1 (linux/publish.rs).
+    #[serde(default)]
+    pub publish: Vec<u16>,
     /// Hidden: tmpfs over directories, /dev/null over files.
     pub deny_read: Vec<PathBuf>,
     /// Made read-only with bind mounts, when they exist: the policy's
@@ -423,6 +430,8 @@ pub fn build(policy: &Policy, o: &Options) -> Plan {
         read,
         write,
         tmp_binds,
+        tmp_read_binds: vec![],
+        publish: vec![],
         deny_read,
         deny_write,
         pin,
@@ -482,7 +491,7 @@ impl Plan {
         if under(&self.deny_read) {
             return Err(format!("{shown} is hidden by deny_read"));
         }
-        if dir.starts_with("/tmp") && !under(&self.tmp_binds) {
+        if dir.starts_with("/tmp") && !under(&self.tmp_binds) && !under(&self.tmp_read_binds) {
             return Err(format!(
                 "{shown} is under the host's /tmp, which is private inside (add --write {shown} or --read {shown} to bring it in)"
             ));

@@ -99,8 +99,25 @@ pub fn never_apply(policy: &Policy) -> Vec<String> {
     }
     for c in &policy.credentials {
         if !allowed(&c.host) {
+            // The usual cause: the credential names the host alone (ports
+            // 80 and 443) while the allow rule names another port.
+            let same_host = policy
+                .allow
+                .iter()
+                .map(|a| a.value.text.as_str())
+                .find(|a| {
+                    !c.host.text.contains(':')
+                        && a.strip_prefix(c.host.text.as_str())
+                            .is_some_and(|p| p.starts_with(':'))
+                });
+            let fix = match same_host {
+                Some(a) => format!(
+                    "; a host without a port means ports 80 and 443, and the allow rule is {a:?}: write host = {a:?} in the credential"
+                ),
+                None => String::new(),
+            };
             out.push(format!(
-                "{}: the credential for {:?} can never be sent: no allow rule covers that host and port{}",
+                "{}: the credential for {:?} can never be sent: no allow rule covers that host and port{}{fix}",
                 c.origin.origin,
                 c.host.text,
                 if asks { " (only an approval would)" } else { "" }

@@ -31,7 +31,15 @@ pub fn before_run(
         ));
     }
     user_writes_exist(policy, &args.write, home, workspace)?;
+    // What `policy check` warns about holds at run time too: a credential
+    // no allow rule covers is silently never sent.
+    for w in crate::policy_cmd::never_apply(policy) {
+        eprintln!("airlock: warning: {w}");
+    }
     for r in &policy.presets {
+        for w in &r.warnings {
+            eprintln!("airlock: warning: preset {}: {w}", r.name);
+        }
         // A preset that allows nothing says why, instead of a later
         // refusal with no context.
         if r.hosts.is_empty() {

@@ -147,6 +147,8 @@ fn probe_plan(argv: &[&str], env: BTreeMap<String, String>) -> Plan {
         read: vec![PathBuf::from("/")],
         write: vec![],
         tmp_binds: vec![],
+        tmp_read_binds: vec![],
+        publish: vec![],
         deny_read,
         deny_write: vec![],
         pin: vec![],

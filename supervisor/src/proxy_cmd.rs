@@ -88,8 +88,19 @@ fn reload(engine: &Engine, args: &ProxyArgs) {
     }
 }
 
+/// `--upstream-proxy URL`, parsed.
+pub fn upstream_proxy(
+    args: &crate::cli::PolicyArgs,
+) -> Result<Option<airlock_proxy::UpstreamProxy>> {
+    let Some(url) = &args.upstream_proxy else {
+        return Ok(None);
+    };
+    Ok(Some(airlock_proxy::UpstreamProxy::parse(url)?))
+}
+
 pub fn run(args: &ProxyArgs) -> Result<ExitCode> {
     let policy = load(args)?;
+    let upstream_proxy = upstream_proxy(&args.policy)?;
     let addr = listen_addr("--listen", &args.listen, args.allow_remote_clients)?;
     let metrics_addr = args
         .metrics
@@ -118,9 +129,16 @@ pub fn run(args: &ProxyArgs) -> Result<ExitCode> {
             dns_server: args.policy.dns_server,
             inspect,
             lend_to: LendTo::Uid(uid),
+            upstream_proxy: upstream_proxy.clone(),
         });
         // The first line: scripts and tests read the address from it.
         eprintln!("airlock proxy listening on {local}");
+        if let Some(p) = &upstream_proxy {
+            eprintln!(
+                "airlock proxy: upstream connections go through the parent proxy {} (CONNECT to the address airlock checked)",
+                p.shown()
+            );
+        }
         let lent = lent_hosts(&engine.policy());
         if !lent.is_empty() {
             // SPEC §5.4: say who may use the identity this proxy lends.

@@ -374,8 +374,7 @@ pub struct ReportFile {
 /// Open (create or empty) the report file now, refusing a link planted at
 /// its name; the content is written by `write` at the end.
 pub fn open(path: &Path) -> Result<ReportFile> {
-    let file = safe_file::open(path, Mode::Replace, 0o644)
-        .with_context(|| format!("--report {}", path.display()))?;
+    let file = safe_file::open(path, Mode::Replace, 0o644).context("--report")?;
     Ok(ReportFile {
         file,
         path: path.to_path_buf(),

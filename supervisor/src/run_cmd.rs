@@ -102,6 +102,8 @@ pub fn run(args: &RunArgs, early: Early, log: String, session: Option<&str>) -> 
         };
         eprintln!("airlock: warning: {from}: the command reaches the network directly, with no proxy and no policy");
     }
+    // A bad parent URL stops the run before anything is built.
+    crate::proxy_cmd::upstream_proxy(&args.policy)?;
     let learn = crate::learn::Learn::prepare(args, &mut policy, &workspace, net == Net::Proxy)?;
     let timeout = match &args.timeout {
         Some(t) => Some(
@@ -158,6 +160,20 @@ pub fn run(args: &RunArgs, early: Early, log: String, session: Option<&str>) -> 
         },
     );
     plan.log = log;
+    crate::hints::apply_read(&mut plan, &args.read)?;
+    if !args.publish.is_empty() && !cfg!(target_os = "linux") {
+        bail!("--publish is Linux-only for now: the sandbox there has a network namespace of its own to publish from");
+    }
+    plan.publish = args.publish.clone();
+    // A directory `--read` brought in can be the one to start in.
+    if let (Some(_), Some(dir)) = (&plan.start_note, &cwd) {
+        if let Ok(d) = plan.start_dir(dir) {
+            plan.cwd = d;
+            plan.start_note = None;
+            plan.env
+                .insert("PWD".into(), plan.cwd.display().to_string());
+        }
+    }
     if let Some(why) = &plan.start_note {
         eprintln!(
             "airlock: the command starts in the workspace root {}: {why}",
@@ -166,6 +182,9 @@ pub fn run(args: &RunArgs, early: Early, log: String, session: Option<&str>) -> 
     }
     for w in &plan.env_warnings {
         eprintln!("airlock: {w}");
+    }
+    for h in crate::hints::at_start(&plan, &policy) {
+        eprintln!("airlock: note: {h}");
     }
     tracing::debug!(elapsed = ?started.elapsed(), "plan built");
     crate::integrity::set::check_deny_read_links(&plan.deny_read, &plan.write)
@@ -254,6 +273,9 @@ struct Started {
     capture: Option<Result<crate::linux::capture::Received, String>>,
     /// A session's command socket to PID 1.
     session: Option<std::os::fd::OwnedFd>,
+    /// `--publish`: the host's listeners, bound before the command starts.
+    #[cfg(target_os = "linux")]
+    publish: Option<crate::linux::publish::Published>,
 }
 
 /// Waits for the process `Started::pid` names.
@@ -361,6 +383,11 @@ fn finish(pending: Pending, plan: &plan::Plan) -> Result<Started> {
     let mut sandbox = begun.finish(plan)?;
     let capture = sandbox.capture.take();
     let session = sandbox.session.take();
+    let publish = sandbox
+        .publisher
+        .take()
+        .map(|f| crate::linux::publish::Published::bind(f, &plan.publish))
+        .transpose()?;
     let (mut child, fd, channel) = sandbox.into_parts();
     let channel = Arc::new(channel);
     let anchor = child.id();
@@ -398,6 +425,7 @@ fn finish(pending: Pending, plan: &plan::Plan) -> Result<Started> {
         finish: Box::new(|| ()),
         capture,
         session,
+        publish,
     })
 }
 
@@ -603,6 +631,7 @@ fn run_platform(
         dns_server: args.policy.dns_server,
         inspect,
         lend_to,
+        upstream_proxy: crate::proxy_cmd::upstream_proxy(&args.policy)?,
     });
     if let Some(std_listener) = sandbox.listener {
         std_listener
@@ -623,6 +652,10 @@ fn run_platform(
 
     #[cfg(target_os = "linux")]
     crate::linux::capture::serve(&runtime, &engine, sandbox.capture);
+    #[cfg(target_os = "linux")]
+    if let Some(p) = sandbox.publish {
+        p.serve(&runtime);
+    }
 
     // A session serves its commands until it is asked to end.
     // What each check of a session starts from: the protected set as the
@@ -776,11 +809,10 @@ fn run_platform(
     };
     crate::integrity::journal::remove(&journal_path);
     let (mut protected_changes, failed) = (checked.outcomes, checked.failed);
+    for line in crate::integrity::quarantine::lines(&protected_changes) {
+        eprintln!("{line}");
+    }
     for o in &protected_changes {
-        eprintln!(
-            "airlock: the sandbox changed a protected path: {}",
-            crate::sources::escape(&crate::integrity::quarantine::describe(o))
-        );
         if let Some(log) = engine.audit() {
             log.protected(&o.path, o.change, &o.action, o.dest.as_deref());
         }

@@ -264,14 +264,24 @@ fn load_checked(
         Ok(b) => b,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound && !required => return Ok(None),
         Err(e) => {
+            // Name the cause the user can act on: an absent file is just
+            // that; ELOOP is the link we refuse to follow.
+            let message = match (e.kind(), e.raw_os_error()) {
+                (std::io::ErrorKind::NotFound, _) => "no such file".to_string(),
+                (_, Some(libc::ELOOP)) => {
+                    "is a symbolic link; a policy file that may lie in a writable root must be a regular file (name the link's target instead)".to_string()
+                }
+                _ if e.to_string() == "not a regular file" => {
+                    "not a regular file (a policy file must be a regular file)".to_string()
+                }
+                _ => format!("cannot read: {e}"),
+            };
             return Err(vec![Diagnostic {
                 file: shown_path,
                 line: 1,
                 column: 1,
-                message: format!(
-                    "cannot read (a project file must be a regular file, not a link): {e}"
-                ),
-            }])
+                message,
+            }]);
         }
     };
     trust.check(path, &bytes);

@@ -316,3 +316,47 @@ fn a_client_that_rejects_the_airlock_ca_is_reported() {
         show(&out)
     );
 }
+
+/// `airlock audit` counts an inspected connection's bytes (not `0 B`) and
+/// `--urls` lists its requests per URL (issue 30).
+#[test]
+fn audit_counts_inspected_bytes_and_lists_urls() {
+    let s = setup();
+    let audit = s.f.home.join("audit.jsonl");
+    let (one, two) = (s.url("/repos/acme/one"), s.url("/repos/acme/two"));
+    let script =
+        format!("curl -s -o /dev/null '{one}' '{one}' '{two}'; curl -s -o /dev/null '{one}'");
+    let out = s.run(&["--audit-log", audit.to_str().unwrap()], &script);
+    assert_eq!(out.code, 0, "{}", show(&out));
+    let summary = run(airlock(&s.f.home).args(["audit", "--json"]).arg(&audit));
+    let v: serde_json::Value = serde_json::from_str(&summary.stdout).expect("audit --json");
+    let run0 = &v["runs"][0];
+    assert!(run0["bytes_down"].as_u64().unwrap_or(0) > 0, "{run0}");
+    assert!(run0["bytes_up"].as_u64().unwrap_or(0) > 0, "{run0}");
+    let urls = run0["urls"].as_array().expect("urls");
+    let count = |u: &str| {
+        urls.iter()
+            .find(|x| x["url"] == u)
+            .and_then(|x| x["count"].as_u64())
+    };
+    assert_eq!((count(&one), count(&two)), (Some(3), Some(1)), "{run0}");
+    let text = run(airlock(&s.f.home).args(["audit", "--urls"]).arg(&audit));
+    assert!(
+        !text.stdout.contains(" 0 B up, 0 B down"),
+        "{}",
+        text.stdout
+    );
+    assert!(text.stdout.contains("per URL"), "{}", text.stdout);
+    assert!(
+        text.stdout
+            .contains(&format!("GET {one}  x3  status 200 x3")),
+        "{}",
+        text.stdout
+    );
+    let plain = run(airlock(&s.f.home).arg("audit").arg(&audit));
+    assert!(
+        plain.stdout.contains("airlock audit --urls"),
+        "{}",
+        plain.stdout
+    );
+}

@@ -266,7 +266,9 @@ fn a_harness_runs_a_task_in_one_session() {
         // ...and said to the next command.
         let out = s.sh(&f.ws, "true");
         assert!(
-            out.stderr.contains("later/.git/hooks/pre-commit"),
+            out.stderr.contains("airlock: between commands:")
+                && out.stderr.contains("src/deep/later")
+                && out.stderr.contains(".git/hooks/pre-commit"),
             "{who:?}: {}",
             out.stderr
         );

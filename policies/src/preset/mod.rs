@@ -21,7 +21,7 @@ use crate::fragment::Rule;
 use crate::pattern::{Pattern, PatternList};
 use crate::source::{Layer, Located, Origin};
 
-pub use secret::strip_url_secret;
+pub use secret::{basic, strip_url_secret};
 
 /// The machine, as presets see it.
 pub trait Probe {
@@ -133,6 +133,9 @@ pub struct Resolved {
     /// Sanitised configuration copies the caller writes before the run.
     pub files: Vec<ConfigCopy>,
     pub notes: Vec<String>,
+    /// What the user must hear at every run start, whatever else the
+    /// preset allows (a password found but not lent).
+    pub warnings: Vec<String>,
 }
 
 impl Resolved {
@@ -147,6 +150,7 @@ impl Resolved {
             credentials: vec![],
             files: vec![],
             notes: vec![],
+            warnings: vec![],
         }
     }
 
@@ -220,7 +224,7 @@ impl Resolved {
             match strip_url_secret(url) {
                 Some((stripped, cred)) => {
                     if let Some(c) = cred {
-                        self.credential(c.host, &c.header, c.value, from.clone());
+                        self.url_credential(url, c, from.clone());
                     }
                     value.push_str(prefix);
                     value.push_str(&stripped);
@@ -246,6 +250,22 @@ impl Resolved {
         if !self.hide.iter().any(|(p, _)| *p == s) {
             self.hide.push((s, why));
         }
+    }
+
+    /// A password found in a URL: lent when the URL is https; over plain
+    /// http the proxy never adds credentials (it cannot keep them from the
+    /// wire), so it is withheld and the user is told why the index will
+    /// answer 401.
+    fn url_credential(&mut self, url: &str, c: PresetCredential, from: String) {
+        let raw = url.trim().trim_start_matches("sparse+");
+        if raw.len() >= 7 && raw[..7].eq_ignore_ascii_case("http://") {
+            self.warnings.push(format!(
+                "{from}: the password for the plain-http index on {} is withheld: airlock lends credentials over HTTPS only, so that index will answer 401 (use its https:// URL)",
+                c.host
+            ));
+            return;
+        }
+        self.credential(c.host, &c.header, c.value, from);
     }
 
     fn credential(&mut self, host: String, header: &str, value: String, from: String) {

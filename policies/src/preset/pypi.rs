@@ -200,7 +200,7 @@ fn without_url_secrets(r: &mut Resolved, file: &Path, text: &str) -> Option<Stri
                 Some((clean, Some(c))) => {
                     found = true;
                     let from = format!("{}:{}", file.display(), i + 1);
-                    r.credential(c.host, &c.header, c.value, from);
+                    r.url_credential(&tail[..end], c, from);
                     out.push_str(&clean);
                 }
                 _ => out.push_str(&tail[..end]),

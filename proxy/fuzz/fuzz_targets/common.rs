@@ -22,6 +22,7 @@ pub fn feed(data: &[u8], socks: bool) {
             dns_server: None,
             inspect: None,
             lend_to: airlock_proxy::LendTo::Sandbox,
+            upstream_proxy: None,
         });
         let (mut client, server) = tokio::io::duplex(64 * 1024);
         let conn = engine.open("127.0.0.1:1".parse().expect("addr"));

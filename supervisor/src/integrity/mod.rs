@@ -123,6 +123,7 @@ pub fn check_near(
     failed.extend(nested_failed);
     tracing::debug!(elapsed = ?t.elapsed(), ?roots, "nested repositories searched");
     changes.extend(found);
+    changes.retain(|c| !quarantine::inert_cache_marker(c));
     let mut outcomes = quarantine::act(&changes, label);
     outcomes.extend(modes_restored.into_iter().map(|p| Outcome {
         path: p.display().to_string(),
@@ -177,11 +178,8 @@ pub fn recover() {
             &j.run,
             &identity::Before::default(),
         );
-        for o in &c.outcomes {
-            eprintln!(
-                "airlock: the sandbox changed a protected path: {}",
-                crate::sources::escape(&quarantine::describe(o))
-            );
+        for line in quarantine::lines(&c.outcomes) {
+            eprintln!("{line}");
         }
         for f in &c.failed {
             eprintln!("airlock: error: {f}");

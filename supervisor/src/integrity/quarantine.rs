@@ -399,6 +399,50 @@ const AIRLOCK_DIR: &str = ".airlock";
 
 /// Act on every change; `run` names the quarantine folder. A changed
 /// `.airlock` goes first, so the quarantine is never the sandbox's.
+/// An empty `.git` file that a tool writes into one of airlock's own
+/// caches (uv marks its cache so): git reads an empty gitfile as invalid
+/// and stops, so it names no hooks and no config, and it lies in a
+/// directory nobody runs git in. Reporting it on every run would teach
+/// users to skip the warning. Only a regular file of size 0 with one link
+/// qualifies; anything with content is acted on as before, and once it
+/// exists a later change to it is a change to a protected path.
+/// `$XDG_CACHE_HOME/airlock` or `~/.cache/airlock`, as the presets place
+/// their caches.
+pub fn airlock_cache() -> Option<PathBuf> {
+    std::env::var_os("XDG_CACHE_HOME")
+        .map(PathBuf::from)
+        .filter(|p| p.is_absolute())
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
+        .map(|c| c.join("airlock"))
+}
+
+pub fn inert_cache_marker(c: &Change) -> bool {
+    let path = c.root.join(&c.rel);
+    let Some(cache) = airlock_cache() else {
+        return false;
+    };
+    if c.kind != ChangeKind::Created
+        || c.rel.file_name() != Some(OsStr::new(".git"))
+        || !path.starts_with(&cache)
+    {
+        return false;
+    }
+    let Ok(root) = open_root(&c.root) else {
+        return false;
+    };
+    let Ok(Parent::Fd(parent)) = walk_to_parent(&root, &c.rel) else {
+        return false;
+    };
+    nix::sys::stat::fstatat(
+        &parent,
+        OsStr::new(".git"),
+        nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW,
+    )
+    .is_ok_and(|st| {
+        st.st_mode & libc::S_IFMT == libc::S_IFREG && st.st_size == 0 && st.st_nlink == 1
+    })
+}
+
 pub fn act(changes: &[Change], run: &str) -> Vec<Outcome> {
     let (first, rest): (Vec<&Change>, Vec<&Change>) = changes
         .iter()
@@ -541,6 +585,114 @@ fn act_one(c: &Change, run: &str) -> Outcome {
 }
 
 /// Where a path would be quarantined, for messages.
+/// The lines stderr gets for a run's outcomes. A repository the sandbox
+/// created (`git init`, `git clone`, `cargo new`: its `.git/config` is new)
+/// is one line, not one per file. When it holds nothing that runs a
+/// program (no hook, only config keys that name no program) the line says
+/// plainly what happened: the config was replaced by a plain copy and the
+/// repository is intact. When something in it would have run a program,
+/// the line is the alarm, with what was set aside. Anything else, and
+/// anything left in place, is one alarm per path.
+pub fn lines(outcomes: &[Outcome]) -> Vec<String> {
+    use std::collections::BTreeMap;
+    struct NewRepo {
+        /// Paths set aside, relative to the repository.
+        files: Vec<String>,
+        /// Where the original config went.
+        config: PathBuf,
+    }
+    let repo_of = |o: &Outcome| -> Option<PathBuf> {
+        Path::new(&o.path)
+            .ancestors()
+            .find(|a| a.file_name() == Some(OsStr::new(".git")))
+            .and_then(Path::parent)
+            .map(Path::to_path_buf)
+    };
+    let mut new_repos: BTreeMap<PathBuf, NewRepo> = BTreeMap::new();
+    for o in outcomes {
+        let p = Path::new(&o.path);
+        let Some(dest) = o.dest.as_deref() else {
+            continue;
+        };
+        if o.change == "created"
+            && !o.in_place
+            && p.file_name() == Some(OsStr::new("config"))
+            && p.parent().and_then(Path::file_name) == Some(OsStr::new(".git"))
+        {
+            if let Some(repo) = repo_of(o) {
+                new_repos.insert(
+                    repo,
+                    NewRepo {
+                        files: vec![],
+                        config: PathBuf::from(dest),
+                    },
+                );
+            }
+        }
+    }
+    let mut out = vec![];
+    for o in outcomes {
+        let repo = repo_of(o).filter(|_| !o.in_place);
+        match repo
+            .as_ref()
+            .and_then(|r| new_repos.get_mut(r).map(|n| (r, n)))
+        {
+            Some((r, n)) => n.files.push(
+                Path::new(&o.path)
+                    .strip_prefix(r)
+                    .map_or_else(|_| o.path.clone(), |p| p.display().to_string()),
+            ),
+            None => out.push(format!(
+                "airlock: the sandbox changed a protected path: {}",
+                crate::sources::escape(&describe(o))
+            )),
+        }
+    }
+    for (repo, n) in new_repos {
+        let shown = crate::sources::escape(&repo.display().to_string());
+        let kept =
+            crate::sources::escape(&n.config.parent().unwrap_or(&n.config).display().to_string());
+        let running: Vec<String> = git_config_entries(&n.config).map_or_else(
+            || vec!["config (unreadable)".to_string()],
+            |entries| {
+                entries
+                    .into_iter()
+                    .filter(|(k, v)| {
+                        !(safe_git_key(k)
+                            || (k == "core.worktree"
+                                && worktree_points_back(&repo.join(".git"), v)))
+                    })
+                    .map(|(k, _)| format!("config {k}"))
+                    .collect()
+            },
+        );
+        let hooks: Vec<&String> = n
+            .files
+            .iter()
+            .filter(|f| f.as_str() != ".git/config")
+            .collect();
+        if running.is_empty() && hooks.is_empty() {
+            out.push(format!(
+                "airlock: new git repository {shown}, made in the sandbox: its config was set aside (kept in {kept}) \
+                 and a plain copy put in its place, since a repository's config and hooks can run programs when you use git there; \
+                 nothing in it did, and the repository is intact and usable"
+            ));
+        } else {
+            let what: Vec<String> = running
+                .into_iter()
+                .chain(hooks.iter().map(|h| crate::sources::escape(h)))
+                .collect();
+            out.push(format!(
+                "airlock: the sandbox changed a protected path: new git repository {shown} held what would run programs \
+                 when you use git there ({}); its config and hooks were set aside (kept in {kept}) and a plain config put \
+                 in their place; the rest of the repository is intact",
+                what.join(", ")
+            ));
+        }
+    }
+    out
+}
+
 pub fn describe(o: &Outcome) -> String {
     match &o.dest {
         Some(d) => format!("{} ({}): {}; now at {}", o.path, o.change, o.action, d),

@@ -129,6 +129,7 @@ pub fn start(set: &[Protected], killer: Arc<OnceLock<Killer>>) -> Option<Watch> 
     let wake =
         EventFd::from_value_and_flags(0, EfdFlags::EFD_CLOEXEC | EfdFlags::EFD_NONBLOCK).ok()?;
     let wake_fd = wake.as_fd().try_clone_to_owned().ok()?;
+    let cache = super::quarantine::airlock_cache();
     let thread = std::thread::spawn(move || {
         let mut seen = vec![];
         loop {
@@ -163,7 +164,10 @@ pub fn start(set: &[Protected], killer: Arc<OnceLock<Killer>>) -> Option<Watch> 
                         "airlock: the sandbox created {}, which would make git run code it controls; the sandbox was stopped",
                         crate::sources::shown(&p)
                     );
-                } else {
+                } else if !cache.as_ref().is_some_and(|c| p.starts_with(c)) {
+                    // In airlock's own caches a tool's empty marker is
+                    // usual (uv's `.git`): the post-run check decides,
+                    // and reports it when it holds anything.
                     eprintln!(
                         "airlock: the sandbox created {}, which host tools obey; it will be quarantined when the run ends",
                         crate::sources::shown(&p)

@@ -71,7 +71,7 @@ pub fn main(fd: RawFd, supervisor: libc::pid_t, ahead: Ahead) -> ! {
 }
 
 /// Close every descriptor but 0, 1, 2 and `keep`.
-fn close_inherited(keep: RawFd) {
+pub(super) fn close_inherited(keep: RawFd) {
     let keep = keep.max(2) as libc::c_uint;
     let ranges = [(3, keep.saturating_sub(1)), (keep + 1, libc::c_uint::MAX)];
     for (lo, hi) in ranges.into_iter().filter(|(lo, hi)| lo <= hi) {
@@ -214,6 +214,10 @@ fn build_and_run(channel: &mut UnixStream, supervisor: libc::pid_t, ahead: Ahead
         let bound = capture::bind();
         capture::send(channel, &bound)?;
         captured = bound.ok();
+    }
+    if plan.net != Net::Host && !plan.publish.is_empty() {
+        let factory = super::publish::factory()?;
+        netns::send_fd(channel, factory.as_fd())?;
     }
     phase("network");
 

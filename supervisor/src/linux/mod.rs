@@ -14,6 +14,7 @@ pub mod limits;
 pub mod mounts;
 pub mod netlink;
 pub mod netns;
+pub mod publish;
 pub mod scope;
 pub mod seccomp;
 pub mod sockets;
@@ -128,6 +129,8 @@ pub struct Sandbox {
     pub capture: Option<std::result::Result<capture::Received, String>>,
     /// A session's command socket to PID 1 (SPEC §4.7).
     pub session: Option<OwnedFd>,
+    /// `--publish`: the socket factory inside the network namespace.
+    pub publisher: Option<OwnedFd>,
     channel: UnixStream,
     cgroups: limits::Cgroup,
 }
@@ -167,6 +170,12 @@ impl Sandbox {
             if plan.degraded.is_some() || net != (plan.net != Net::Host) {
                 anyhow::bail!("internal error: the sandbox helper was started for another plan");
             }
+        }
+        if !plan.publish.is_empty() {
+            if plan.degraded.is_some() || plan.net == Net::Host {
+                anyhow::bail!("--publish needs the sandbox's own network namespace: the degraded tier and --network host have none (a server there is on the host's network already)");
+            }
+            publish::check(&plan.publish)?;
         }
         // A limit that cannot be enforced stops the run before anything starts.
         if plan.degraded.is_none() {
@@ -225,6 +234,10 @@ impl Begun {
             Some(_) => Some(capture::recv(channel)?),
             None => None,
         };
+        let publisher = match !self.degraded && self.net != Net::Host && !plan.publish.is_empty() {
+            true => Some(recv_or_error(channel)?),
+            false => None,
+        };
         // The full tier's PID 1 sends the connect() listener last: from then
         // on the sandbox's connects are decided here (unixconnect.rs).
         if !self.degraded {
@@ -247,6 +260,7 @@ impl Begun {
             listener,
             capture,
             session,
+            publisher,
             channel: self.channel,
             cgroups: self.cgroups,
         })

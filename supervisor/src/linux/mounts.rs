@@ -72,7 +72,11 @@ fn bind_handle(fd: &OwnedFd, target: &Path, is_dir: bool) -> Result<()> {
         if let Some(parent) = target.parent() {
             fs::create_dir_all(parent).with_context(|| format!("creating {}", parent.display()))?;
         }
-        fs::write(target, b"").with_context(|| format!("creating {}", target.display()))?;
+        // A mount point that exists already (inside a read-only bind of
+        // its directory) is used as it is.
+        if fs::symlink_metadata(target).is_err() {
+            fs::write(target, b"").with_context(|| format!("creating {}", target.display()))?;
+        }
     }
     do_mount(
         Some(&fd_path(fd)),
@@ -158,6 +162,13 @@ pub fn setup(plan: &Plan) -> Result<()> {
         .iter()
         .filter_map(|p| handle(p).ok().map(|fd| (p.clone(), fd, p.is_dir())))
         .collect();
+    // `--read` paths under /tmp: bound back read-only (the mount itself
+    // refuses writes, whatever Landlock's roots say).
+    let tmp_read: Vec<(PathBuf, OwnedFd, bool)> = plan
+        .tmp_read_binds
+        .iter()
+        .filter_map(|p| handle(p).ok().map(|fd| (p.clone(), fd, p.is_dir())))
+        .collect();
     let sockets = super::sockets::keep(plan);
     let devices: Vec<(&str, OwnedFd)> = DEVICES
         .iter()
@@ -170,8 +181,19 @@ pub fn setup(plan: &Plan) -> Result<()> {
         &format!("mode=1777,{size}"),
         MsFlags::empty(),
     )?;
-    for (path, fd, is_dir) in &tmp_roots {
-        bind_handle(fd, path, *is_dir)?;
+    // Shallowest first, so that a writable root below a `--read` one is
+    // bound over it (and stays writable), not hidden by it.
+    let mut binds: Vec<(&PathBuf, &OwnedFd, bool, bool)> = tmp_roots
+        .iter()
+        .map(|(p, fd, d)| (p, fd, *d, false))
+        .chain(tmp_read.iter().map(|(p, fd, d)| (p, fd, *d, true)))
+        .collect();
+    binds.sort_by_key(|(p, ..)| p.components().count());
+    for (path, fd, is_dir, read_only) in binds {
+        bind_handle(fd, path, is_dir)?;
+        if read_only {
+            remount_readonly(path)?;
+        }
     }
 
     // Host sockets (docker.sock, D-Bus, ssh-agent) live here.

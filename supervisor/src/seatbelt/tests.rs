@@ -36,6 +36,8 @@ fn plan(
         read: paths(read),
         write: paths(write),
         tmp_binds: vec![],
+        tmp_read_binds: vec![],
+        publish: vec![],
         deny_read: paths(deny_read),
         deny_write: paths(deny_write),
         pin: vec![],

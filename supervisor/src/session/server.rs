@@ -208,15 +208,19 @@ pub fn serve(listening: Listening, init: Seq, setup: &Setup) -> Result<Ended> {
                     if inflight.load(Ordering::SeqCst) > 0 || stop.load(Ordering::Relaxed) {
                         continue;
                     }
-                    for o in held_still(init, routes, setup) {
-                        let line = format!(
-                            "airlock: between commands, the sandbox changed a protected path: {}",
-                            crate::sources::escape(&crate::integrity::quarantine::describe(&o))
-                        );
-                        eprintln!("{line}");
+                    let found = held_still(init, routes, setup);
+                    for o in &found {
                         if let Some(log) = setup.engine.audit() {
                             log.protected(&o.path, o.change, &o.action, o.dest.as_deref());
                         }
+                    }
+                    for line in crate::integrity::quarantine::lines(&found) {
+                        // Said by a process left running, after its command.
+                        let line = match line.strip_prefix("airlock: ") {
+                            Some(rest) => format!("airlock: between commands: {rest}"),
+                            None => line,
+                        };
+                        eprintln!("{line}");
                         lock(between).push(line);
                     }
                 }
@@ -457,11 +461,8 @@ fn run_command(
         let _one_at_a_time = lock(checking);
         held_still(init, routes, setup)
     };
+    notes.extend(crate::integrity::quarantine::lines(&changes));
     for o in &changes {
-        notes.push(format!(
-            "airlock: the sandbox changed a protected path: {}",
-            crate::sources::escape(&crate::integrity::quarantine::describe(o))
-        ));
         if let Some(log) = setup.engine.audit() {
             log.protected(&o.path, o.change, &o.action, o.dest.as_deref());
         }
