@@ -38,8 +38,15 @@ pub struct Rules {
 
 impl Rules {
     pub fn of(plan: &crate::plan::Plan) -> Rules {
-        let mut protected = plan.deny_write.clone();
-        protected.extend(plan.protected.iter().map(crate::integrity::Protected::path));
+        // What is read-only inside: the deny_write paths that exist (the
+        // protected set's included). A protected path that does not exist
+        // yet can be written; the check sets it aside after, and says so.
+        let protected = plan
+            .deny_write
+            .iter()
+            .filter(|p| std::fs::symlink_metadata(p).is_ok())
+            .cloned()
+            .collect();
         Rules {
             write: plan.write.clone(),
             protected,
