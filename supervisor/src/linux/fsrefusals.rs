@@ -242,40 +242,59 @@ fn absolute(pid: u32, dirfd: Option<i64>, raw: &[u8]) -> Option<PathBuf> {
         .then(|| crate::plan::lexical(&base.join(p)))
 }
 
-/// Look at one stopped call; the caller then lets it continue.
-pub fn note(rules: &Rules, pid: u32, nr: i64, args: &[u64; 6]) {
-    let Some(call) = calls().into_iter().find(|c| c.nr == nr) else {
-        return;
-    };
-    let look = |at: Option<usize>, path: usize, op: &'static str| {
-        let Some(raw) = read_path(pid, args[path]) else {
-            return;
-        };
-        if raw.is_empty() {
-            return;
+/// One stopped call's path arguments, copied while it waits: what the
+/// caller does with its memory once it runs on cannot change them.
+pub struct Seen {
+    nr: i64,
+    args: [u64; 6],
+    op: &'static str,
+    /// Made absolute while the call waits (its directory descriptor and
+    /// working directory may be gone once it runs on).
+    paths: Vec<PathBuf>,
+}
+
+pub fn copy_paths(pid: u32, nr: i64, args: &[u64; 6]) -> Option<Seen> {
+    let call = calls().into_iter().find(|c| c.nr == nr)?;
+    let mut paths = vec![];
+    let mut one = |at: Option<usize>, path: usize| {
+        if let Some(raw) = read_path(pid, args[path]).filter(|r| !r.is_empty()) {
+            paths.extend(absolute(pid, at.map(|i| args[i] as i64), &raw));
         }
-        let Some(abs) = absolute(pid, at.map(|i| args[i] as i64), &raw) else {
-            return;
-        };
+    };
+    one(call.at, call.path);
+    if let Some((at, path)) = call.second {
+        one(at, path);
+    }
+    Some(Seen {
+        nr,
+        args: *args,
+        op: call.op,
+        paths,
+    })
+}
+
+/// Judge what `copy_paths` saw, and note a refusal.
+pub fn note(rules: &Rules, seen: &Seen) {
+    for abs in &seen.paths {
+        let abs = abs.clone();
         let Some(rule) = rules.judge(&abs) else {
-            return;
+            continue;
         };
         // Creating what already exists fails for that reason first
         // (`mkdir -p` walks every ancestor): not a refusal.
-        if matches!(op, "mkdir" | "link" | "create") && std::fs::symlink_metadata(&abs).is_ok() {
-            return;
+        if matches!(seen.op, "mkdir" | "link" | "create") && std::fs::symlink_metadata(&abs).is_ok()
+        {
+            continue;
         }
-        let op = match (op, nr) {
-            ("write", _) if is_create(nr, args) && std::fs::symlink_metadata(&abs).is_err() => {
+        let op = match seen.op {
+            "write"
+                if is_create(seen.nr, &seen.args) && std::fs::symlink_metadata(&abs).is_err() =>
+            {
                 "create"
             }
-            (op, _) => op,
+            op => op,
         };
         record(abs, op, rule);
-    };
-    look(call.at, call.path, call.op);
-    if let Some((at, path)) = call.second {
-        look(at, path, call.op);
     }
 }
 

@@ -218,6 +218,13 @@ pub fn serve(plan: &Plan, fd: OwnedFd, diag: OwnedFd, pid_ns: &OwnedFd) -> Resul
         host_net: plan.net == Net::Host,
         fs: super::fsrefusals::Rules::of(plan),
     });
+    // Linux ≥ 6.6: the waiting thread is woken on this CPU, not
+    // scheduled (every write in the sandbox waits for us).
+    const NOTIF_SET_FLAGS: libc::c_ulong = 0x4008_2104;
+    const FD_SYNC_WAKE_UP: u64 = 1;
+    // SAFETY: an ioctl on our listener reading one u64; failure (an older
+    // kernel) leaves the ordinary wake-up.
+    unsafe { libc::ioctl(fd.as_raw_fd(), NOTIF_SET_FLAGS, &FD_SYNC_WAKE_UP) };
     std::thread::Builder::new()
         .name("connect".into())
         .spawn(move || receive(fd, ctx))
@@ -254,8 +261,9 @@ fn receive(fd: OwnedFd, ctx: Arc<Decider>) {
             }
         }
         if req.data.nr as i64 != libc::SYS_connect {
-            // A write: noted, then left to the kernel (Landlock decides).
-            super::fsrefusals::note(&ctx.fs, req.pid, req.data.nr as i64, &req.data.args);
+            // A write: its path copied, the call let go at once (Landlock
+            // decides), then judged and noted while it runs.
+            let seen = super::fsrefusals::copy_paths(req.pid, req.data.nr as i64, &req.data.args);
             let resp = NotifResp {
                 id: req.id,
                 val: 0,
@@ -264,6 +272,9 @@ fn receive(fd: OwnedFd, ctx: Arc<Decider>) {
             };
             // SAFETY: NOTIF_SEND reads a seccomp_notif_resp.
             unsafe { libc::ioctl(fd.as_raw_fd(), NOTIF_SEND, &resp) };
+            if let Some(seen) = seen {
+                super::fsrefusals::note(&ctx.fs, &seen);
+            }
             continue;
         }
         // A worker each (workers.rs), so that a blocking connect does not

@@ -77,6 +77,15 @@ fn main() {
     if cargo.is_some() {
         jobs.push(("cargo build (no dependencies)", build));
     }
+    // rustup finds its toolchains through these, not the fixture's HOME.
+    let home = std::env::var("HOME").unwrap_or_default();
+    let toolchain: Vec<(String, String)> = [
+        ("RUSTUP_HOME", format!("{home}/.rustup")),
+        ("CARGO_HOME", format!("{home}/.cargo")),
+    ]
+    .into_iter()
+    .map(|(k, d)| (k.to_string(), std::env::var(k).unwrap_or(d)))
+    .collect();
     for (name, script) in jobs {
         let (mut bare, mut on, mut off) = (vec![], vec![], vec![]);
         for _ in 0..rounds {
@@ -89,10 +98,14 @@ fn main() {
                     }
                 }
             }
+            c.envs(toolchain.iter().cloned());
             bare.push(time(c));
-            on.push(time(fx.command(&[], script)));
             let mut c = fx.command(&[], script);
-            c.env("AIRLOCK_BENCH_NO_WRITE_NOTES", "1");
+            c.envs(toolchain.iter().cloned());
+            on.push(time(c));
+            let mut c = fx.command(&[], script);
+            c.envs(toolchain.iter().cloned())
+                .env("AIRLOCK_BENCH_NO_WRITE_NOTES", "1");
             off.push(time(c));
         }
         let (b, n, f) = (median(bare), median(on), median(off));
