@@ -59,7 +59,7 @@ pub struct Report<'a> {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct FsRefusal {
     pub path: String,
-    /// write | create | mkdir | delete | rename | link | chmod
+    /// write | create | mkdir | rename | link | chmod
     pub op: &'static str,
     /// outside-writable-roots | protected
     pub rule: &'static str,
