@@ -34,20 +34,7 @@ pub fn changes_dir() -> Result<PathBuf> {
 /// a plain directory (a link there could send a changeset elsewhere).
 fn own_changes_dir() -> Result<PathBuf> {
     let dir = changes_dir()?;
-    std::fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(&dir)
-        .with_context(|| format!("creating {}", dir.display()))?;
-    let meta = std::fs::symlink_metadata(&dir)?;
-    // SAFETY: getuid cannot fail.
-    let uid = unsafe { libc::getuid() };
-    if !meta.is_dir() || meta.uid() != uid || meta.mode() & 0o077 != 0 {
-        bail!(
-            "{} must be a directory of yours that nobody else can reach (mode 0700)",
-            dir.display()
-        );
-    }
+    crate::paths::own_private_dir(&dir)?;
     Ok(crate::resolve::canonical(&dir).unwrap_or(dir))
 }
 

@@ -20,7 +20,6 @@ use anyhow::{bail, Context, Result};
 /// every sandbox has hidden under its own `/run`), else the user's state
 /// directory. Made 0700 and checked to be ours, not a link.
 pub fn dir() -> Result<PathBuf> {
-    use std::os::unix::fs::{DirBuilderExt, MetadataExt};
     let base = match std::env::var_os("XDG_RUNTIME_DIR").map(PathBuf::from) {
         Some(d) if d.is_absolute() && d.is_dir() => d.join("airlock"),
         _ => {
@@ -29,20 +28,7 @@ pub fn dir() -> Result<PathBuf> {
         }
     };
     let dir = base.join("sessions");
-    std::fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(&dir)
-        .with_context(|| format!("creating {}", dir.display()))?;
-    let meta = std::fs::symlink_metadata(&dir)?;
-    // SAFETY: getuid cannot fail.
-    let uid = unsafe { libc::getuid() };
-    if !meta.is_dir() || meta.uid() != uid || meta.mode() & 0o077 != 0 {
-        bail!(
-            "{} must be a directory of yours that nobody else can reach (mode 0700)",
-            dir.display()
-        );
-    }
+    crate::paths::own_private_dir(&dir)?;
     Ok(dir)
 }
 
