@@ -155,6 +155,29 @@ impl<'a> Prefixes<'a> {
     }
 }
 
+/// Make `dir` (0700, parents as needed) and check that it is a directory
+/// of ours that nobody else can reach, not a link: airlock's state
+/// (sessions, changesets) lives there, and a link or a shared directory
+/// could send it elsewhere.
+pub fn own_private_dir(dir: &std::path::Path) -> anyhow::Result<()> {
+    use std::os::unix::fs::{DirBuilderExt, MetadataExt};
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
+        .map_err(|e| anyhow::anyhow!("creating {}: {e}", dir.display()))?;
+    let meta = std::fs::symlink_metadata(dir)?;
+    // SAFETY: getuid cannot fail.
+    let uid = unsafe { libc::getuid() };
+    if !meta.is_dir() || meta.uid() != uid || meta.mode() & 0o077 != 0 {
+        anyhow::bail!(
+            "{} must be a directory of yours that nobody else can reach (mode 0700)",
+            dir.display()
+        );
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -400,27 +423,4 @@ mod tests {
             prop_assert_eq!(old, new);
         }
     }
-}
-
-/// Make `dir` (0700, parents as needed) and check that it is a directory
-/// of ours that nobody else can reach, not a link: airlock's state
-/// (sessions, changesets) lives there, and a link or a shared directory
-/// could send it elsewhere.
-pub fn own_private_dir(dir: &std::path::Path) -> anyhow::Result<()> {
-    use std::os::unix::fs::{DirBuilderExt, MetadataExt};
-    std::fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(dir)
-        .map_err(|e| anyhow::anyhow!("creating {}: {e}", dir.display()))?;
-    let meta = std::fs::symlink_metadata(dir)?;
-    // SAFETY: getuid cannot fail.
-    let uid = unsafe { libc::getuid() };
-    if !meta.is_dir() || meta.uid() != uid || meta.mode() & 0o077 != 0 {
-        anyhow::bail!(
-            "{} must be a directory of yours that nobody else can reach (mode 0700)",
-            dir.display()
-        );
-    }
-    Ok(())
 }
