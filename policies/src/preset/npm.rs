@@ -77,6 +77,20 @@ pub(super) fn resolve(p: &dyn Probe, r: &mut Resolved) {
         }
     }
     r.own_cache(p, "NPM_CONFIG_CACHE", "npm");
+    // npm writes a debug log on every run, in ~/.npm/_logs unless told
+    // otherwise: outside the sandbox's roots, a refused write each time.
+    if let Some((_, cache, _)) = r
+        .env
+        .iter()
+        .find(|(n, _, _)| n == "NPM_CONFIG_CACHE")
+        .cloned()
+    {
+        r.set_env(
+            "NPM_CONFIG_LOGS_DIR",
+            format!("{cache}/_logs"),
+            "airlock's own cache".into(),
+        );
+    }
     if let Some(user) = user {
         keep_tokens_outside(p, r, &user, default_registry.as_deref());
     }
