@@ -730,7 +730,18 @@ fn run_platform(
                 .map(|d| d.fd());
             #[cfg(not(target_os = "linux"))]
             let activity = None;
+            #[cfg(target_os = "linux")]
+            let changed = || {
+                dirty
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .as_ref()
+                    .is_none_or(|d| d.changed())
+            };
+            #[cfg(not(target_os = "linux"))]
+            let changed = || true;
             let setup = crate::session::server::Setup {
+                changed: &changed,
                 activity,
                 engine: &engine,
                 plan: &plan,

@@ -50,6 +50,19 @@ impl Dirty {
         Ok(d)
     }
 
+    /// Whether anything may have changed since the last `take` (an event
+    /// waits, or the watch is not whole): when not, there is nothing in
+    /// the roots to judge.
+    pub fn changed(&self) -> bool {
+        let mut p = libc::pollfd {
+            fd: self.fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: poll on our own descriptor, without waiting.
+        self.incomplete || unsafe { libc::poll(&mut p, 1, 0) } != 0
+    }
+
     /// Readable when something changed since the last `take`.
     pub fn fd(&self) -> std::os::fd::RawFd {
         use std::os::fd::{AsFd, AsRawFd};
