@@ -541,6 +541,7 @@ fn run_platform(
             own.is_some() && crate::resolve::parent_resolved(p) == own
         });
     }
+    bind_own_files_under_tmp(&mut plan);
     // The sandbox is built from here on, while airlock gets its own side
     // ready; the command waits for `go`.
     let pending = begin(&mut plan, early)?;
@@ -965,6 +966,40 @@ fn session_env(plan: &plan::Plan) -> crate::session::server::EnvRecipe {
         .map(|(k, v)| (k.clone(), v.clone()))
         .collect();
     crate::session::server::EnvRecipe { rule, overlay }
+}
+
+/// Files airlock made for the sandbox and points it at (the trust bundle,
+/// the presets' credential-free configuration copies) that lie under the
+/// host's /tmp, as they do when HOME is there: the sandbox's /tmp is its
+/// own, so they are bound back, read-only, or the variables name nothing
+/// (`SSL_CERT_FILE`, `NPM_CONFIG_USERCONFIG`, …).
+fn bind_own_files_under_tmp(plan: &mut plan::Plan) {
+    // What airlock set, not what the caller's environment brought.
+    let own: Vec<String> = plan
+        .env
+        .iter()
+        .filter(|(k, v)| std::env::var(k).ok().as_ref() != Some(*v))
+        .map(|(_, v)| v.clone())
+        .collect();
+    let hidden = crate::paths::Prefixes::new(&plan.deny_read);
+    for value in &own {
+        let p = std::path::Path::new(value);
+        if !p.is_absolute() || !p.starts_with("/tmp") || p == std::path::Path::new("/tmp") {
+            continue;
+        }
+        let p = plan::lexical(p);
+        let covered = |list: &[std::path::PathBuf]| list.iter().any(|b| p.starts_with(b));
+        if covered(&plan.tmp_binds)
+            || covered(&plan.tmp_read_binds)
+            || hidden.covers(&p)
+            || std::fs::symlink_metadata(&p).is_err()
+        {
+            continue;
+        }
+        plan.tmp_read_binds.push(p);
+    }
+    plan.tmp_read_binds.sort();
+    plan.tmp_read_binds.dedup();
 }
 
 /// The start of a session's next window. The kernel stamps files with a
