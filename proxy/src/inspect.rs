@@ -349,6 +349,22 @@ fn named_target(req: &Request<Incoming>, default_port: u16) -> Option<Result<Tar
     Some(Target::parse(&authority, Some(default_port)).map_err(|e| e.to_string()))
 }
 
+/// What is left of a refused request's body, read (up to 1 MiB, for up to
+/// a second) before the refusal goes out: a connection closed on unread
+/// bytes is reset, and the client can lose the refusal with it.
+async fn drain(body: &mut Incoming) {
+    let _ = tokio::time::timeout(std::time::Duration::from_secs(1), async {
+        let mut read = 0usize;
+        while let Some(Ok(frame)) = body.frame().await {
+            read += frame.data_ref().map_or(0, |d| d.len());
+            if read > 1 << 20 {
+                break;
+            }
+        }
+    })
+    .await;
+}
+
 async fn handle(
     engine: Arc<Engine>,
     conn: Conn,
@@ -375,6 +391,7 @@ async fn handle(
                 &target,
                 format!("the request names {named}, but the tunnel is to {target}"),
             );
+            drain(req.body_mut()).await;
             return full(engine.refused(&conn, Protocol::Connect, r, None).response());
         }
     }
@@ -388,11 +405,12 @@ async fn handle(
         Ok(None) => {}
         Ok(Some(normalised)) => path = normalised,
         Err(refusal) => {
+            drain(req.body_mut()).await;
             return full(
                 engine
                     .refused(&conn, Protocol::Connect, *refusal, None)
                     .response(),
-            )
+            );
         }
     }
     let carried = engine
@@ -408,6 +426,7 @@ async fn handle(
         // SPEC §5.4: a proxy others can reach lends only to its own user.
         if let Err(why) = engine.lend_to().check(conn.peer) {
             let r = Refusal::new(Reason::CredentialClient, &target, why);
+            drain(req.body_mut()).await;
             return full(engine.refused(&conn, Protocol::Connect, r, None).response());
         }
         // SPEC §3.4: a credential reads; anything else is asked for.
@@ -423,6 +442,7 @@ async fn handle(
                 credential: unlent.join(", "),
             };
             if let crate::engine::Lend::Refuse(r) = engine.lend(&conn, &target, write).await {
+                drain(req.body_mut()).await;
                 return full(r.response());
             }
         }
@@ -441,8 +461,10 @@ async fn handle(
         *slot = None;
         let r = Refusal::new(Reason::UpstreamUnreachable, &target, e.clone());
         if e.starts_with(REDIAL_REFUSED) {
+            drain(req.body_mut()).await;
             return full(r.response());
         }
+        drain(req.body_mut()).await;
         return full(engine.refused(&conn, Protocol::Connect, r, None).response());
     }
     crate::http::strip_hop_by_hop(req.headers_mut(), false);
