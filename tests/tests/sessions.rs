@@ -21,24 +21,8 @@ fn base() -> PathBuf {
 
 /// `airlock ARGS` for the fixture, in `dir`, as `who`.
 fn airlock_in(f: &Fixture, who: Who, dir: &Path, args: &[&str]) -> Command {
-    let mut c = Command::new(airlock_bin());
-    c.env_clear()
-        .env(
-            "PATH",
-            std::env::var("PATH").unwrap_or_else(|_| "/usr/bin:/bin".into()),
-        )
-        .env("HOME", &f.home)
-        .env("XDG_CONFIG_HOME", f.home.join(".config"))
-        .env("XDG_DATA_HOME", f.home.join(".local/share"))
-        .env(
-            "AIRLOCK_MANAGED_POLICY",
-            f.home.join("no-managed-policy.toml"),
-        )
-        .env("GIT_CONFIG_NOSYSTEM", "1")
-        .current_dir(dir)
-        .args(args)
-        .stdin(Stdio::null());
-    who.wrap(c)
+    let bin = airlock_bin();
+    who.host(f, dir, bin.to_str().expect("a UTF-8 path"), args)
 }
 
 /// A running session, ended (or killed) on drop.
