@@ -1,6 +1,6 @@
 //! `airlock ca init | path | show | export [--out FILE]`.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::ExitCode;
 
 use airlock_ca::Ca;
@@ -8,12 +8,8 @@ use anyhow::{Context, Result};
 
 use crate::cli::CaAction;
 
-pub fn ca_dir() -> Result<PathBuf> {
-    airlock_ca::default_dir().context("neither XDG_DATA_HOME nor HOME is set")
-}
-
 pub fn run(action: CaAction, out: Option<&Path>) -> Result<ExitCode> {
-    let dir = ca_dir()?;
+    let dir = crate::places::ca_dir()?;
     match action {
         CaAction::Init => {
             let ca = Ca::create(&dir)

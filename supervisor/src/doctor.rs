@@ -144,9 +144,9 @@ pub fn findings() -> Findings {
             Err(e) => format!("no: {e}; `run` keeps the explicit proxy only"),
         },
     };
-    let approvals = match crate::sources::managed_policy_path() {
+    let approvals = match crate::places::managed_policy_path() {
         Err(e) => format!("unknown: {e:#}"),
-        Ok((managed, required)) => match crate::sources::load_file(
+        Ok((managed, required)) => match crate::policy::load_file(
             &managed,
             airlock_policy::Layer::Managed,
             required,
@@ -303,6 +303,6 @@ pub fn run(json: bool) -> Result<ExitCode> {
     // What `run` would refuse on is an error here too, after the findings:
     // an environment that names a replacement managed policy is not a
     // setting doctor may report as fine.
-    crate::sources::managed_policy_path()?;
+    crate::places::managed_policy_path()?;
     Ok(ExitCode::SUCCESS)
 }

@@ -8,14 +8,19 @@ use anyhow::{Context, Result};
 use serde_json::{json, Map, Value};
 
 use crate::cli::PolicyArgs;
-use crate::probe::SystemProbe;
-use crate::sources::build_policy;
+use crate::policy::build_policy;
+use crate::policy::machine::SystemProbe;
 
 /// One explained target: ordered `(field, value)` pairs.
 type Fields = Vec<(&'static str, String)>;
 
 pub fn explain(args: &PolicyArgs, target: &str, as_json: bool) -> Result<ExitCode> {
-    let built = build_policy(args, &[], crate::sources::Named::NeedTrust)?;
+    let built = build_policy(
+        args,
+        &[],
+        crate::policy::Named::NeedTrust,
+        &crate::probe::Runner,
+    )?;
     built.warn_untrusted();
     let policy = built.policy;
     // Without a port, both web ports: a pattern without a port allows both,
@@ -168,10 +173,11 @@ fn explain_one(policy: &Policy, target: &Target) -> Fields {
 
 pub fn presets(as_json: bool) -> Result<ExitCode> {
     let workspace = std::env::current_dir().context("cannot read the current directory")?;
-    let trust = crate::trust::Trust::new(vec![workspace.clone()]);
+    let trust = crate::policy::trust::Trust::new(vec![workspace.clone()]);
     let probe = SystemProbe {
         workspace,
         trust: &trust,
+        sandboxed: &crate::probe::Runner,
     };
     let mut list = vec![];
     for p in PRESETS {

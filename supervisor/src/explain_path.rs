@@ -9,8 +9,9 @@ use airlock_policy::{Located, Policy};
 use anyhow::{Context, Result};
 
 use crate::cli::PolicyArgs;
-use crate::plan::{lexical, resolve_path, Plan};
-use crate::sources::build_policy;
+use crate::paths::{lexical, resolve_path};
+use crate::plan::Plan;
+use crate::policy::build_policy;
 
 /// One answer: yes or no, and why.
 struct Verdict {
@@ -42,7 +43,12 @@ fn named(e: &Located<String>, what: &str) -> String {
 }
 
 pub fn explain_path(args: &PolicyArgs, raw: &Path, as_json: bool) -> Result<ExitCode> {
-    let built = build_policy(args, &[], crate::sources::Named::NeedTrust)?;
+    let built = build_policy(
+        args,
+        &[],
+        crate::policy::Named::NeedTrust,
+        &crate::probe::Runner,
+    )?;
     built.warn_untrusted();
     let (policy, workspace) = (&built.policy, &built.workspace);
     let home = std::env::var_os("HOME")
@@ -81,7 +87,7 @@ pub fn explain_path(args: &PolicyArgs, raw: &Path, as_json: bool) -> Result<Exit
     };
     let note = ctx.dotenv_note(&path);
     let word = |v: &Verdict| if v.allowed { "yes" } else { "no" };
-    let shown = crate::sources::shown(&path);
+    let shown = crate::text::shown(&path);
     if as_json {
         let mut doc = serde_json::json!({
             "path": shown,
@@ -198,7 +204,7 @@ impl Ctx<'_> {
             return no(format!(
                 "protected (SPEC §4.5): {} is obeyed or run by the host later; a change made inside \
                  is refused, or moved to .airlock/quarantine/ after the run",
-                crate::sources::shown(&p.path())
+                crate::text::shown(&p.path())
             ));
         }
         if self.plan.deny_write.iter().any(|d| path.starts_with(d)) {

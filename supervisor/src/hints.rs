@@ -105,11 +105,11 @@ fn tmp_arguments(plan: &Plan) -> Vec<String> {
         } else {
             real.parent().map_or(real.clone(), Path::to_path_buf)
         };
-        let dir = crate::sources::shown(&dir);
+        let dir = crate::text::shown(&dir);
         out.push(format!(
             "{} lies under the host's /tmp, which is private inside the sandbox: the command will not find it. \
              Add --read {dir} to let it read it, or --write {dir} to let it write there too",
-            crate::sources::escape(text)
+            crate::text::escape(text)
         ));
     }
     out

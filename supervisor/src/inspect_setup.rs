@@ -25,7 +25,7 @@ pub fn for_policy(policy: &Policy) -> Result<Option<InspectConfig>> {
 }
 
 pub fn config(policy: &Policy) -> Result<InspectConfig> {
-    let dir = crate::ca_cmd::ca_dir()?;
+    let dir = crate::places::ca_dir()?;
     let ca = Ca::load_or_create(&dir)
         .with_context(|| format!("loading the airlock CA from {}", dir.display()))?;
     let minter = Arc::new(Minter::new(ca).context("preparing leaf certificates")?);
@@ -76,4 +76,14 @@ pub fn bundle(cfg: &InspectConfig, run: &str) -> Result<Bundle> {
         .map(|p| p.join("trust"))
         .context("CA directory has no parent")?;
     Bundle::write(&dir, run, ca).context("writing the sandbox's trust bundle")
+}
+
+/// `--upstream-proxy URL`, parsed.
+pub fn upstream_proxy(
+    args: &crate::cli::PolicyArgs,
+) -> Result<Option<airlock_proxy::UpstreamProxy>> {
+    let Some(url) = &args.upstream_proxy else {
+        return Ok(None);
+    };
+    Ok(Some(airlock_proxy::UpstreamProxy::parse(url)?))
 }

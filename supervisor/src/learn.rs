@@ -142,9 +142,9 @@ impl Learn {
         }
         let mut policies: Vec<(PathBuf, u64, u64)> = vec![];
         let mut named: Vec<PathBuf> = vec![workspace.join("airlock.toml")];
-        named.extend(crate::sources::user_policy_path());
+        named.extend(crate::places::user_policy_path());
         named.extend(args.policy.policy.iter().cloned());
-        named.extend(crate::sources::managed_policy_files());
+        named.extend(crate::places::managed_policy_files());
         // By name, even before they exist: a proposal written where a
         // policy is read would apply without review.
         let canonical = |p: &Path| -> Option<PathBuf> {
@@ -187,7 +187,7 @@ impl Learn {
                 policy
                     .write
                     .iter()
-                    .filter_map(|w| crate::plan::resolve_path(&w.value, &home, workspace)),
+                    .filter_map(|w| crate::paths::resolve_path(&w.value, &home, workspace)),
             )
             .filter_map(|w| std::fs::canonicalize(w).ok())
             .collect();
@@ -257,7 +257,7 @@ impl Learn {
         file.set_len(0)
             .and_then(|()| file.write_all(text.as_bytes()))
             .with_context(|| format!("writing {}", self.path.display()))?;
-        let shown = crate::sources::escape(&self.path.display().to_string());
+        let shown = crate::text::escape(&self.path.display().to_string());
         // A file the sandbox could have written is applied only once
         // trusted: give the whole way, not a step that then refuses.
         let next = if self.needs_trust {

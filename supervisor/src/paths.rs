@@ -1,4 +1,5 @@
-//! Prefix tests on absolute paths, by bytes. `Path::starts_with` and `==`
+//! Paths: how policy paths resolve (`~`, relative, `..`), reading a file
+//! without following a link, and prefix tests on absolute paths, by bytes. `Path::starts_with` and `==`
 //! parse both sides into components on every call; the start-up compares
 //! every entry of a split HOME with every `deny_read` path (landlock.rs),
 //! and every protected path with every root (integrity/set.rs): tens of
@@ -11,7 +12,8 @@
 use std::collections::{HashMap, HashSet};
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
-use std::path::{Path, PathBuf};
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Component, Path, PathBuf};
 
 /// Absolute, and written as its components would print it: no empty,
 /// `.` or `..` component, no trailing `/` (but `/` itself).
@@ -176,6 +178,65 @@ pub fn own_private_dir(dir: &std::path::Path) -> anyhow::Result<()> {
         );
     }
     Ok(())
+}
+
+/// `~` is the home directory; relative paths are relative to the workspace;
+/// `..` and `.` are folded lexically, and a trailing `/**` means the directory.
+pub fn resolve_path(raw: &str, home: &Path, workspace: &Path) -> Option<PathBuf> {
+    let raw = raw.strip_suffix("/**").unwrap_or(raw);
+    if raw.contains('*') {
+        return None;
+    }
+    let joined = if raw == "~" {
+        home.to_path_buf()
+    } else if let Some(rest) = raw.strip_prefix("~/") {
+        home.join(rest)
+    } else if Path::new(raw).is_absolute() {
+        PathBuf::from(raw)
+    } else {
+        workspace.join(raw)
+    };
+    Some(lexical(&joined))
+}
+
+/// `p` made absolute from `/` with `.` and `..` folded by name.
+pub fn lexical(p: &Path) -> PathBuf {
+    let mut out = PathBuf::from("/");
+    for c in p.components() {
+        match c {
+            Component::ParentDir => {
+                out.pop();
+            }
+            Component::Normal(n) => out.push(n),
+            _ => {}
+        }
+    }
+    out
+}
+
+/// A glob made absolute the way `resolve_path` makes paths absolute.
+pub(crate) fn absolute_glob(raw: &str, home: &Path, workspace: &Path) -> String {
+    if let Some(rest) = raw.strip_prefix("~/") {
+        format!("{}/{rest}", home.display())
+    } else if raw.starts_with('/') {
+        raw.to_string()
+    } else {
+        format!("{}/{raw}", workspace.display())
+    }
+}
+
+/// Read a file without following a link at its last component.
+pub fn read_no_follow(path: &Path) -> std::io::Result<Vec<u8>> {
+    let mut f = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(path)?;
+    if !f.metadata()?.is_file() {
+        return Err(std::io::Error::other("not a regular file"));
+    }
+    let mut buf = vec![];
+    std::io::Read::read_to_end(&mut f, &mut buf)?;
+    Ok(buf)
 }
 
 #[cfg(test)]

@@ -8,7 +8,8 @@ use airlock_policy::{Fragment, Layer, Policy};
 use anyhow::{Context, Result};
 
 use crate::cli::PolicyArgs;
-use crate::sources::{build_policy, load_file, managed_policy_path};
+use crate::places::managed_policy_path;
+use crate::policy::{build_policy, load_file};
 
 /// Validate files; each problem is printed as `file:line:column: message`.
 /// Files are also checked against the managed policy, which they cannot
@@ -50,7 +51,7 @@ pub fn check(files: &[PathBuf], managed: bool, as_json: bool) -> Result<ExitCode
     // Presets are not resolved here: checking a file must not run tools.
     let policy = Policy::build(all, &airlock_policy::preset::Offline);
     errors.extend(policy.conflicts.iter().map(|c| c.to_string()));
-    let warnings = never_apply(&policy);
+    let warnings = crate::policy::never_apply(&policy);
     let failed = !errors.is_empty();
     if as_json {
         let doc = serde_json::json!({
@@ -80,56 +81,14 @@ pub fn check(files: &[PathBuf], managed: bool, as_json: bool) -> Result<ExitCode
     })
 }
 
-/// Request rules and credentials that can never apply: no allow rule
-/// covers their host and port. (A rule's host is always inspected: the
-/// rule implies it, as a credential does.)
-pub fn never_apply(policy: &Policy) -> Vec<String> {
-    let mut out = vec![];
-    let allowed = |p: &airlock_policy::Pattern| policy.allow.iter().any(|a| a.value.overlaps(p));
-    let asks = policy.asks();
-    for r in &policy.request_rules {
-        let at = &r.origin.origin;
-        if !allowed(&r.host) {
-            out.push(format!(
-                "{at}: the request rule for {:?} can never apply: no allow rule covers that host and port{}",
-                r.host.text,
-                if asks { " (only an approval would)" } else { "" }
-            ));
-        }
-    }
-    for c in &policy.credentials {
-        if !allowed(&c.host) {
-            // The usual cause: the credential names the host alone (ports
-            // 80 and 443) while the allow rule names another port.
-            let same_host = policy
-                .allow
-                .iter()
-                .map(|a| a.value.text.as_str())
-                .find(|a| {
-                    !c.host.text.contains(':')
-                        && a.strip_prefix(c.host.text.as_str())
-                            .is_some_and(|p| p.starts_with(':'))
-                });
-            let fix = match same_host {
-                Some(a) => format!(
-                    "; a host without a port means ports 80 and 443, and the allow rule is {a:?}: write host = {a:?} in the credential"
-                ),
-                None => String::new(),
-            };
-            out.push(format!(
-                "{}: the credential for {:?} can never be sent: no allow rule covers that host and port{}{fix}",
-                c.origin.origin,
-                c.host.text,
-                if asks { " (only an approval would)" } else { "" }
-            ));
-        }
-    }
-    out
-}
-
 /// `airlock policy profile --target linux|macos`.
 pub fn profile(args: &PolicyArgs, target: &str) -> Result<ExitCode> {
-    let built = build_policy(args, &[], crate::sources::Named::NeedTrust)?;
+    let built = build_policy(
+        args,
+        &[],
+        crate::policy::Named::NeedTrust,
+        &crate::probe::Runner,
+    )?;
     built.warn_untrusted();
     let (policy, workspace) = (built.policy, built.workspace);
     let home = std::env::var_os("HOME")
@@ -290,7 +249,7 @@ pub fn profile(args: &PolicyArgs, target: &str) -> Result<ExitCode> {
 pub fn trust(args: &PolicyArgs, file: Option<&std::path::Path>) -> Result<ExitCode> {
     let files: Vec<(PathBuf, String)> = match file {
         Some(f) => {
-            let bytes = crate::trust::read_no_follow(f)
+            let bytes = crate::paths::read_no_follow(f)
                 .with_context(|| format!("reading {} (a regular file, not a link)", f.display()))?;
             let dir = f
                 .parent()
@@ -299,7 +258,7 @@ pub fn trust(args: &PolicyArgs, file: Option<&std::path::Path>) -> Result<ExitCo
             let canon = std::fs::canonicalize(dir)
                 .with_context(|| format!("resolving {}", dir.display()))?
                 .join(f.file_name().context("a file name")?);
-            vec![(canon, crate::trust::sha256_hex(&bytes))]
+            vec![(canon, crate::policy::trust::sha256_hex(&bytes))]
         }
         None => {
             // Every preset, so every tool configuration a later run could read.
@@ -309,11 +268,16 @@ pub fn trust(args: &PolicyArgs, file: Option<&std::path::Path>) -> Result<ExitCo
                     all.preset.push(p.name.to_string());
                 }
             }
-            let built = build_policy(&all, &[], crate::sources::Named::NeedTrust)?;
+            let built = build_policy(
+                &all,
+                &[],
+                crate::policy::Named::NeedTrust,
+                &crate::probe::Runner,
+            )?;
             for u in &built.untrusted {
-                say!("{}:", crate::sources::shown(&u.path));
+                say!("{}:", crate::text::shown(&u.path));
                 for e in &u.effect {
-                    say!("  {}", crate::sources::escape(e));
+                    say!("  {}", crate::text::escape(e));
                 }
             }
             built.read_files
@@ -323,10 +287,10 @@ pub fn trust(args: &PolicyArgs, file: Option<&std::path::Path>) -> Result<ExitCo
         say!("nothing to trust: no project configuration found");
         return Ok(ExitCode::SUCCESS);
     }
-    let store = crate::trust::record(&files)?;
+    let store = crate::policy::trust::record(&files)?;
     for (p, h) in &files {
-        say!("trusted {} (sha256 {})", crate::sources::shown(p), &h[..16]);
+        say!("trusted {} (sha256 {})", crate::text::shown(p), &h[..16]);
     }
-    say!("recorded in {}", crate::sources::shown(&store));
+    say!("recorded in {}", crate::text::shown(&store));
     Ok(ExitCode::SUCCESS)
 }

@@ -11,7 +11,7 @@ use airlock_policy::{Layer, Located, Origin, Policy};
 use anyhow::{bail, Context, Result};
 
 use crate::cli::RunArgs;
-use crate::plan::resolve_path;
+use crate::paths::resolve_path;
 
 /// Everything before the plan is built.
 pub fn before_run(
@@ -33,7 +33,7 @@ pub fn before_run(
     user_writes_exist(policy, &args.write, home, workspace)?;
     // What `policy check` warns about holds at run time too: a credential
     // no allow rule covers is silently never sent.
-    for w in crate::policy_cmd::never_apply(policy) {
+    for w in crate::policy::never_apply(policy) {
         eprintln!("airlock: warning: {w}");
     }
     for r in &policy.presets {
@@ -123,8 +123,8 @@ fn user_writes_exist(
         if std::fs::symlink_metadata(&p).is_err() {
             bail!(
                 "writable path {} ({origin}) does not exist: create it first (mkdir -p {}), or remove it",
-                crate::sources::shown(&p),
-                crate::sources::shown(&p)
+                crate::text::shown(&p),
+                crate::text::shown(&p)
             );
         }
     }

@@ -1,65 +1,23 @@
-//! The real machine, as the policy crate's presets see it.
+//! The sandbox stage's side of a preset's probe: the tool runs in a
+//! network-less sandbox that can write nothing (`output`), or with a
+//! proxy listener here that writes down each destination and refuses it
+//! (`observe`). Nothing leaves the machine.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 #[cfg(target_os = "linux")]
 use std::time::Duration;
 
-use airlock_policy::Probe;
-
 use crate::plan::{Net, Plan};
+use crate::policy::machine::Sandboxed;
 
-pub struct SystemProbe<'a> {
-    pub workspace: PathBuf,
-    /// Files below a writable root are checked against the trust store.
-    pub trust: &'a crate::trust::Trust,
-}
+/// The probe runner every policy build is given.
+pub struct Runner;
 
-impl Probe for SystemProbe<'_> {
-    fn env(&self, name: &str) -> Option<String> {
-        std::env::var(name).ok().filter(|v| !v.is_empty())
-    }
-
-    fn env_vars(&self) -> Vec<(String, String)> {
-        std::env::vars().collect()
-    }
-
-    fn read(&self, path: &Path) -> Option<String> {
-        let bytes = if self.trust.needs_trust(path) {
-            let b = crate::trust::read_no_follow(path).ok()?;
-            // Applied even when untrusted, so the refusal can say what it
-            // would change; `run` and `proxy` then refuse to start.
-            self.trust.check(path, &b);
-            b
-        } else {
-            std::fs::read(path).ok()?
-        };
-        String::from_utf8(bytes).ok()
-    }
-
-    fn list_dir(&self, path: &Path) -> Vec<String> {
-        let mut names: Vec<String> = std::fs::read_dir(path)
-            .map(|rd| {
-                rd.filter_map(|e| e.ok())
-                    .map(|e| e.file_name().to_string_lossy().into_owned())
-                    .collect()
-            })
-            .unwrap_or_default();
-        names.sort();
-        if !names.is_empty() && self.trust.needs_trust(path) {
-            // A listing a sandbox could have shaped is trusted like a file.
-            self.trust.check(path, names.join("\n").as_bytes());
-        }
-        names
-    }
-
-    /// Probes never run workspace code (SPEC §3.5): the tool runs inside a
-    /// network-less sandbox that can write nothing, in an empty private
-    /// directory, with a scrubbed environment and a PATH without any
-    /// directory a sandbox could have written.
-    fn output(&self, argv: &[&str]) -> Option<String> {
+impl Sandboxed for Runner {
+    fn output(&self, argv: &[&str], env: BTreeMap<String, String>) -> Option<String> {
         tracing::debug!(?argv, "preset probe runs in a network-less sandbox");
-        let plan = probe_plan(argv, self.probe_env());
+        let plan = probe_plan(argv, env);
         match run_sandboxed(&plan) {
             Ok(out) => out,
             Err(e) => {
@@ -69,19 +27,8 @@ impl Probe for SystemProbe<'_> {
         }
     }
 
-    fn home(&self) -> Option<PathBuf> {
-        std::env::var_os("HOME").map(PathBuf::from)
-    }
-
-    /// Like `output`, but the sandbox's network is the proxy listener, and
-    /// the proxy here only writes down each destination and refuses it:
-    /// nothing leaves the machine.
-    fn observe(&self, argv: &[&str], extra: &[(&str, &str)]) -> Vec<String> {
+    fn observe(&self, argv: &[&str], mut env: BTreeMap<String, String>) -> Vec<String> {
         tracing::debug!(?argv, "preset probe observes where a tool connects");
-        let mut env = self.probe_env();
-        for (k, v) in extra {
-            env.insert(k.to_string(), v.to_string());
-        }
         crate::env::add_proxy(&mut env, crate::plan::SANDBOX_PROXY_PORT);
         let mut plan = probe_plan(argv, env);
         plan.net = Net::Proxy;
@@ -93,36 +40,6 @@ impl Probe for SystemProbe<'_> {
             }
         }
     }
-
-    fn workspace(&self) -> PathBuf {
-        self.workspace.clone()
-    }
-}
-
-impl SystemProbe<'_> {
-    /// A scrubbed environment whose PATH holds no directory a sandbox
-    /// could have written.
-    fn probe_env(&self) -> BTreeMap<String, String> {
-        let path: Vec<String> = std::env::var("PATH")
-            .unwrap_or_else(|_| "/usr/local/bin:/usr/bin:/bin".into())
-            .split(':')
-            .filter(|d| d.starts_with('/') && !self.trust.needs_trust(Path::new(d)))
-            .map(str::to_string)
-            .collect();
-        // The strict pass list, as before runs inherited: a probe asks the
-        // tool about its own configuration and needs nothing else.
-        let mut env = crate::env::scrub(
-            std::env::vars(),
-            airlock_policy::EnvInherit::None,
-            &[],
-            &Default::default(),
-            &[],
-            true,
-        )
-        .env;
-        env.insert("PATH".into(), path.join(":"));
-        env
-    }
 }
 
 /// The boundary a probe runs in: read-only everything (secrets hidden), no
@@ -133,7 +50,7 @@ fn probe_plan(argv: &[&str], env: BTreeMap<String, String>) -> Plan {
         .unwrap_or_else(|| "/".into());
     let mut deny_read: Vec<PathBuf> = airlock_policy::fragment::default_deny_read()
         .iter()
-        .filter_map(|p| crate::plan::resolve_path(p, &home, Path::new("/")))
+        .filter_map(|p| crate::paths::resolve_path(p, &home, Path::new("/")))
         .collect();
     deny_read.extend(airlock_ca::default_dir());
     Plan {

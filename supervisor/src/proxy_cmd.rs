@@ -11,18 +11,15 @@ use airlock_proxy::{Engine, EngineConfig, LendTo, SourceAddressOnly};
 use anyhow::{bail, Context, Result};
 
 use crate::cli::ProxyArgs;
-use crate::sources::build_policy;
-
-/// A short id that tells one run's audit lines from another's.
-pub fn run_id() -> String {
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos() as u64);
-    format!("{:016x}", nanos ^ (u64::from(std::process::id()) << 40))
-}
+use crate::policy::build_policy;
 
 fn load(args: &ProxyArgs) -> Result<airlock_policy::Policy> {
-    let built = build_policy(&args.policy, &[], crate::sources::Named::AsGiven)?;
+    let built = build_policy(
+        &args.policy,
+        &[],
+        crate::policy::Named::AsGiven,
+        &crate::probe::Runner,
+    )?;
     built.require_trusted()?;
     Ok(built.policy)
 }
@@ -88,26 +85,16 @@ fn reload(engine: &Engine, args: &ProxyArgs) {
     }
 }
 
-/// `--upstream-proxy URL`, parsed.
-pub fn upstream_proxy(
-    args: &crate::cli::PolicyArgs,
-) -> Result<Option<airlock_proxy::UpstreamProxy>> {
-    let Some(url) = &args.upstream_proxy else {
-        return Ok(None);
-    };
-    Ok(Some(airlock_proxy::UpstreamProxy::parse(url)?))
-}
-
 pub fn run(args: &ProxyArgs) -> Result<ExitCode> {
     let policy = load(args)?;
-    let upstream_proxy = upstream_proxy(&args.policy)?;
+    let upstream_proxy = crate::inspect_setup::upstream_proxy(&args.policy)?;
     let addr = listen_addr("--listen", &args.listen, args.allow_remote_clients)?;
     let metrics_addr = args
         .metrics
         .as_deref()
         .map(|m| listen_addr("--metrics", m, args.allow_remote_clients))
         .transpose()?;
-    let (audit, otlp) = crate::run_audit::open(&policy, &run_id())?;
+    let (audit, otlp) = crate::run_audit::open(&policy, &crate::run_audit::run_id())?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

@@ -13,6 +13,11 @@ use airlock_proxy::{Approval, Blocked, UpstreamFailure};
 use anyhow::{Context, Result};
 use serde::Serialize;
 
+pub use crate::refusal::FsRefusal;
+
+/// The exit status of a command its `--timeout` killed (as `timeout(1)`).
+pub const EXIT_TIMEOUT: u8 = 124;
+
 /// Entries each list of the report file holds; the rest are counted.
 pub const REPORT_CAP: usize = 100;
 /// Entries each line of the stderr block names; the rest are counted.
@@ -52,19 +57,6 @@ pub struct Report<'a> {
     pub protected_paths: ProtectedPaths<'a>,
     /// What the post-run check found and did (SPEC §4.5).
     pub protected_changes: &'a [crate::integrity::Outcome],
-}
-
-/// A write the command tried where the boundary refuses it: the path, the
-/// operation, the rule, how often, and how to allow it or why it cannot be.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct FsRefusal {
-    pub path: String,
-    /// write | create | mkdir | rename | link | chmod
-    pub op: &'static str,
-    /// outside-writable-roots | protected
-    pub rule: &'static str,
-    pub count: u64,
-    pub how_to_allow: String,
 }
 
 #[derive(Serialize)]

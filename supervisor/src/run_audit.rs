@@ -26,14 +26,14 @@ fn sha256_hex(bytes: &[u8]) -> String {
 /// not exist are left out, as they are from the policy.
 pub fn policy_files(args: &RunArgs, workspace: &Path) -> Vec<PolicyFile> {
     let mut files: Vec<(&str, PathBuf)> = vec![];
-    if let Some(user) = crate::sources::user_policy_path() {
+    if let Some(user) = crate::places::user_policy_path() {
         files.push(("user", user));
     }
     files.push(("project", workspace.join("airlock.toml")));
     for p in &args.policy.policy {
         files.push(("command-line", p.clone()));
     }
-    if let Ok((managed, _)) = crate::sources::managed_policy_path() {
+    if let Ok((managed, _)) = crate::places::managed_policy_path() {
         files.push(("managed", managed));
     }
     files
@@ -116,6 +116,13 @@ pub fn begin(audit: &AuditLog, args: &RunArgs, workspace: &Path, tier: &str) {
     });
 }
 
+/// A short id that tells one run's audit lines from another's.
+pub fn run_id() -> String {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64);
+    format!("{:016x}", nanos ^ (u64::from(std::process::id()) << 40))
+}
 #[cfg(test)]
 mod tests {
     #[test]

@@ -11,31 +11,18 @@ use anyhow::bail;
 use anyhow::{Context, Result};
 
 use crate::cli::RunArgs;
+use crate::clock::monotonic_ns;
 use crate::plan::{self, Net, Options};
-use crate::proxy_cmd::run_id;
 use crate::report::{self, Head, ProtectedPaths};
+use crate::run_audit::run_id;
 
 /// How long the command waits, at most, for the record of nested
 /// repositories before it starts (a walk of the writable roots: a few
 /// milliseconds for most projects).
 const NESTED_BEFORE_BUDGET: Duration = Duration::from_millis(100);
-use crate::sources::build_policy;
+use crate::policy::build_policy;
 
-pub const EXIT_TIMEOUT: u8 = 124;
-
-/// CLOCK_MONOTONIC in nanoseconds: the clock the sandbox helper marks its
-/// setup steps on.
-pub(crate) fn monotonic_ns() -> i128 {
-    let mut t = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: clock_gettime fills the struct it is given.
-    if unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut t) } != 0 {
-        return 0;
-    }
-    i128::from(t.tv_sec) * 1_000_000_000 + i128::from(t.tv_nsec)
-}
+use crate::report::EXIT_TIMEOUT;
 
 /// A setup step of the sandbox helper (`linux/helper.rs`), at `-vv`, on
 /// the same clock as the other phases: `phase: <ns> <name>`.
@@ -86,11 +73,16 @@ pub fn run(args: &RunArgs, early: Early, log: String, session: Option<&str>) -> 
     // A previous run whose airlock was killed left its check to us.
     crate::integrity::recover();
     // The search for `.env` files overlaps building the policy.
-    if let Ok((workspace, _)) = crate::sources::workspace_dir(&args.policy) {
+    if let Ok((workspace, _)) = crate::policy::workspace_dir(&args.policy) {
         crate::dotenv::prefetch(workspace);
     }
-    let built = build_policy(&args.policy, &args.write, crate::sources::Named::NeedTrust)?;
-    crate::sources::check_workspace_scope(&built.workspace, built.explicit_workspace)?;
+    let built = build_policy(
+        &args.policy,
+        &args.write,
+        crate::policy::Named::NeedTrust,
+        &crate::probe::Runner,
+    )?;
+    crate::policy::check_workspace_scope(&built.workspace, built.explicit_workspace)?;
     built.require_trusted()?;
     let (mut policy, workspace) = (built.policy, built.workspace);
     tracing::debug!(elapsed = ?started.elapsed(), "policy built");
@@ -103,7 +95,7 @@ pub fn run(args: &RunArgs, early: Early, log: String, session: Option<&str>) -> 
         eprintln!("airlock: warning: {from}: the command reaches the network directly, with no proxy and no policy");
     }
     // A bad parent URL stops the run before anything is built.
-    crate::proxy_cmd::upstream_proxy(&args.policy)?;
+    crate::inspect_setup::upstream_proxy(&args.policy)?;
     let learn = crate::learn::Learn::prepare(args, &mut policy, &workspace, net == Net::Proxy)?;
     let timeout = match &args.timeout {
         Some(t) => Some(
@@ -126,8 +118,8 @@ pub fn run(args: &RunArgs, early: Early, log: String, session: Option<&str>) -> 
         .context("HOME is not set")?;
     // airlock's config directory must exist to be protected: a read-only
     // bind needs something to cover.
-    if let Some(dir) = crate::sources::user_policy_path()
-        .and_then(|p| p.parent().map(std::path::Path::to_path_buf))
+    if let Some(dir) =
+        crate::places::user_policy_path().and_then(|p| p.parent().map(std::path::Path::to_path_buf))
     {
         let _ = std::fs::create_dir_all(dir);
     }
@@ -177,7 +169,7 @@ pub fn run(args: &RunArgs, early: Early, log: String, session: Option<&str>) -> 
     if let Some(why) = &plan.start_note {
         eprintln!(
             "airlock: the command starts in the workspace root {}: {why}",
-            crate::sources::shown(&plan.cwd)
+            crate::text::shown(&plan.cwd)
         );
     }
     for w in &plan.env_warnings {
@@ -187,11 +179,11 @@ pub fn run(args: &RunArgs, early: Early, log: String, session: Option<&str>) -> 
         eprintln!("airlock: note: {h}");
     }
     tracing::debug!(elapsed = ?started.elapsed(), "plan built");
-    crate::integrity::set::check_deny_read_links(&plan.deny_read, &plan.write)
+    crate::plan::protected::check_deny_read_links(&plan.deny_read, &plan.write)
         .map_err(anyhow::Error::msg)?;
     // A `.env` an earlier run made with a second link would pass on what the
     // user later writes into it.
-    crate::integrity::set::check_deny_read_links(&plan.deny_read_env, &plan.write)
+    crate::plan::protected::check_deny_read_links(&plan.deny_read_env, &plan.write)
         .map_err(anyhow::Error::msg)?;
     // The audit log, the report and the learned policy are airlock's:
     // inside a writable root they are read-only to the sandbox (opened
@@ -209,7 +201,7 @@ pub fn run(args: &RunArgs, early: Early, log: String, session: Option<&str>) -> 
     if !own_outputs.is_empty() {
         plan.deny_write.extend(own_outputs.iter().cloned());
         plan.own_outputs = own_outputs.clone();
-        plan.pin.extend(crate::integrity::set::ancestors_to_pin(
+        plan.pin.extend(crate::plan::protected::ancestors_to_pin(
             &own_outputs,
             &plan.write,
         ));
@@ -331,7 +323,7 @@ fn begin(plan: &mut plan::Plan, early: Early) -> Result<Pending> {
             // out with Landlock would make the workspace root unwritable.
             bail!(
                 "the degraded tier cannot keep the sandbox away from {}: put the audit log and the report outside the writable roots",
-                crate::sources::shown(out)
+                crate::text::shown(out)
             );
         }
         eprintln!(
@@ -345,7 +337,7 @@ fn begin(plan: &mut plan::Plan, early: Early) -> Result<Pending> {
                 "airlock: warning: the degraded tier cannot hide .env files in the workspace or a writable root: {} stay readable",
                 plan.deny_read_env
                     .iter()
-                    .map(|p| crate::sources::shown(p))
+                    .map(|p| crate::text::shown(p))
                     .collect::<Vec<_>>()
                     .join(", ")
             );
@@ -569,7 +561,8 @@ fn run_platform(
     }
     // This run's roots join those a later run's trust covers (SPEC §3.5);
     // written before the snapshot, which sees it when HOME is a root.
-    crate::trust::remember_roots(&plan.write).context("remembering the run's writable roots")?;
+    crate::policy::trust::remember_roots(&plan.write)
+        .context("remembering the run's writable roots")?;
     // Nested repositories' items as they are, by content and identity, so
     // that a touch that changes nothing is not taken for a write
     // (integrity/identity.rs); sound whenever taken, so it runs beside.
@@ -632,7 +625,7 @@ fn run_platform(
         dns_server: args.policy.dns_server,
         inspect,
         lend_to,
-        upstream_proxy: crate::proxy_cmd::upstream_proxy(&args.policy)?,
+        upstream_proxy: crate::inspect_setup::upstream_proxy(&args.policy)?,
     });
     if let Some(std_listener) = sandbox.listener {
         std_listener
@@ -754,7 +747,7 @@ fn run_platform(
             };
             Some(crate::session::server::serve(
                 listening,
-                crate::session::wire::Seq(to_init),
+                crate::seqpacket::Seq(to_init),
                 &setup,
             )?)
         }
@@ -987,7 +980,7 @@ fn bind_own_files_under_tmp(plan: &mut plan::Plan) {
         if !p.is_absolute() || !p.starts_with("/tmp") || p == std::path::Path::new("/tmp") {
             continue;
         }
-        let p = plan::lexical(p);
+        let p = crate::paths::lexical(p);
         let covered = |list: &[std::path::PathBuf]| list.iter().any(|b| p.starts_with(b));
         if covered(&plan.tmp_binds)
             || covered(&plan.tmp_read_binds)
@@ -1085,7 +1078,7 @@ fn withhold_socket(plan: &mut plan::Plan, is_own: impl Fn(&std::path::Path) -> b
         if own {
             eprintln!(
                 "airlock: warning: unix_sockets lists airlock's own approval socket ({}); it stays out of the sandbox",
-                crate::sources::shown(p)
+                crate::text::shown(p)
             );
         }
         !own

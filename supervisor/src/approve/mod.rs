@@ -84,7 +84,7 @@ pub fn approver_for(
     } else {
         "deny"
     };
-    let persist = || Persist::new(crate::sources::user_policy_path());
+    let persist = || Persist::new(crate::places::user_policy_path());
     match ask.unwrap_or(default) {
         "deny" => Ok(Arc::new(DenyApprover)),
         "tty" => match std::fs::OpenOptions::new()

@@ -212,7 +212,7 @@ fn record_path() -> Option<PathBuf> {
 impl Cleared {
     pub fn load() -> Cleared {
         let bytes = record_path()
-            .and_then(|p| crate::trust::read_no_follow(&p).ok())
+            .and_then(|p| crate::paths::read_no_follow(&p).ok())
             .unwrap_or_default();
         let set = String::from_utf8_lossy(&bytes)
             .lines()
@@ -263,7 +263,7 @@ impl Cleared {
             Ok(m) if m.len() > 2 * KEEP as u64 * 48 => {
                 // Keep the newest lines: an entry dropped only means that
                 // item is judged by its ctime again (fails closed).
-                if let Ok(bytes) = crate::trust::read_no_follow(&p) {
+                if let Ok(bytes) = crate::paths::read_no_follow(&p) {
                     let text = String::from_utf8_lossy(&bytes);
                     let lines: Vec<&str> = text.lines().collect();
                     let keep = lines[lines.len().saturating_sub(KEEP)..].join("\n") + "\n";

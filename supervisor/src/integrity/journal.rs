@@ -26,7 +26,7 @@ pub struct Journal {
 }
 
 fn dir() -> Option<PathBuf> {
-    crate::sources::user_policy_path().and_then(|p| p.parent().map(|d| d.join("pending")))
+    crate::places::user_policy_path().and_then(|p| p.parent().map(|d| d.join("pending")))
 }
 
 /// Field 22 of /proc/PID/stat: when the process started, in clock ticks.
@@ -122,7 +122,7 @@ pub fn open_since(own: &str) -> Vec<SystemTime> {
         .map(|e| e.path())
         .filter(|p| p.extension().is_some_and(|x| x == "json"))
         .filter(|p| own.as_ref() != Some(p))
-        .filter_map(|p| crate::trust::read_no_follow(&p).ok())
+        .filter_map(|p| crate::paths::read_no_follow(&p).ok())
         .filter_map(|b| serde_json::from_slice::<Since>(&b).ok())
         .map(|s| SystemTime::UNIX_EPOCH + Duration::new(s.since.0, s.since.1.min(999_999_999)))
         .collect()
@@ -140,7 +140,7 @@ pub fn abandoned() -> Vec<(PathBuf, Journal)> {
         if path.extension().is_none_or(|x| x != "json") {
             continue;
         }
-        let Ok(bytes) = crate::trust::read_no_follow(&path) else {
+        let Ok(bytes) = crate::paths::read_no_follow(&path) else {
             continue;
         };
         let Ok(j) = serde_json::from_slice::<Journal>(&bytes) else {

@@ -8,14 +8,13 @@ pub mod identity;
 pub mod journal;
 pub mod nested;
 pub mod quarantine;
-pub mod set;
 pub mod snapshot;
 #[cfg(target_os = "linux")]
 pub mod watch;
 pub mod windows;
 
+pub use crate::plan::protected::Protected;
 pub use quarantine::Outcome;
-pub use set::Protected;
 
 use std::path::PathBuf;
 use std::time::SystemTime;
@@ -70,10 +69,11 @@ pub fn check_near(
     for r in &replaced {
         failed.push(format!(
             "the writable root {} was replaced during the run (by a link or a file)",
-            crate::sources::shown(r)
+            crate::text::shown(r)
         ));
         let holder = r.parent().and_then(|p| {
-            set::root_of(p, roots).or_else(|| roots.iter().find(|x| x.as_path() == p))
+            crate::plan::protected::root_of(p, roots)
+                .or_else(|| roots.iter().find(|x| x.as_path() == p))
         });
         if let Some((holder, rel)) = holder.and_then(|h| Some((h, r.strip_prefix(h).ok()?))) {
             changes.push(snapshot::Change {
@@ -168,7 +168,7 @@ pub fn recover() {
     for (path, j) in journal::abandoned() {
         eprintln!(
             "airlock: finishing the post-run check of run {}, whose airlock was killed",
-            crate::sources::escape(&j.run)
+            crate::text::escape(&j.run)
         );
         // Nothing was recorded beside that run: judged by ctime alone.
         let c = check(

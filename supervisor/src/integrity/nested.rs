@@ -31,9 +31,9 @@ use nix::fcntl::AtFlags;
 use nix::sys::stat::fstatat;
 
 use super::identity::{observe, only_exec_changed, put_mode_back, same, Before, Cleared};
-use super::set::{git_dir_surface, Protected};
 use super::snapshot::{open_dir, Change, ChangeKind, State};
 use super::windows::Windows;
+use crate::plan::protected::{git_dir_surface, Protected};
 
 /// Whether a sandbox made an item what it is: its ctime lies in a
 /// sandbox's window, and it is not, by content and identity, what the
@@ -395,7 +395,7 @@ fn config_targets(config: &Path, reach: &Reach, depth: u8, out: &mut Vec<PathBuf
 /// set in `~/.gitconfig.local`, which `~/.gitconfig` includes). Asked of
 /// git only when one of those files mentions a hooks path or an include.
 pub fn global_hooks_paths(home: Option<&Path>) -> Vec<Vec<u8>> {
-    if !super::set::user_git_config_mentions_targets(home) {
+    if !crate::plan::protected::user_git_config_mentions_targets(home) {
         return vec![];
     }
     let mut out = vec![];
@@ -515,7 +515,7 @@ fn items_of(
     // What the hook managers installed in this repository read at commit
     // time, at the top of its work tree (a directory by its entries).
     for top in &reach.tops {
-        for name in super::set::HOOK_MANAGERS {
+        for name in crate::plan::protected::HOOK_MANAGERS {
             let p = top.join(name);
             match std::fs::symlink_metadata(&p) {
                 Ok(m) if m.is_dir() => entries_below(&p, 3, &mut items),
@@ -610,7 +610,7 @@ const FOUND_PER_ROOT: usize = 10_000;
 
 fn read_found() -> std::collections::BTreeMap<PathBuf, Vec<PathBuf>> {
     found_record()
-        .and_then(|p| crate::trust::read_no_follow(&p).ok())
+        .and_then(|p| crate::paths::read_no_follow(&p).ok())
         .and_then(|b| serde_json::from_slice(&b).ok())
         .unwrap_or_default()
 }
@@ -749,7 +749,7 @@ pub fn changes_near(
             for abs in items_of(&found, home.as_deref(), &global_hooks, judge) {
                 // What lies outside every writable root, the sandbox could
                 // not write.
-                let Some(item_root) = super::set::root_of(&abs, roots) else {
+                let Some(item_root) = crate::plan::protected::root_of(&abs, roots) else {
                     continue;
                 };
                 let Ok(rel) = abs.strip_prefix(item_root) else {

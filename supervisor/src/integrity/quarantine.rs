@@ -139,7 +139,7 @@ fn worktree_points_back(git_dir: &Path, value: &str) -> bool {
         return false;
     };
     let dot_git = tree.join(".git");
-    let Ok(text) = crate::trust::read_no_follow(&dot_git) else {
+    let Ok(text) = crate::paths::read_no_follow(&dot_git) else {
         return false;
     };
     let text = String::from_utf8_lossy(&text);
@@ -644,14 +644,14 @@ pub fn lines(outcomes: &[Outcome]) -> Vec<String> {
             ),
             None => out.push(format!(
                 "airlock: the sandbox changed a protected path: {}",
-                crate::sources::escape(&describe(o))
+                crate::text::escape(&describe(o))
             )),
         }
     }
     for (repo, n) in new_repos {
-        let shown = crate::sources::escape(&repo.display().to_string());
+        let shown = crate::text::escape(&repo.display().to_string());
         let kept =
-            crate::sources::escape(&n.config.parent().unwrap_or(&n.config).display().to_string());
+            crate::text::escape(&n.config.parent().unwrap_or(&n.config).display().to_string());
         let running: Vec<String> = git_config_entries(&n.config).map_or_else(
             || vec!["config (unreadable)".to_string()],
             |entries| {
@@ -680,7 +680,7 @@ pub fn lines(outcomes: &[Outcome]) -> Vec<String> {
         } else {
             let what: Vec<String> = running
                 .into_iter()
-                .chain(hooks.iter().map(|h| crate::sources::escape(h)))
+                .chain(hooks.iter().map(|h| crate::text::escape(h)))
                 .collect();
             out.push(format!(
                 "airlock: the sandbox changed a protected path: new git repository {shown} held what would run programs \

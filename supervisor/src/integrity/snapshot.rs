@@ -12,7 +12,7 @@ use nix::errno::Errno;
 use nix::fcntl::{openat, readlinkat, OFlag, AT_FDCWD};
 use nix::sys::stat::{fstatat, FileStat, Mode, SFlag};
 
-use super::set::Protected;
+use crate::plan::protected::Protected;
 
 /// Files at most this large are kept, so they can be restored.
 const KEEP_BYTES: i64 = 256 * 1024;

@@ -21,7 +21,7 @@ use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use nix::sys::eventfd::{EfdFlags, EventFd};
 use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify};
 
-use super::set::Protected;
+use crate::plan::protected::Protected;
 
 pub struct Watch {
     wake: EventFd,
@@ -162,7 +162,7 @@ pub fn start(set: &[Protected], killer: Arc<OnceLock<Killer>>) -> Option<Watch> 
                     }
                     eprintln!(
                         "airlock: the sandbox created {}, which would make git run code it controls; the sandbox was stopped",
-                        crate::sources::shown(&p)
+                        crate::text::shown(&p)
                     );
                 } else if !cache.as_ref().is_some_and(|c| p.starts_with(c)) {
                     // In airlock's own caches a tool's empty marker is
@@ -170,7 +170,7 @@ pub fn start(set: &[Protected], killer: Arc<OnceLock<Killer>>) -> Option<Watch> 
                     // and reports it when it holds anything.
                     eprintln!(
                         "airlock: the sandbox created {}, which host tools obey; it will be quarantined when the run ends",
-                        crate::sources::shown(&p)
+                        crate::text::shown(&p)
                     );
                 }
                 seen.push(p);

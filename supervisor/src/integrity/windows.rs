@@ -122,7 +122,7 @@ fn merged(mut spans: Vec<(u128, u128)>, keep: usize) -> Vec<(u128, u128)> {
 
 /// The record alone (closed windows).
 fn read_record() -> Option<Vec<(u128, u128)>> {
-    let bytes = crate::trust::read_no_follow(&path()?).ok()?;
+    let bytes = crate::paths::read_no_follow(&path()?).ok()?;
     Some(parse(&String::from_utf8_lossy(&bytes)))
 }
 

@@ -153,7 +153,7 @@ pub fn run(plan: &Plan, channel: &mut UnixStream, proxy_port: Option<u16>) -> Re
             let code = match sandbox_init(&plan, &tmp.0, channel, proxy_port, watcher, armed) {
                 Ok(code) => code,
                 Err(e) => {
-                    super::helper::send_line(channel, "error", &format!("{e:#}"));
+                    super::channel::send_line(channel, "error", &format!("{e:#}"));
                     125
                 }
             };
@@ -360,11 +360,11 @@ fn sandbox_init(
     // the post-run check (SPEC §4.5) quarantines or restores what changed;
     // airlock's own files (trust store, journals, CA, managed policy) and
     // hidden paths are carved out as before.
-    let own: Vec<PathBuf> = crate::sources::user_policy_path()
+    let own: Vec<PathBuf> = crate::places::user_policy_path()
         .and_then(|p| p.parent().map(PathBuf::from))
         .into_iter()
         .chain(airlock_ca::default_dir())
-        .chain(crate::sources::managed_policy_files())
+        .chain(crate::places::managed_policy_files())
         .collect();
     let hidden_write: Vec<PathBuf> = plan
         .deny_read
@@ -406,7 +406,7 @@ fn sandbox_init(
     // The watcher's deny_read watch: inodes born from now on carry no rule.
     let armed = armed.map(super::denywatch::arm);
     seccomp::install(true)?;
-    super::helper::close_on_exec(channel)?;
+    super::channel::close_on_exec(channel)?;
     if let Some(at) = armed.filter(|_| super::denywatch::settle_needed(plan)) {
         super::denywatch::settle(at);
     }

@@ -22,7 +22,7 @@ use std::sync::Mutex;
 /// Distinct refusals kept; past it they are counted.
 const CAP: usize = 1000;
 
-use crate::report::FsRefusal;
+use crate::refusal::FsRefusal;
 
 #[derive(Default)]
 struct Tally {
@@ -105,7 +105,7 @@ pub fn refusals() -> (Vec<FsRefusal>, u64) {
         .seen
         .iter()
         .map(|((path, op), (rule, count))| FsRefusal {
-            path: crate::sources::escape(&path.to_string_lossy()),
+            path: crate::text::escape(&path.to_string_lossy()),
             op,
             rule,
             count: *count,
@@ -121,7 +121,7 @@ fn how_to_allow(path: &Path, rule: &str) -> String {
         "protected" => "protected: host tools run or obey it, so no sandbox may write it (SPEC §4.5); change it outside the sandbox".into(),
         _ => {
             let dir = path.parent().unwrap_or(path);
-            let shown = crate::sources::shown(dir);
+            let shown = crate::text::shown(dir);
             format!("outside the writable roots: --write {shown} or add \"{shown}\" to [filesystem].write")
         }
     }
@@ -228,7 +228,7 @@ fn absolute(pid: u32, dirfd: Option<i64>, raw: &[u8]) -> Option<PathBuf> {
     use std::os::unix::ffi::OsStrExt;
     let p = Path::new(std::ffi::OsStr::from_bytes(raw));
     if p.is_absolute() {
-        return Some(crate::plan::lexical(p));
+        return Some(crate::paths::lexical(p));
     }
     let base = match dirfd {
         None => std::fs::read_link(format!("/proc/{pid}/cwd")).ok()?,
@@ -238,7 +238,7 @@ fn absolute(pid: u32, dirfd: Option<i64>, raw: &[u8]) -> Option<PathBuf> {
         Some(fd) => std::fs::read_link(format!("/proc/{pid}/fd/{}", fd as i32)).ok()?,
     };
     base.is_absolute()
-        .then(|| crate::plan::lexical(&base.join(p)))
+        .then(|| crate::paths::lexical(&base.join(p)))
 }
 
 /// One stopped call's path arguments, copied while it waits: what the

@@ -11,6 +11,10 @@ use nix::sched::{unshare, CloneFlags};
 use nix::sys::wait::{waitpid, WaitStatus};
 use nix::unistd::{fork, getgid, getuid, ForkResult, Pid};
 
+use super::channel::{
+    close_inherited, close_on_exec, debug, phase, phase_now, send_line, send_phases, DEBUG,
+    LOG_FROM_PLAN, PHASES,
+};
 use super::denywatch::DenyWatch;
 use super::{caps, capture, init, landlock, limits, mounts, netns, seccomp, sockets};
 
@@ -21,18 +25,6 @@ use crate::plan::{Net, Plan, SANDBOX_PROXY_PORT};
 /// (the command's, which the command's environment never sees: init
 /// exec's it with the plan's).
 pub const DEBUG_ENV: &str = "AIRLOCK_HELPER_DEBUG";
-
-/// Whether the helper logs its steps (`-vv`): told by [`DEBUG_ENV`] when
-/// re-executed, by the supervisor's own level when forked.
-static DEBUG: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
-
-fn debug() -> bool {
-    DEBUG.load(std::sync::atomic::Ordering::Relaxed)
-}
-
-/// Forked before the supervisor set its logging up: ours starts with the
-/// plan, which carries its filter; phases are kept until then.
-static LOG_FROM_PLAN: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
 /// Entry point of the helper (`airlock __sandbox-helper <fd> <pid>
 /// <ahead>`, or a fork of `run`); never returns.
@@ -68,31 +60,6 @@ pub fn main(fd: RawFd, supervisor: libc::pid_t, ahead: Ahead) -> ! {
         }
     };
     std::process::exit(code)
-}
-
-/// Close every descriptor but 0, 1, 2 and `keep`.
-pub(super) fn close_inherited(keep: RawFd) {
-    let keep = keep.max(2) as libc::c_uint;
-    let ranges = [(3, keep.saturating_sub(1)), (keep + 1, libc::c_uint::MAX)];
-    for (lo, hi) in ranges.into_iter().filter(|(lo, hi)| lo <= hi) {
-        // SAFETY: close_range on our own descriptor table.
-        if unsafe { libc::syscall(libc::SYS_close_range, lo, hi, 0) } == 0 {
-            continue;
-        }
-        // Before Linux 5.9: close them one by one (listed first, since
-        // listing opens a descriptor of its own).
-        let fds: Vec<libc::c_uint> = std::fs::read_dir("/proc/self/fd")
-            .map(|d| {
-                d.flatten()
-                    .filter_map(|e| e.file_name().to_str()?.parse().ok())
-                    .collect()
-            })
-            .unwrap_or_default();
-        for n in fds.into_iter().filter(|n| (lo..=hi).contains(n)) {
-            // SAFETY: closing a descriptor nothing in this process uses.
-            unsafe { libc::close(n as RawFd) };
-        }
-    }
 }
 
 fn read_plan(channel: &mut UnixStream) -> Result<Plan> {
@@ -170,7 +137,7 @@ fn build_and_run(channel: &mut UnixStream, supervisor: libc::pid_t, ahead: Ahead
     };
     let plan = read_plan(channel)?;
     if LOG_FROM_PLAN.swap(false, std::sync::atomic::Ordering::Relaxed) {
-        crate::init_tracing_with(if plan.log.is_empty() {
+        crate::logging::init_tracing_with(if plan.log.is_empty() {
             "warn"
         } else {
             &plan.log
@@ -347,17 +314,6 @@ fn build_and_run(channel: &mut UnixStream, supervisor: libc::pid_t, ahead: Ahead
             Ok(code)
         }
     }
-}
-
-/// One message line to the supervisor. Its text can hold what the
-/// sandbox chose (argv, names it made): control characters are replaced,
-/// so that it can never start a line of its own (a forged `status:`).
-pub fn send_line(channel: &mut UnixStream, kind: &str, text: &str) {
-    let text: String = text
-        .chars()
-        .map(|c| if c.is_control() { '\u{fffd}' } else { c })
-        .collect();
-    let _ = channel.write_all(format!("{kind}: {text}\n").as_bytes());
 }
 
 /// PID 1's exit code (EINTR retried; only exits and deaths are reported).
@@ -547,8 +503,7 @@ fn pid1(
     // A session's commands come on a socket of their own (SPEC §4.7).
     let session = match plan.session {
         true => {
-            let (ours, theirs) =
-                crate::session::wire::Seq::pair().context("the session's socket")?;
+            let (ours, theirs) = crate::seqpacket::Seq::pair().context("the session's socket")?;
             netns::send_fd(channel, theirs.0.as_fd())
                 .context("passing the session's socket to the supervisor")?;
             Some(ours)
@@ -574,46 +529,4 @@ fn pid1(
         Some(session) => init::serve_session(channel, session, Some(done)),
         None => init::run(plan, channel, init::Reap::Namespace, Some(done)),
     }
-}
-
-/// Setup steps' ends, on CLOCK_MONOTONIC, for the supervisor's `-vv`.
-/// Kept here and written by PID 1 once the descriptors have been passed
-/// (a line in between would break that exchange); PID 1 inherits the
-/// helper's marks with the fork.
-static PHASES: std::sync::Mutex<String> = std::sync::Mutex::new(String::new());
-
-fn phase(name: &str) {
-    // Only `-vv` shows them: the rest of the time, not even the string.
-    if !debug() && !LOG_FROM_PLAN.load(std::sync::atomic::Ordering::Relaxed) {
-        return;
-    }
-    let now = crate::run_cmd::monotonic_ns();
-    if let Ok(mut p) = PHASES.lock() {
-        p.push_str(&format!("phase: {now} {name}\n"));
-    }
-}
-
-/// A step after the descriptors have been passed: written at once.
-pub fn phase_now(channel: &mut UnixStream, name: &str) {
-    if !debug() {
-        return;
-    }
-    let now = crate::run_cmd::monotonic_ns();
-    let _ = channel.write_all(format!("phase: {now} {name}\n").as_bytes());
-}
-
-fn send_phases(channel: &mut UnixStream) {
-    if let Ok(p) = PHASES.lock() {
-        let _ = channel.write_all(p.as_bytes());
-    }
-}
-
-pub fn close_on_exec(channel: &UnixStream) -> Result<()> {
-    let flags = nix::fcntl::fcntl(channel.as_fd(), nix::fcntl::FcntlArg::F_GETFD)
-        .context("channel flags")?;
-    let mut fdflags = nix::fcntl::FdFlag::from_bits_truncate(flags);
-    fdflags.insert(nix::fcntl::FdFlag::FD_CLOEXEC);
-    nix::fcntl::fcntl(channel.as_fd(), nix::fcntl::FcntlArg::F_SETFD(fdflags))
-        .context("channel flags")?;
-    Ok(())
 }

@@ -325,7 +325,7 @@ fn spawn_command(
     scope: Option<std::os::fd::OwnedFd>,
 ) -> Result<Pid> {
     let failed = |channel: &mut UnixStream, e: anyhow::Error| -> Result<Pid> {
-        super::helper::send_line(channel, "exec-error", &format!("{e:#}"));
+        super::channel::send_line(channel, "exec-error", &format!("{e:#}"));
         // The exit status is the child's: one that only exits.
         // SAFETY: init is single-threaded; the child only _exits.
         match unsafe { fork() }.context("starting the command")? {
@@ -358,7 +358,7 @@ fn spawn_command(
     if errno != 0 {
         let e = anyhow::Error::new(nix::errno::Errno::from_raw(errno))
             .context(format!("cannot run {}", prepared.shown.display()));
-        super::helper::send_line(channel, "exec-error", &format!("{e:#}"));
+        super::channel::send_line(channel, "exec-error", &format!("{e:#}"));
     }
     Ok(Pid::from_raw(pid))
 }
@@ -397,7 +397,7 @@ pub fn run(
     done: Option<std::os::fd::OwnedFd>,
 ) -> Result<i32> {
     wait_for_go(channel)?;
-    super::helper::phase_now(channel, "supervisor said go");
+    super::channel::phase_now(channel, "supervisor said go");
     let mask = block_signals()?;
     let scope = match reap {
         Reap::Subreaper { scoped: true } => Some(
@@ -435,7 +435,7 @@ pub fn run(
             ) {
                 Ok(WaitStatus::StillAlive) | Err(_) => break,
                 Ok(status) if status.pid() == Some(command) => {
-                    super::helper::phase_now(channel, "command exited");
+                    super::channel::phase_now(channel, "command exited");
                     let code = exit_code(status).unwrap_or(125);
                     // Nothing started inside outlives the command.
                     let empty = match reap {
@@ -448,7 +448,7 @@ pub fn run(
                             false
                         }
                     };
-                    super::helper::phase_now(channel, "leftovers reaped");
+                    super::channel::phase_now(channel, "leftovers reaped");
                     // Only a namespace seen empty is reported early; else
                     // `done` closes unwritten with our exit, which the
                     // kernel completes only once every process of the
@@ -488,7 +488,7 @@ struct SessionCommand {
 /// layer of the sandbox: nothing is built per command.
 pub fn serve_session(
     channel: &mut UnixStream,
-    session: crate::session::wire::Seq,
+    session: crate::seqpacket::Seq,
     done: Option<std::os::fd::OwnedFd>,
 ) -> Result<i32> {
     use std::os::fd::AsRawFd;

@@ -4,6 +4,7 @@
 pub mod attribution;
 pub mod caps;
 pub mod capture;
+pub mod channel;
 pub mod degraded;
 pub mod denywatch;
 pub mod fsrefusals;
@@ -367,7 +368,7 @@ impl Spawned {
                 drop(ours);
                 if !wipe_cmdline_and_environ() {
                     let mut theirs = theirs;
-                    helper::send_line(
+                    channel::send_line(
                         &mut theirs,
                         "error",
                         "cannot clear the helper's copy of the command line",

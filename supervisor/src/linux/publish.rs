@@ -58,7 +58,7 @@ pub fn factory() -> Result<OwnedFd> {
             // SAFETY: prctl with constant arguments.
             unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) };
             let keep = std::os::fd::AsRawFd::as_raw_fd(&ours);
-            super::helper::close_inherited(keep);
+            super::channel::close_inherited(keep);
             // Nor the command's terminal or pipes: a reader waiting for
             // their end must not wait on the factory.
             if let Ok(null) = std::fs::OpenOptions::new()

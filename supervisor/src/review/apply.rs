@@ -89,7 +89,7 @@ pub fn conflict(cs: &Changeset, e: &Entry) -> Option<String> {
         if let Some(p) = newer_below(&path, since, 0) {
             return Some(format!(
                 "the host changed {} inside it",
-                crate::sources::shown(&p)
+                crate::text::shown(&p)
             ));
         }
     }

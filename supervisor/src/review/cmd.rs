@@ -9,7 +9,7 @@ use serde_json::json;
 use super::scan::{self, Change, Entry, Kind};
 use super::{apply, changes_dir, valid_id, Changeset};
 use crate::cli::ChangesCommand;
-use crate::sources::shown;
+use crate::text::shown;
 
 pub fn run(action: Option<&ChangesCommand>, json: bool) -> Result<ExitCode> {
     match action {
@@ -72,7 +72,7 @@ fn list(json: bool) -> Result<ExitCode> {
             "{}  {}  {}  {}",
             c.meta.id,
             shown(&c.meta.workspace),
-            crate::sources::escape(&airlock_proxy::escape::argv(&c.meta.argv)),
+            crate::text::escape(&airlock_proxy::escape::argv(&c.meta.argv)),
             state
         );
     }
@@ -181,7 +181,7 @@ fn diff(id: &str, stat: bool, json: bool) -> Result<ExitCode> {
     say!(
         "changeset {} ({}): {}",
         cs.meta.id,
-        crate::sources::escape(&airlock_proxy::escape::argv(&cs.meta.argv)),
+        crate::text::escape(&airlock_proxy::escape::argv(&cs.meta.argv)),
         scan::summary(&cs.meta.entries)
     );
     for e in &shown_entries {
@@ -249,7 +249,7 @@ fn diff(id: &str, stat: bool, json: bool) -> Result<ExitCode> {
 /// A PATH given to apply, as a host path: absolute, with what exists of
 /// it resolved as the roots are.
 fn host_path(p: &Path) -> PathBuf {
-    let abs = crate::plan::lexical(&std::env::current_dir().unwrap_or_default().join(p));
+    let abs = crate::paths::lexical(&std::env::current_dir().unwrap_or_default().join(p));
     if let Some(c) = crate::resolve::canonical(&abs) {
         return c;
     }

@@ -234,7 +234,7 @@ pub fn prepare(plan: &mut Plan, workspace: &Path, home: &Path) -> Result<Changes
             protected: plan
                 .protected
                 .iter()
-                .map(crate::integrity::Protected::path)
+                .map(crate::plan::protected::Protected::path)
                 .chain(plan.deny_write.iter().cloned())
                 .collect(),
             state: "running".into(),

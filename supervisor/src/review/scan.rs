@@ -264,7 +264,7 @@ impl Walk<'_> {
 /// depth (a nested project's `.envrc` too), a git directory's surface
 /// (a new `.git` whole), or a start-up file in HOME.
 pub fn is_protected(path: &Path, protected: &[PathBuf], home: &Path) -> bool {
-    use crate::integrity::set::{GIT_DIR_SURFACE, HOME_SURFACE, ROOT_SURFACE};
+    use crate::plan::protected::{GIT_DIR_SURFACE, HOME_SURFACE, ROOT_SURFACE};
     if protected.iter().any(|p| crate::paths::under(path, p)) {
         return true;
     }

@@ -10,7 +10,6 @@
 //! Rule order matters: Seatbelt applies the last rule that matches, so the
 //! allows come first and every deny after them.
 
-mod options;
 pub mod pathre;
 mod verify;
 
@@ -18,7 +17,6 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
-pub use options::MacosPlan;
 #[cfg_attr(not(target_os = "macos"), allow(unused_imports))]
 pub use verify::VERIFY_ON_A_MAC;
 

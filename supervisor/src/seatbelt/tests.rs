@@ -10,6 +10,7 @@ use proptest::prelude::*;
 
 use super::eval::{self, Evaluator, Query, Target};
 use super::*;
+use crate::plan::macos::MacosPlan;
 
 const HOME: &str = "/Users/dev";
 const WS: &str = "/Users/dev/project";

@@ -155,7 +155,7 @@ pub fn run(args: &RunArgs, name: &str) -> Result<ExitCode> {
             "airlock: timed out after {:?}; the command was killed (what it left in the background runs until the session ends)",
             timeout.unwrap_or(Duration::ZERO)
         );
-        code = i32::from(crate::run_cmd::EXIT_TIMEOUT);
+        code = i32::from(crate::report::EXIT_TIMEOUT);
     }
     if let (Some(file), Some(r)) = (report, answer.get("report")) {
         let mut r = r.clone();

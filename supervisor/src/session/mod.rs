@@ -8,7 +8,6 @@
 
 pub mod client;
 pub mod server;
-pub mod wire;
 
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
@@ -44,7 +43,7 @@ pub fn check_name(name: &str) -> Result<()> {
     if !ok {
         bail!(
             "session name {:?}: use 1 to 64 letters, digits, '.', '_' or '-' (not starting with '.')",
-            crate::sources::escape(name)
+            crate::text::escape(name)
         );
     }
     Ok(())
@@ -88,7 +87,7 @@ pub fn peer_outside(fd: &OwnedFd) -> Result<u32> {
 }
 
 /// Connect to session `name`'s socket and check who serves it.
-pub fn connect(name: &str) -> Result<wire::Seq> {
+pub fn connect(name: &str) -> Result<crate::seqpacket::Seq> {
     check_name(name)?;
     let dir = dir()?;
     let path = socket_path(&dir, name);
@@ -107,7 +106,7 @@ pub fn connect(name: &str) -> Result<wire::Seq> {
         e => anyhow::anyhow!("connecting to session {name:?} at {}: {e}", path.display()),
     })?;
     peer_outside(&fd).with_context(|| format!("refusing the socket {}", path.display()))?;
-    Ok(wire::Seq(fd))
+    Ok(crate::seqpacket::Seq(fd))
 }
 
 /// `airlock session end NAME [--report FILE]`: the session stops every
@@ -182,7 +181,7 @@ pub fn list(json: bool) -> Result<ExitCode> {
             "{}  pid {}  workspace {}  commands {}",
             s("name"),
             v.get("pid").and_then(|p| p.as_u64()).unwrap_or(0),
-            crate::sources::escape(&s("workspace")),
+            crate::text::escape(&s("workspace")),
             v.get("commands").and_then(|p| p.as_u64()).unwrap_or(0)
         );
     }

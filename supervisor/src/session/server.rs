@@ -15,8 +15,8 @@ use airlock_proxy::{Blocked, Engine, UpstreamFailure};
 use anyhow::{Context, Result};
 use serde_json::{json, Value};
 
-use super::wire::Seq;
 use crate::plan::Plan;
+use crate::seqpacket::Seq;
 
 /// Set on the re-executed `session start`: the descriptor on which it says
 /// it serves (or closes without a word when it could not start).
@@ -378,7 +378,7 @@ fn run_command(
         Err(why) => {
             notes.push(format!(
                 "airlock: the command starts in the workspace root {}: {why}",
-                crate::sources::shown(&setup.plan.cwd)
+                crate::text::shown(&setup.plan.cwd)
             ));
             setup.plan.cwd.clone()
         }
@@ -504,7 +504,7 @@ fn run_command(
         &crate::linux::fsrefusals::refusals().0,
         |f| (f.path.clone(), f.op),
         |f| f.count,
-        |f, n| crate::report::FsRefusal {
+        |f, n| crate::refusal::FsRefusal {
             count: n,
             ..f.clone()
         },

@@ -534,7 +534,7 @@ fn links_on_the_way(
                     }
                     // Folded by name: an approximation only where a `..`
                     // follows a link, which the next turn resolves.
-                    path = crate::plan::lexical(&next);
+                    path = crate::paths::lexical(&next);
                     continue 'resolve;
                 }
             }

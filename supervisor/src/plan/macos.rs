@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use airlock_policy::{Located, Policy};
 use serde::{Deserialize, Serialize};
 
-use crate::plan::{absolute_glob, resolve_path};
+use crate::paths::{absolute_glob, resolve_path};
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct MacosPlan {

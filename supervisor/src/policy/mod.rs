@@ -1,5 +1,11 @@
 //! Gathering policy from its places (SPEC §3.3): built-in defaults, the
-//! user file, the project file, the command line and the managed file.
+//! user file, the project file, the command line and the managed file;
+//! with trust in project files (`trust`) and the machine as presets see
+//! it (`machine`). The policy stage of the pipeline (SPEC §1): it takes
+//! the request's flags and gives the plan stage a `Built` policy.
+
+pub mod machine;
+pub mod trust;
 
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
@@ -11,91 +17,10 @@ use airlock_policy::{
 use anyhow::{bail, Context, Result};
 
 use crate::cli::PolicyArgs;
-use crate::probe::SystemProbe;
-use crate::trust::Trust;
-
-pub const DEFAULT_MANAGED: &str = "/etc/airlock/managed.toml";
-
-/// `$XDG_CONFIG_HOME/airlock/policy.toml`.
-pub fn user_policy_path() -> Option<PathBuf> {
-    let base = std::env::var_os("XDG_CONFIG_HOME")
-        .filter(|v| !v.is_empty())
-        .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".config")))?;
-    Some(base.join("airlock/policy.toml"))
-}
-
-/// The managed policy's path, and whether it must exist (SPEC §3.3).
-///
-/// `AIRLOCK_MANAGED_POLICY` names a managed file only on a machine without
-/// `/etc/airlock/managed.toml`: where anything stands at that path (a file,
-/// an unreadable one, a directory, a dangling link) or its presence cannot
-/// be told, the variable is an error, never a replacement, because whoever
-/// sets the caller's environment is not the administrator. The variable
-/// naming that very file is no replacement and is accepted. An explicit
-/// variable that points nowhere is an error too, and so is anything at the
-/// default path that cannot be read (a link to nowhere included): the
-/// managed policy fails closed.
-pub fn managed_policy_path() -> Result<(PathBuf, bool)> {
-    managed_policy_path_in(
-        Path::new(DEFAULT_MANAGED),
-        std::env::var_os("AIRLOCK_MANAGED_POLICY").filter(|v| !v.is_empty()),
-    )
-}
-
-fn managed_policy_path_in(
-    default: &Path,
-    var: Option<std::ffi::OsString>,
-) -> Result<(PathBuf, bool)> {
-    let present = match std::fs::symlink_metadata(default) {
-        Ok(_) => Ok(true),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
-        Err(e) => Err(e),
-    };
-    let Some(named) = var.map(PathBuf::from) else {
-        // Something there that is not readable is loaded as required, so a
-        // link to nowhere or a directory is an error rather than "none".
-        return Ok((default.to_path_buf(), !matches!(present, Ok(false))));
-    };
-    match present {
-        Ok(false) => Ok((named, true)),
-        Ok(true) if same_file(&named, default) => Ok((default.to_path_buf(), true)),
-        Ok(true) => bail!(
-            "AIRLOCK_MANAGED_POLICY={} is refused: this machine has a managed policy at {}, \
-             which the environment cannot replace (SPEC §3.3); unset AIRLOCK_MANAGED_POLICY",
-            shown(&named),
-            default.display()
-        ),
-        Err(e) => bail!(
-            "AIRLOCK_MANAGED_POLICY={} is refused: whether this machine has a managed policy at {} \
-             cannot be told ({e}), and the environment may name one only where there is none; \
-             unset AIRLOCK_MANAGED_POLICY",
-            shown(&named),
-            default.display()
-        ),
-    }
-}
-
-/// Both name the same existing file (device and inode, links followed).
-fn same_file(a: &Path, b: &Path) -> bool {
-    use std::os::unix::fs::MetadataExt;
-    match (std::fs::metadata(a), std::fs::metadata(b)) {
-        (Ok(x), Ok(y)) => x.dev() == y.dev() && x.ino() == y.ino(),
-        _ => false,
-    }
-}
-
-/// Every path that may hold the managed policy, for protection: it is never
-/// writable from inside, whichever of them applies.
-pub fn managed_policy_files() -> Vec<PathBuf> {
-    let mut out = vec![PathBuf::from(DEFAULT_MANAGED)];
-    out.extend(
-        std::env::var_os("AIRLOCK_MANAGED_POLICY")
-            .filter(|v| !v.is_empty())
-            .map(PathBuf::from),
-    );
-    out
-}
+use crate::places::{managed_policy_path, user_policy_path};
+use crate::text::shown;
+use machine::{Sandboxed, SystemProbe};
+use trust::Trust;
 
 pub fn format_diagnostics(diags: &[Diagnostic]) -> String {
     diags
@@ -122,18 +47,6 @@ pub fn load_file(
             message: format!("cannot read: {e}"),
         }]),
     }
-}
-
-/// A path for a message: control characters escaped, so a name the sandbox
-/// chose cannot rewrite the terminal.
-pub fn shown(p: &Path) -> String {
-    escape(&p.display().to_string())
-}
-
-/// Escape control characters and the invisible formatting ones that can
-/// reorder or hide text (one rule everywhere: the proxy's).
-pub fn escape(s: &str) -> String {
-    airlock_proxy::escape::line(s, 4096)
 }
 
 /// The workspace (SPEC §2): `--workspace`, else the nearest ancestor of the
@@ -260,7 +173,7 @@ fn load_checked(
     trust: &Trust,
 ) -> Result<Option<Fragment>, Vec<Diagnostic>> {
     let shown_path = path.display().to_string();
-    let bytes = match crate::trust::read_no_follow(path) {
+    let bytes = match crate::paths::read_no_follow(path) {
         Ok(b) => b,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound && !required => return Ok(None),
         Err(e) => {
@@ -287,7 +200,7 @@ fn load_checked(
     trust.check(path, &bytes);
     let text = String::from_utf8_lossy(&bytes);
     let frag = load_str(&text, &shown_path, layer)?;
-    for e in crate::trust::fragment_effect(&frag) {
+    for e in crate::policy::trust::fragment_effect(&frag) {
         trust.add_effect(path, e);
     }
     Ok(Some(frag))
@@ -339,7 +252,7 @@ pub struct Built {
     pub explicit_workspace: bool,
     /// Project files in a writable root that are new or changed since they
     /// were trusted: `run` and `proxy` refuse while any is listed.
-    pub untrusted: Vec<crate::trust::Untrusted>,
+    pub untrusted: Vec<crate::policy::trust::Untrusted>,
     /// Every file below a writable root that was read, with its hash.
     pub read_files: Vec<(PathBuf, String)>,
 }
@@ -352,7 +265,7 @@ impl Built {
         }
         bail!(
             "{}",
-            crate::trust::refusal(&self.untrusted, &self.workspace)
+            crate::policy::trust::refusal(&self.untrusted, &self.workspace)
         )
     }
 
@@ -361,7 +274,7 @@ impl Built {
         if !self.untrusted.is_empty() {
             eprintln!(
                 "airlock: warning: shown with project files applied that `run` would refuse until trusted:\n{}",
-                crate::trust::refusal(&self.untrusted, &self.workspace)
+                crate::policy::trust::refusal(&self.untrusted, &self.workspace)
             );
         }
     }
@@ -379,7 +292,14 @@ pub enum Named {
 
 /// Gather, merge and resolve presets. `extra_roots` are writable paths the
 /// caller adds (`--write`): files below them need trust too.
-pub fn build_policy(args: &PolicyArgs, extra_roots: &[PathBuf], named: Named) -> Result<Built> {
+/// `sandboxed` runs the presets' probes of their tools (the sandbox
+/// stage's `probe::Runner`).
+pub fn build_policy(
+    args: &PolicyArgs,
+    extra_roots: &[PathBuf],
+    named: Named,
+    sandboxed: &dyn Sandboxed,
+) -> Result<Built> {
     let (workspace, explicit_workspace) = workspace_dir(args)?;
     let mut roots = vec![workspace.clone()];
     roots.extend(
@@ -395,7 +315,7 @@ pub fn build_policy(args: &PolicyArgs, extra_roots: &[PathBuf], named: Named) ->
         .map(PathBuf::from)
         .unwrap_or_else(|| "/".into());
     let resolve = |raw: &str| {
-        crate::plan::resolve_path(raw, &home, &workspace)
+        crate::paths::resolve_path(raw, &home, &workspace)
             .map(|p| std::fs::canonicalize(&p).unwrap_or(p))
     };
     trust.extend_roots(
@@ -407,6 +327,7 @@ pub fn build_policy(args: &PolicyArgs, extra_roots: &[PathBuf], named: Named) ->
     let probe = SystemProbe {
         workspace: workspace.clone(),
         trust: &trust,
+        sandboxed,
     };
     let policy = Policy::build(frags, &probe);
     for c in &policy.conflicts {
@@ -459,53 +380,49 @@ pub fn build_policy(args: &PolicyArgs, extra_roots: &[PathBuf], named: Named) ->
     })
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_variable_names_a_managed_file_only_where_there_is_none() {
-        let dir = tempfile::tempdir().unwrap();
-        let default = dir.path().join("managed.toml");
-        let other = dir.path().join("other.toml");
-        std::fs::write(&other, "").unwrap();
-        let var = || Some(other.clone().into_os_string());
-        // None there: the variable names it, and must exist.
-        assert_eq!(
-            managed_policy_path_in(&default, var()).unwrap(),
-            (other.clone(), true)
-        );
-        assert_eq!(
-            managed_policy_path_in(&default, None).unwrap(),
-            (default.clone(), false)
-        );
-        // A file, a directory, a link to nowhere: the variable is refused,
-        // and without it the entry there is required (read or fail).
-        let dangling = dir.path().join("nowhere");
-        let makers: [&dyn Fn(&Path); 3] = [
-            &|p| std::fs::write(p, "").unwrap(),
-            &|p| std::fs::create_dir(p).unwrap(),
-            &|p| std::os::unix::fs::symlink(&dangling, p).unwrap(),
-        ];
-        for make in makers {
-            let _ = std::fs::remove_file(&default);
-            let _ = std::fs::remove_dir(&default);
-            make(&default);
-            let e = managed_policy_path_in(&default, var()).unwrap_err();
-            assert!(e.to_string().contains("AIRLOCK_MANAGED_POLICY"), "{e}");
-            assert_eq!(
-                managed_policy_path_in(&default, None).unwrap(),
-                (default.clone(), true)
-            );
+/// Request rules and credentials that can never apply: no allow rule
+/// covers their host and port. (A rule's host is always inspected: the
+/// rule implies it, as a credential does.)
+pub fn never_apply(policy: &Policy) -> Vec<String> {
+    let mut out = vec![];
+    let allowed = |p: &airlock_policy::Pattern| policy.allow.iter().any(|a| a.value.overlaps(p));
+    let asks = policy.asks();
+    for r in &policy.request_rules {
+        let at = &r.origin.origin;
+        if !allowed(&r.host) {
+            out.push(format!(
+                "{at}: the request rule for {:?} can never apply: no allow rule covers that host and port{}",
+                r.host.text,
+                if asks { " (only an approval would)" } else { "" }
+            ));
         }
-        // The variable naming that very file (through a link) is no replacement.
-        std::fs::remove_file(&default).unwrap();
-        std::fs::write(&default, "").unwrap();
-        let alias = dir.path().join("alias.toml");
-        std::os::unix::fs::symlink(&default, &alias).unwrap();
-        assert_eq!(
-            managed_policy_path_in(&default, Some(alias.into_os_string())).unwrap(),
-            (default.clone(), true)
-        );
     }
+    for c in &policy.credentials {
+        if !allowed(&c.host) {
+            // The usual cause: the credential names the host alone (ports
+            // 80 and 443) while the allow rule names another port.
+            let same_host = policy
+                .allow
+                .iter()
+                .map(|a| a.value.text.as_str())
+                .find(|a| {
+                    !c.host.text.contains(':')
+                        && a.strip_prefix(c.host.text.as_str())
+                            .is_some_and(|p| p.starts_with(':'))
+                });
+            let fix = match same_host {
+                Some(a) => format!(
+                    "; a host without a port means ports 80 and 443, and the allow rule is {a:?}: write host = {a:?} in the credential"
+                ),
+                None => String::new(),
+            };
+            out.push(format!(
+                "{}: the credential for {:?} can never be sent: no allow rule covers that host and port{}{fix}",
+                c.origin.origin,
+                c.host.text,
+                if asks { " (only an approval would)" } else { "" }
+            ));
+        }
+    }
+    out
 }

@@ -3,10 +3,15 @@
 //! the sandbox helper, and printed by `airlock policy profile`.
 
 use std::collections::BTreeMap;
-use std::path::{Component, Path, PathBuf};
+use std::path::{Path, PathBuf};
 
 use airlock_policy::{NetworkMode, Policy};
 use serde::{Deserialize, Serialize};
+
+use crate::paths::{absolute_glob, lexical, resolve_path};
+
+pub mod macos;
+pub mod protected;
 
 /// The fixed port of the proxy listener inside the sandbox's network namespace.
 pub const SANDBOX_PROXY_PORT: u16 = 3128;
@@ -60,7 +65,7 @@ pub struct Plan {
     pub own_outputs: Vec<PathBuf>,
     /// The protected set, with the writable root each path lies in.
     #[serde(skip)]
-    pub protected: Vec<crate::integrity::Protected>,
+    pub protected: Vec<crate::plan::protected::Protected>,
     /// `deny_read` globs in the middle of a path, as absolute globs: the
     /// Seatbelt profile compiles them to regexes; Linux mounts cannot.
     pub deny_read_globs: Vec<String>,
@@ -86,7 +91,7 @@ pub struct Plan {
     pub degraded: Option<Option<u16>>,
     /// What only the macOS Seatbelt profile uses (SPEC §4.2).
     #[serde(default)]
-    pub macos: crate::seatbelt::MacosPlan,
+    pub macos: crate::plan::macos::MacosPlan,
     /// Host pathname sockets left connectable (`[filesystem] unix_sockets`).
     #[serde(default)]
     pub unix_sockets: Vec<PathBuf>,
@@ -175,51 +180,6 @@ impl Default for Limits {
             pids_by_pid_max: false,
             tmp_configured: false,
         }
-    }
-}
-
-/// `~` is the home directory; relative paths are relative to the workspace;
-/// `..` and `.` are folded lexically, and a trailing `/**` means the directory.
-pub fn resolve_path(raw: &str, home: &Path, workspace: &Path) -> Option<PathBuf> {
-    let raw = raw.strip_suffix("/**").unwrap_or(raw);
-    if raw.contains('*') {
-        return None;
-    }
-    let joined = if raw == "~" {
-        home.to_path_buf()
-    } else if let Some(rest) = raw.strip_prefix("~/") {
-        home.join(rest)
-    } else if Path::new(raw).is_absolute() {
-        PathBuf::from(raw)
-    } else {
-        workspace.join(raw)
-    };
-    Some(lexical(&joined))
-}
-
-/// `p` made absolute from `/` with `.` and `..` folded by name.
-pub fn lexical(p: &Path) -> PathBuf {
-    let mut out = PathBuf::from("/");
-    for c in p.components() {
-        match c {
-            Component::ParentDir => {
-                out.pop();
-            }
-            Component::Normal(n) => out.push(n),
-            _ => {}
-        }
-    }
-    out
-}
-
-/// A glob made absolute the way `resolve_path` makes paths absolute.
-pub(crate) fn absolute_glob(raw: &str, home: &Path, workspace: &Path) -> String {
-    if let Some(rest) = raw.strip_prefix("~/") {
-        format!("{}/{rest}", home.display())
-    } else if raw.starts_with('/') {
-        raw.to_string()
-    } else {
-        format!("{}/{raw}", workspace.display())
     }
 }
 
@@ -333,7 +293,7 @@ pub fn build(policy: &Policy, o: &Options) -> Plan {
     let mut deny_write = paths(&policy.deny_write, "deny_write");
     // airlock's own user policy: a sandbox that could write it could allow itself anything.
     if let Some(dir) =
-        crate::sources::user_policy_path().and_then(|p| p.parent().map(Path::to_path_buf))
+        crate::places::user_policy_path().and_then(|p| p.parent().map(Path::to_path_buf))
     {
         deny_write.push(real(dir));
     }
@@ -356,11 +316,11 @@ pub fn build(policy: &Policy, o: &Options) -> Plan {
     // The protected set (SPEC §4.5): what lies in a writable root and is
     // obeyed or run later. What exists is made read-only; every ancestor
     // whose parent is writable is pinned, so no rename carries it away.
-    let mut airlock_files = crate::sources::managed_policy_files();
+    let mut airlock_files = crate::places::managed_policy_files();
     airlock_files
-        .extend(crate::sources::user_policy_path().and_then(|p| p.parent().map(Path::to_path_buf)));
+        .extend(crate::places::user_policy_path().and_then(|p| p.parent().map(Path::to_path_buf)));
     airlock_files.extend(airlock_ca::default_dir());
-    let protected = crate::integrity::set::compute(&crate::integrity::set::Inputs {
+    let protected = crate::plan::protected::compute(&crate::plan::protected::Inputs {
         roots: &write,
         home: o.home,
         deny_write: &deny_write,
@@ -382,11 +342,11 @@ pub fn build(policy: &Policy, o: &Options) -> Plan {
     deny_write.dedup();
     let pin_targets: Vec<PathBuf> = protected
         .iter()
-        .map(crate::integrity::Protected::path)
+        .map(crate::plan::protected::Protected::path)
         .chain(deny_read.iter().cloned())
         .chain(deny_write.iter().cloned())
         .collect();
-    let pin = crate::integrity::set::ancestors_to_pin(&pin_targets, &write);
+    let pin = crate::plan::protected::ancestors_to_pin(&pin_targets, &write);
     let tmp_binds = write
         .iter()
         .filter(|p| p.starts_with("/tmp") && p.as_path() != Path::new("/tmp"))
@@ -445,7 +405,7 @@ pub fn build(policy: &Policy, o: &Options) -> Plan {
         allow_degraded: o.allow_degraded,
         degraded: None,
         macos: if o.macos {
-            crate::seatbelt::MacosPlan::from_policy(policy, o.home, o.workspace)
+            crate::plan::macos::MacosPlan::from_policy(policy, o.home, o.workspace)
         } else {
             Default::default()
         },
@@ -483,7 +443,7 @@ impl Plan {
     /// starts in the workspace root).
     pub fn start_dir(&self, wanted: &Path) -> Result<PathBuf, String> {
         let dir = real(lexical(wanted));
-        let shown = crate::sources::shown(&dir);
+        let shown = crate::text::shown(&dir);
         let under = |roots: &[PathBuf]| roots.iter().any(|r| dir.starts_with(r));
         if !under(&self.read) && !under(&self.write) {
             return Err(format!("{shown} is outside every readable root"));

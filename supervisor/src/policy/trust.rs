@@ -13,9 +13,11 @@ use std::path::{Path, PathBuf};
 use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
 
+use crate::paths::read_no_follow;
+
 /// `$XDG_CONFIG_HOME/airlock/trusted.json`.
 pub fn store_path() -> Option<PathBuf> {
-    crate::sources::user_policy_path().and_then(|p| p.parent().map(|d| d.join("trusted.json")))
+    crate::places::user_policy_path().and_then(|p| p.parent().map(|d| d.join("trusted.json")))
 }
 
 #[derive(Default, Serialize, Deserialize)]
@@ -37,20 +39,6 @@ fn load_store() -> StoreFile {
         .and_then(|p| read_no_follow(&p).ok())
         .and_then(|b| serde_json::from_slice(&b).ok())
         .unwrap_or_default()
-}
-
-/// Read a file without following a link at its last component.
-pub fn read_no_follow(path: &Path) -> std::io::Result<Vec<u8>> {
-    let mut f = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
-        .open(path)?;
-    if !f.metadata()?.is_file() {
-        return Err(std::io::Error::other("not a regular file"));
-    }
-    let mut buf = vec![];
-    std::io::Read::read_to_end(&mut f, &mut buf)?;
-    Ok(buf)
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -86,7 +74,7 @@ pub struct Trust {
 /// beside the run journals, in airlock's config directory, which every
 /// sandbox sees read-only.
 fn past_roots_path() -> Option<PathBuf> {
-    crate::sources::user_policy_path()
+    crate::places::user_policy_path()
         .and_then(|p| p.parent().map(|d| d.join("pending").join("roots")))
 }
 
@@ -442,23 +430,23 @@ pub fn refusal(untrusted: &[Untrusted], workspace: &Path) -> String {
         };
         s.push_str(&format!(
             "  {} ({what}; sha256 {})\n",
-            crate::sources::shown(&u.path),
+            crate::text::shown(&u.path),
             &u.hash[..16]
         ));
         for e in &u.effect {
-            s.push_str(&format!("    would: {}\n", crate::sources::escape(e)));
+            s.push_str(&format!("    would: {}\n", crate::text::escape(e)));
         }
     }
     s.push_str(&format!(
         "Review it, then trust it as it is now: airlock policy trust --workspace {}",
-        crate::sources::shown(workspace)
+        crate::text::shown(workspace)
     ));
     // A file outside today's workspace (a parent that was an earlier run's
     // workspace, a --policy file there) is trusted by name.
     for u in untrusted.iter().filter(|u| !u.path.starts_with(workspace)) {
         s.push_str(&format!(
             "\n  or, for a file outside the workspace: airlock policy trust {}",
-            crate::sources::shown(&u.path)
+            crate::text::shown(&u.path)
         ));
     }
     s

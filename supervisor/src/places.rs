@@ -1,0 +1,149 @@
+//! Where airlock keeps its own files outside every sandbox: the user's
+//! policy and the files beside it, and the managed policy. Low in the
+//! pipeline: the policy sources, the plan, the sandbox backends and the
+//! post-run check all need these places, and none of them owns them.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{bail, Context, Result};
+
+use crate::text::shown;
+
+pub const DEFAULT_MANAGED: &str = "/etc/airlock/managed.toml";
+
+/// `$XDG_CONFIG_HOME/airlock/policy.toml`.
+pub fn user_policy_path() -> Option<PathBuf> {
+    let base = std::env::var_os("XDG_CONFIG_HOME")
+        .filter(|v| !v.is_empty())
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".config")))?;
+    Some(base.join("airlock/policy.toml"))
+}
+
+/// The managed policy's path, and whether it must exist (SPEC §3.3).
+///
+/// `AIRLOCK_MANAGED_POLICY` names a managed file only on a machine without
+/// `/etc/airlock/managed.toml`: where anything stands at that path (a file,
+/// an unreadable one, a directory, a dangling link) or its presence cannot
+/// be told, the variable is an error, never a replacement, because whoever
+/// sets the caller's environment is not the administrator. The variable
+/// naming that very file is no replacement and is accepted. An explicit
+/// variable that points nowhere is an error too, and so is anything at the
+/// default path that cannot be read (a link to nowhere included): the
+/// managed policy fails closed.
+pub fn managed_policy_path() -> Result<(PathBuf, bool)> {
+    managed_policy_path_in(
+        Path::new(DEFAULT_MANAGED),
+        std::env::var_os("AIRLOCK_MANAGED_POLICY").filter(|v| !v.is_empty()),
+    )
+}
+
+fn managed_policy_path_in(
+    default: &Path,
+    var: Option<std::ffi::OsString>,
+) -> Result<(PathBuf, bool)> {
+    let present = match std::fs::symlink_metadata(default) {
+        Ok(_) => Ok(true),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
+        Err(e) => Err(e),
+    };
+    let Some(named) = var.map(PathBuf::from) else {
+        // Something there that is not readable is loaded as required, so a
+        // link to nowhere or a directory is an error rather than "none".
+        return Ok((default.to_path_buf(), !matches!(present, Ok(false))));
+    };
+    match present {
+        Ok(false) => Ok((named, true)),
+        Ok(true) if same_file(&named, default) => Ok((default.to_path_buf(), true)),
+        Ok(true) => bail!(
+            "AIRLOCK_MANAGED_POLICY={} is refused: this machine has a managed policy at {}, \
+             which the environment cannot replace (SPEC §3.3); unset AIRLOCK_MANAGED_POLICY",
+            shown(&named),
+            default.display()
+        ),
+        Err(e) => bail!(
+            "AIRLOCK_MANAGED_POLICY={} is refused: whether this machine has a managed policy at {} \
+             cannot be told ({e}), and the environment may name one only where there is none; \
+             unset AIRLOCK_MANAGED_POLICY",
+            shown(&named),
+            default.display()
+        ),
+    }
+}
+
+/// Both name the same existing file (device and inode, links followed).
+fn same_file(a: &Path, b: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    match (std::fs::metadata(a), std::fs::metadata(b)) {
+        (Ok(x), Ok(y)) => x.dev() == y.dev() && x.ino() == y.ino(),
+        _ => false,
+    }
+}
+
+/// Every path that may hold the managed policy, for protection: it is never
+/// writable from inside, whichever of them applies.
+pub fn managed_policy_files() -> Vec<PathBuf> {
+    let mut out = vec![PathBuf::from(DEFAULT_MANAGED)];
+    out.extend(
+        std::env::var_os("AIRLOCK_MANAGED_POLICY")
+            .filter(|v| !v.is_empty())
+            .map(PathBuf::from),
+    );
+    out
+}
+
+/// The local CA's directory (`$XDG_DATA_HOME/airlock/ca`).
+pub fn ca_dir() -> Result<PathBuf> {
+    airlock_ca::default_dir().context("neither XDG_DATA_HOME nor HOME is set")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_variable_names_a_managed_file_only_where_there_is_none() {
+        let dir = tempfile::tempdir().unwrap();
+        let default = dir.path().join("managed.toml");
+        let other = dir.path().join("other.toml");
+        std::fs::write(&other, "").unwrap();
+        let var = || Some(other.clone().into_os_string());
+        // None there: the variable names it, and must exist.
+        assert_eq!(
+            managed_policy_path_in(&default, var()).unwrap(),
+            (other.clone(), true)
+        );
+        assert_eq!(
+            managed_policy_path_in(&default, None).unwrap(),
+            (default.clone(), false)
+        );
+        // A file, a directory, a link to nowhere: the variable is refused,
+        // and without it the entry there is required (read or fail).
+        let dangling = dir.path().join("nowhere");
+        let makers: [&dyn Fn(&Path); 3] = [
+            &|p| std::fs::write(p, "").unwrap(),
+            &|p| std::fs::create_dir(p).unwrap(),
+            &|p| std::os::unix::fs::symlink(&dangling, p).unwrap(),
+        ];
+        for make in makers {
+            let _ = std::fs::remove_file(&default);
+            let _ = std::fs::remove_dir(&default);
+            make(&default);
+            let e = managed_policy_path_in(&default, var()).unwrap_err();
+            assert!(e.to_string().contains("AIRLOCK_MANAGED_POLICY"), "{e}");
+            assert_eq!(
+                managed_policy_path_in(&default, None).unwrap(),
+                (default.clone(), true)
+            );
+        }
+        // The variable naming that very file (through a link) is no replacement.
+        std::fs::remove_file(&default).unwrap();
+        std::fs::write(&default, "").unwrap();
+        let alias = dir.path().join("alias.toml");
+        std::os::unix::fs::symlink(&default, &alias).unwrap();
+        assert_eq!(
+            managed_policy_path_in(&default, Some(alias.into_os_string())).unwrap(),
+            (default.clone(), true)
+        );
+    }
+}
