@@ -57,7 +57,29 @@ impl Seq {
     /// `MAX_MESSAGE`) or with more descriptors than fit is an error, and
     /// the descriptors that did arrive are closed.
     pub fn recv(&self) -> nix::Result<Option<(Vec<u8>, Vec<OwnedFd>)>> {
-        let mut buf = vec![0u8; MAX_MESSAGE];
+        // The next message's size first (MSG_PEEK | MSG_TRUNC gives its
+        // whole length), so that the buffer is that size: a buffer of
+        // MAX_MESSAGE for every message cost a 1 MiB memset, its page
+        // faults, and in PID 1 a larger heap for every fork to copy.
+        let size = loop {
+            // SAFETY: recv(2) into no buffer, on a descriptor we own.
+            let n = unsafe {
+                libc::recv(
+                    self.0.as_raw_fd(),
+                    std::ptr::null_mut(),
+                    0,
+                    libc::MSG_PEEK | libc::MSG_TRUNC,
+                )
+            };
+            match nix::errno::Errno::result(n) {
+                Err(nix::errno::Errno::EINTR) => continue,
+                Err(e) => return Err(e),
+                // One more than the largest allowed, so that a larger
+                // message is still seen to be cut short.
+                Ok(n) => break (n as usize).clamp(1, MAX_MESSAGE + 1),
+            }
+        };
+        let mut buf = vec![0u8; size];
         // Room for as many descriptors as one message can carry
         // (SCM_MAX_FD): a truncated set would leave descriptors installed
         // that no parse reaches, open for good.
@@ -86,6 +108,7 @@ impl Seq {
             if msg
                 .flags
                 .intersects(MsgFlags::MSG_TRUNC | MsgFlags::MSG_CTRUNC)
+                || msg.bytes > MAX_MESSAGE
             {
                 return Err(nix::errno::Errno::EMSGSIZE);
             }

@@ -642,78 +642,133 @@ fn freeze_all() -> bool {
 /// Fork one command of the session: its own session and process group
 /// (signals and a timeout reach all of it), the caller's stdio, its
 /// directory and environment. An error before exec comes back on a pipe.
+/// A session command's process until execve, like [`exec_child`]: its
+/// own session (setsid), the caller's stdin, stdout and stderr. System
+/// calls only: it runs on PID 1's memory until it execs.
+extern "C" fn exec_session_child(arg: *mut libc::c_void) -> libc::c_int {
+    // SAFETY: `arg` is the `SessionPrepared` that PID 1 keeps alive, and
+    // suspended (CLONE_VFORK), until this process has exec'd or exited.
+    let p = unsafe { &*(arg as *const SessionPrepared) };
+    let fail = |step: u8| -> ! {
+        // SAFETY: reading this thread's errno, then _exit.
+        unsafe {
+            p.prepared.failed.store(
+                *libc::__errno_location(),
+                std::sync::atomic::Ordering::SeqCst,
+            );
+            p.step.store(step, std::sync::atomic::Ordering::SeqCst);
+            libc::_exit(127)
+        }
+    };
+    // SAFETY: each call below is a system call wrapper on this process's
+    // own state, with arguments that are valid for the call.
+    unsafe {
+        let mut empty: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut empty);
+        libc::sigprocmask(libc::SIG_SETMASK, &empty, std::ptr::null_mut());
+        for sig in [libc::SIGPIPE, libc::SIGTTOU, libc::SIGTTIN] {
+            libc::signal(sig, libc::SIG_DFL);
+        }
+        libc::setsid();
+        // Above 2 first, so that no dup2 overwrites one still to come.
+        let mut high = [0i32; 3];
+        for (i, fd) in p.stdio.iter().enumerate() {
+            high[i] = libc::fcntl(*fd, libc::F_DUPFD_CLOEXEC, 10);
+            if high[i] < 0 {
+                fail(STEP_STDIO);
+            }
+        }
+        for (i, fd) in high.iter().enumerate() {
+            if libc::dup2(*fd, i as i32) < 0 {
+                fail(STEP_STDIO);
+            }
+        }
+        libc::syscall(libc::SYS_close_range, 3, libc::c_uint::MAX, 4);
+        libc::execve(
+            p.prepared.path.as_ptr(),
+            p.prepared.argv.as_ptr(),
+            p.prepared.envp.as_ptr(),
+        );
+        fail(STEP_EXEC)
+    }
+}
+
+const STEP_STDIO: u8 = 1;
+const STEP_EXEC: u8 = 2;
+
+struct SessionPrepared {
+    prepared: Prepared,
+    stdio: [std::os::fd::RawFd; 3],
+    /// Which step failed, with `prepared.failed` its errno.
+    step: std::sync::atomic::AtomicU8,
+}
+
+/// Start a session's command from PID 1 as [`spawn_command`] starts a
+/// one-shot run's: PID 1 enters the command's directory (the process
+/// inherits it; a relative program or PATH entry is looked up from there,
+/// as a shell would), builds what execve takes, and the process shares
+/// PID 1's memory until it execs: no copy of PID 1's page tables per
+/// command.
 fn spawn_session_command(cmd: &SessionCommand, stdio: &[std::os::fd::OwnedFd]) -> Result<Pid> {
     use std::os::fd::AsRawFd;
-    if stdio.len() != 3 {
+    let [i, o, e] = stdio else {
         anyhow::bail!("a command needs exactly stdin, stdout and stderr");
-    }
+    };
+    std::env::set_current_dir(&cmd.cwd)
+        .with_context(|| format!("cannot enter {}", cmd.cwd.display()))?;
     let name = cmd.argv.first().context("no command given")?;
+    let prog = find_program(name, cmd.env.get("PATH").map(String::as_str))
+        .with_context(|| format!("command not found: {name}"))?;
+    let path = CString::new(prog.as_os_str().as_encoded_bytes()).context("program path")?;
     let argv = cstrings(cmd.argv.iter().cloned())?;
     let envp = cstrings(cmd.env.iter().map(|(k, v)| format!("{k}={v}")))?;
-    let cwd = CString::new(cmd.cwd.as_os_str().as_encoded_bytes()).context("directory")?;
-    let (err_r, err_w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).context("pipe")?;
     let ptrs = |v: &[CString]| {
         v.iter()
             .map(|c| c.as_ptr())
             .chain(std::iter::once(std::ptr::null()))
             .collect::<Vec<_>>()
     };
-    let (argp, envpp) = (ptrs(&argv), ptrs(&envp));
-    let raw: Vec<i32> = stdio.iter().map(|f| f.as_raw_fd()).collect();
-    // SAFETY: init is single-threaded; the child only makes system calls
-    // and looks its program up before exec or _exit.
-    match unsafe { fork() }.context("starting the command")? {
-        ForkResult::Child => unsafe {
-            let fail = |what: &str| -> ! {
-                let e = std::io::Error::last_os_error();
-                let _ = nix::unistd::write(&err_w, format!("{what}: {e}").as_bytes());
-                libc::_exit(127)
-            };
-            let mut empty: libc::sigset_t = std::mem::zeroed();
-            libc::sigemptyset(&mut empty);
-            libc::sigprocmask(libc::SIG_SETMASK, &empty, std::ptr::null_mut());
-            for sig in [libc::SIGPIPE, libc::SIGTTOU, libc::SIGTTIN] {
-                libc::signal(sig, libc::SIG_DFL);
-            }
-            libc::setsid();
-            // Above 2 first, so that no dup2 overwrites one still to come.
-            let mut high = [0i32; 3];
-            for (i, fd) in raw.iter().enumerate() {
-                high[i] = libc::fcntl(*fd, libc::F_DUPFD_CLOEXEC, 10);
-                if high[i] < 0 {
-                    fail("stdio");
-                }
-            }
-            for (i, fd) in high.iter().enumerate() {
-                if libc::dup2(*fd, i as i32) < 0 {
-                    fail("stdio");
-                }
-            }
-            if libc::chdir(cwd.as_ptr()) != 0 {
-                fail(&format!("cannot enter {}", cmd.cwd.display()));
-            }
-            let Some(prog) = find_program(name, cmd.env.get("PATH").map(String::as_str)) else {
-                let _ = nix::unistd::write(&err_w, format!("command not found: {name}").as_bytes());
-                libc::_exit(127)
-            };
-            let Ok(path) = CString::new(prog.as_os_str().as_encoded_bytes()) else {
-                libc::_exit(127)
-            };
-            libc::syscall(libc::SYS_close_range, 3, libc::c_uint::MAX, 4);
-            libc::execve(path.as_ptr(), argp.as_ptr(), envpp.as_ptr());
-            fail(&format!("cannot run {}", prog.display()))
+    let p = SessionPrepared {
+        prepared: Prepared {
+            path,
+            shown: prog,
+            argv: ptrs(&argv),
+            envp: ptrs(&envp),
+            _argv: argv,
+            _envp: envp,
+            failed: std::sync::atomic::AtomicI32::new(0),
+            scope: None,
         },
-        ForkResult::Parent { child } => {
-            drop(err_w);
-            let mut msg = String::new();
-            let _ = std::io::Read::read_to_string(&mut std::fs::File::from(err_r), &mut msg);
-            if !msg.is_empty() {
-                // It has exited (127): reaped with the others; its exit
-                // is not reported, the error is.
-                let _ = waitpid(child, None);
-                anyhow::bail!("{msg}");
-            }
-            Ok(child)
+        stdio: [i.as_raw_fd(), o.as_raw_fd(), e.as_raw_fd()],
+        step: std::sync::atomic::AtomicU8::new(0),
+    };
+    let mut stack = vec![0u8; 64 * 1024];
+    // The stack grows down: its top, 16-byte aligned.
+    let top = (stack.as_mut_ptr() as usize + stack.len()) & !15;
+    // SAFETY: the child runs `exec_session_child` on `stack`, which
+    // outlives it (CLONE_VFORK returns only once it has exec'd or exited),
+    // and only reads `p`, which we hold until then.
+    let pid = unsafe {
+        libc::clone(
+            exec_session_child,
+            top as *mut libc::c_void,
+            libc::CLONE_VM | libc::CLONE_VFORK | libc::SIGCHLD,
+            &p as *const SessionPrepared as *mut libc::c_void,
+        )
+    };
+    if pid < 0 {
+        return Err(std::io::Error::last_os_error()).context("starting the command");
+    }
+    let child = Pid::from_raw(pid);
+    let errno = p.prepared.failed.load(std::sync::atomic::Ordering::SeqCst);
+    if errno != 0 {
+        // It has exited (127): its exit is not reported, the error is.
+        let _ = waitpid(child, None);
+        let e = std::io::Error::from_raw_os_error(errno);
+        match p.step.load(std::sync::atomic::Ordering::SeqCst) {
+            STEP_STDIO => anyhow::bail!("stdio: {e}"),
+            _ => anyhow::bail!("cannot run {}: {e}", p.prepared.shown.display()),
         }
     }
+    Ok(child)
 }
