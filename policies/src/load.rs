@@ -279,7 +279,8 @@ pub fn load_str(text: &str, path: &str, layer: Layer) -> Result<Fragment, Vec<Di
         if r.requests.is_empty() {
             cx.error(
                 r.host.span(),
-                "network.hold: list the requests to hold, e.g. requests = [\"POST /**\"]".to_string(),
+                "network.hold: list the requests to hold, e.g. requests = [\"POST /**\"]"
+                    .to_string(),
             );
         }
         let origin = cx.locate((), &r.host.span());
