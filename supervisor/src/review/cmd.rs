@@ -377,18 +377,19 @@ fn apply_cmd(id: &str, paths: &[PathBuf], json: bool) -> Result<ExitCode> {
         .entries
         .iter()
         .all(|e| e.kind == Kind::Special || apply::already(&cs, e));
+    // Protected paths left for the person to name do not hold them back:
+    // they are the person's choice, and a held push carries its own objects.
     let mut replayed: Vec<requests::Outcome> = vec![];
-    let has_requests = !requests::load(&cs.dir)?.is_empty();
-    let requests_done = if !has_requests {
+    let kept = requests::load(&cs.dir)?;
+    let unsent = kept.iter().any(|e| e.state != requests::State::Sent);
+    let requests_done = if !unsent {
         true
     } else if !named.is_empty() {
-        false
-    } else if !files_done {
-        say!("held requests not sent: some files are not applied yet");
         false
     } else {
         requests::replay_all(&cs.dir, &cs.meta, &mut replayed)?
     };
+    let has_requests = unsent;
     // Whole: every entry is now in place and every request sent, and the
     // changeset goes. Special files are never applied: they keep nothing held.
     let complete = files_done && requests_done;
