@@ -58,6 +58,12 @@ pub enum Reason {
     /// A standalone proxy's credential asked for by a client it cannot
     /// tell is its own user (SPEC §5.4).
     CredentialClient,
+    /// A review run kept the request for `airlock changes apply` instead
+    /// of sending it (SPEC §4.8).
+    Held,
+    /// A review run would have held the request but could not keep it
+    /// (too large, or the changeset could not be written): refused, not sent.
+    HoldRefused,
 }
 
 impl Reason {
@@ -83,6 +89,8 @@ impl Reason {
             Reason::InspectionRejected => "inspection-rejected",
             Reason::CredentialWrite => "credential-write",
             Reason::CredentialClient => "credential-client",
+            Reason::Held => "held",
+            Reason::HoldRefused => "hold-refused",
         }
     }
 }
@@ -222,6 +230,11 @@ pub fn inspects(policy: &Policy, target: &Target) -> bool {
             .request_rules
             .iter()
             .any(|r| r.host.matches(target) == PatternMatch::Yes)
+        // So does a hold rule: its requests must be read to be held.
+        || policy
+            .hold_rules
+            .iter()
+            .any(|r| r.host.matches(target) == PatternMatch::Yes)
 }
 
 /// The one-line advice of SPEC §5.1 and §7, for a refusal whose address
@@ -265,6 +278,8 @@ pub fn advice(
         Reason::InspectionRejected => format!("the client does not accept the airlock CA for {pat}: remove it from --inspect / [network].inspect"),
         Reason::CredentialWrite => format!("the credential for {pat} is lent to reads only: approve the request when asked (--ask tty or --ask socket:PATH), or lend it yourself with a [[network.credential]] for {pat} that lists methods = [\"PUT\"] (the methods you mean)"),
         Reason::CredentialClient => format!("the credentials this proxy adds for {pat} are lent only to its own user's clients on this machine: run the client as that user, or start an airlock proxy of your own"),
+        Reason::Held => "it is sent, with your credential, by `airlock changes apply ID` once you have reviewed it (`airlock changes diff ID`)".into(),
+        Reason::HoldRefused => format!("a review run sends nothing to {pat} that it cannot keep for review: send a smaller request, or run without --review"),
         Reason::RequestRule => format!("add a matching \"METHOD /path\" to the [[network.request]] rule for {pat}"),
         Reason::HostMismatch => format!("send requests in this tunnel to {pat} only; open another tunnel for other hosts"),
         Reason::SniMismatch => format!("connect to the host the TLS ClientHello names; a tunnel to {pat} may only carry TLS for {pat}"),

@@ -9,7 +9,7 @@ use ipnet::IpNet;
 use crate::host::Host;
 use crate::model::{EnvInherit, NetworkMode, Unknown};
 use crate::pattern::{Pattern, PatternList};
-use crate::request::{Credential, RequestRule};
+use crate::request::{Credential, HoldRule, RequestRule};
 use crate::source::{Layer, Located, Origin};
 
 pub type Rule = Located<Pattern>;
@@ -40,6 +40,7 @@ pub struct Fragment {
     pub idle_timeout: Option<Located<Duration>>,
     pub max_tunnels: Option<Located<u32>>,
     pub request_rules: Vec<RequestRule>,
+    pub hold_rules: Vec<HoldRule>,
     pub credentials: Vec<Credential>,
     pub env_inherit: Option<Located<EnvInherit>>,
     pub env_pass: Vec<Located<String>>,
@@ -84,6 +85,7 @@ impl Fragment {
             idle_timeout: None,
             max_tunnels: None,
             request_rules: vec![],
+            hold_rules: vec![],
             credentials: vec![],
             env_inherit: None,
             env_pass: vec![],

@@ -13,7 +13,7 @@ use crate::host::Host;
 use crate::model::{PolicyFile, Text};
 use crate::pattern::{Pattern, PatternList};
 use crate::preset;
-use crate::request::{Credential, RequestAllow, RequestRule};
+use crate::request::{Credential, HoldRule, RequestAllow, RequestRule};
 use crate::source::{line_col, Diagnostic, Layer, Located, Origin};
 use crate::units::{parse_duration, parse_size};
 
@@ -258,6 +258,43 @@ pub fn load_str(text: &str, path: &str, layer: Layer) -> Result<Fragment, Vec<Di
             origin,
         });
     }
+    for r in &net.hold {
+        let Some(host) = cx
+            .patterns(
+                std::slice::from_ref(&r.host),
+                PatternList::Allow,
+                "hold.host",
+            )
+            .pop()
+        else {
+            continue;
+        };
+        let mut requests = vec![];
+        for a in &r.requests {
+            match RequestAllow::parse(a.get_ref()) {
+                Ok(v) => requests.push(v),
+                Err(e) => cx.error(a.span(), format!("network.hold: {e}")),
+            }
+        }
+        if r.requests.is_empty() {
+            cx.error(
+                r.host.span(),
+                "network.hold: list the requests to hold, e.g. requests = [\"POST /**\"]"
+                    .to_string(),
+            );
+        }
+        let origin = cx.locate((), &r.host.span());
+        // As request rules: a host without a port holds on every port.
+        let mut host = host.value;
+        if host.ports == crate::pattern::Ports::Web {
+            host.ports = crate::pattern::Ports::Any;
+        }
+        f.hold_rules.push(HoldRule {
+            host,
+            requests,
+            origin,
+        });
+    }
     for c in &net.credential {
         let Some(host) = cx
             .patterns(
@@ -406,6 +443,51 @@ tmp = "2G"
         assert_eq!(f.memory.unwrap().value, 8 << 30);
         assert_eq!(f.tmp.unwrap().value, 2 << 30);
         assert_eq!(f.unix_sockets[0].value, "~/.docker/run/docker.sock");
+    }
+
+    #[test]
+    fn hold_rules_parse_with_the_request_grammar() {
+        let text = "[[network.hold]]\nhost = \"git.test\"\nrequests = [\"POST /**/git-receive-pack\", \"PUT /*\"]\n";
+        let f = load_str(text, "p.toml", Layer::Project).unwrap();
+        let h = &f.hold_rules[0];
+        assert!(h.holds("POST", "/acme/app.git/git-receive-pack"));
+        assert!(h.holds("PUT", "/pkg"));
+        assert!(!h.holds("POST", "/acme/app.git/git-upload-pack"));
+        assert!(!h.holds("GET", "/pkg"));
+        assert!(!h.holds("PUT", "/a/b"));
+        // A port-less host holds on every port, as request rules restrict.
+        let t = crate::Target::parse("git.test:8443", None).unwrap();
+        assert_eq!(h.host.matches(&t), crate::PatternMatch::Yes);
+        assert_eq!(
+            h.origin.origin,
+            Origin::File {
+                path: "p.toml".into(),
+                line: 2
+            }
+        );
+        for bad in [
+            "[[network.hold]]\nhost = \"git.test\"\nrequests = [\"post /x\"]\n",
+            "[[network.hold]]\nhost = \"git.test\"\nrequests = [\"POST x\"]\n",
+            "[[network.hold]]\nhost = \"git.test\"\n",
+            "[[network.hold]]\nhost = \"*.com\"\nrequests = [\"POST /**\"]\n",
+            "[[network.hold]]\nhost = \"git.test\"\nrequests = [\"POST /**\"]\nallow = [\"GET /\"]\n",
+        ] {
+            assert!(load_str(bad, "p.toml", Layer::Project).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn a_hold_rule_implies_inspection() {
+        let text = "[network]\nallow = [\"git.test\"]\n[[network.hold]]\nhost = \"git.test\"\nrequests = [\"POST /**\"]\n";
+        let f = load_str(text, "p.toml", Layer::Project).unwrap();
+        let p = crate::Policy::build(vec![f], &crate::preset::tests::FakeProbe::default());
+        assert_eq!(p.hold_rules.len(), 1);
+        let t = crate::Target::parse("git.test:443", None).unwrap();
+        assert!(crate::inspects(&p, &t));
+        assert!(!crate::inspects(
+            &p,
+            &crate::Target::parse("other.test:443", None).unwrap()
+        ));
     }
 
     #[test]

@@ -12,7 +12,7 @@ use crate::fragment::{Fragment, Rule};
 use crate::host::Host;
 use crate::model::{EnvInherit, NetworkMode, Unknown};
 use crate::preset::{self, Probe, Resolved};
-use crate::request::{Credential, RequestRule};
+use crate::request::{Credential, HoldRule, RequestRule};
 use crate::source::{Layer, Located, Origin};
 
 pub const DEFAULT_ASK_TIMEOUT: Duration = Duration::from_secs(60);
@@ -44,6 +44,8 @@ pub struct Policy {
     pub resolve: BTreeMap<Host, Located<IpAddr>>,
     pub upstream_ca: Vec<Located<String>>,
     pub request_rules: Vec<RequestRule>,
+    /// `[[network.hold]]`: what a review run holds (SPEC §4.8).
+    pub hold_rules: Vec<HoldRule>,
     pub credentials: Vec<Credential>,
     /// `[env] inherit`: "none" at any layer wins, so no file (a project's
     /// `airlock.toml` included) can widen what another narrowed.
@@ -318,6 +320,10 @@ impl Policy {
             request_rules: frags
                 .iter()
                 .flat_map(|f| f.request_rules.iter().cloned())
+                .collect(),
+            hold_rules: frags
+                .iter()
+                .flat_map(|f| f.hold_rules.iter().cloned())
                 .collect(),
             credentials: frags
                 .iter()

@@ -83,6 +83,18 @@ pub struct NetworkSection {
     pub request: Vec<RequestSection>,
     #[serde(default)]
     pub credential: Vec<CredentialSection>,
+    /// Requests a review run holds instead of sending (SPEC §4.8).
+    #[serde(default)]
+    pub hold: Vec<HoldSection>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HoldSection {
+    pub host: Text,
+    /// `METHOD /path/glob`, as in request rules.
+    #[serde(default)]
+    pub requests: Vec<Text>,
 }
 
 #[derive(Debug, Deserialize)]

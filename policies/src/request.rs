@@ -181,6 +181,24 @@ pub struct RequestRule {
     pub origin: Located<()>,
 }
 
+/// `[[network.hold]]` (SPEC §4.8): in a review run, a request to `host`
+/// that one of `requests` names is kept in the changeset instead of sent,
+/// until `airlock changes apply`. Outside a review run it does nothing.
+#[derive(Debug, Clone)]
+pub struct HoldRule {
+    pub host: Pattern,
+    pub requests: Vec<RequestAllow>,
+    pub origin: Located<()>,
+}
+
+impl HoldRule {
+    /// Whether the rule names this request; `path` must be
+    /// `normalize_path`'s output.
+    pub fn holds(&self, method: &str, path: &str) -> bool {
+        self.requests.iter().any(|r| r.matches(method, path))
+    }
+}
+
 /// A header the proxy sets on the way out; `value` may hold
 /// `${env:NAME}`, read from the supervisor's environment.
 #[derive(Clone)]

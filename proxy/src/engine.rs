@@ -166,9 +166,7 @@ pub struct EngineConfig {
 }
 
 /// What becomes of a request that would carry a credential beyond what it
-/// is lent to. A review run (SPEC §4.8) would add a third outcome here,
-/// holding the request until the review, without changing the callers'
-/// shape: they send it, or answer with the refusal.
+/// is lent to, outside a review run (a review run holds it: `crate::hold`).
 #[derive(Debug)]
 pub enum Lend {
     /// A person approved it (or an earlier `allow-session` answer covers it).
@@ -214,6 +212,8 @@ pub struct Engine {
     upstream: Mutex<Tally<String>>,
     approvals: Mutex<Vec<Approval>>,
     metrics: crate::metrics::Metrics,
+    /// A review run's changeset (SPEC §4.8): set once, before serving.
+    holder: std::sync::OnceLock<Arc<dyn crate::hold::Holder>>,
 }
 
 /// What the exit report tallies blocked connections by.
@@ -272,7 +272,37 @@ impl Engine {
             blocked: Mutex::new(Tally::default()),
             upstream: Mutex::new(Tally::default()),
             approvals: Mutex::new(vec![]),
+            holder: std::sync::OnceLock::new(),
         })
+    }
+
+    /// Make this a review run's engine (SPEC §4.8): requests that would
+    /// carry a credential beyond reads, and those a hold rule names, go to
+    /// `holder` instead of upstream. Set before the proxy serves anything;
+    /// false if a holder was set already.
+    pub fn hold_with(&self, holder: Arc<dyn crate::hold::Holder>) -> bool {
+        self.holder.set(holder).is_ok()
+    }
+
+    pub(crate) fn holder(&self) -> Option<Arc<dyn crate::hold::Holder>> {
+        self.holder.get().cloned()
+    }
+
+    /// A held request's decision line and audit event (reason `held`). Not
+    /// tallied with what was blocked: the changeset lists it.
+    pub(crate) fn record_held(
+        &self,
+        conn: &Conn,
+        protocol: Protocol,
+        target: &Target,
+        detail: String,
+    ) {
+        let d = Decision {
+            verdict: Verdict::Deny,
+            reason: Reason::Held,
+            rule: None,
+        };
+        self.log_decision(conn, protocol, target, None, &d, Some(&detail));
     }
 
     /// The policy in force now (a reload may replace it at any time).

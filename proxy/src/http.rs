@@ -371,6 +371,29 @@ async fn forward(
             )
         }
     }
+    // A review run holds what a hold rule names (SPEC §4.8); no
+    // credential is set on plain HTTP, so nothing else is held here.
+    let method = req.method().to_string();
+    if let Some(why) = crate::hold::named(&engine, &target, &method, &path, req.headers()) {
+        drop(slot);
+        let url = format!("http://{authority}{path}");
+        let headers = std::mem::take(req.headers_mut());
+        return full(
+            crate::hold::hold(
+                &engine,
+                &conn,
+                Protocol::Http,
+                &target,
+                &method,
+                url,
+                headers,
+                req.body_mut(),
+                &[],
+                why,
+            )
+            .await,
+        );
+    }
     match path.parse() {
         Ok(p) => *req.uri_mut() = p,
         Err(_) => return plain(StatusCode::BAD_REQUEST, "airlock: invalid request path"),

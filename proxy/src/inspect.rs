@@ -53,7 +53,7 @@ impl Credential {
 
 /// The credentials a request to `target` would carry: for each header the
 /// last matching entry, as the loop that sets them leaves it.
-fn carried<'a>(cfg: &'a InspectConfig, target: &Target) -> Vec<&'a Credential> {
+pub(crate) fn carried<'a>(cfg: &'a InspectConfig, target: &Target) -> Vec<&'a Credential> {
     let mut out: Vec<&Credential> = vec![];
     for c in &cfg.credentials {
         if c.host.matches(target) == PatternMatch::Yes {
@@ -149,7 +149,7 @@ fn rejected_our_certificate(e: &std::io::Error) -> bool {
     .any(|a| text.contains(a))
 }
 
-enum Sender {
+pub(crate) enum Sender {
     H1(hyper::client::conn::http1::SendRequest<Body>),
     H2(hyper::client::conn::http2::SendRequest<Body>),
 }
@@ -178,7 +178,11 @@ async fn redial(engine: &Arc<Engine>, conn: &Conn, target: &Target) -> Upstream 
     }
 }
 
-async fn connect_upstream(cfg: &InspectConfig, tcp: TcpStream, target: &Target) -> Upstream {
+pub(crate) async fn connect_upstream(
+    cfg: &InspectConfig,
+    tcp: TcpStream,
+    target: &Target,
+) -> Upstream {
     let name = match &target.host {
         Host::Name(n) => ServerName::try_from(n.clone()).map_err(|e| e.to_string())?,
         Host::Ip(ip) => ServerName::IpAddress((*ip).into()),
@@ -417,6 +421,9 @@ async fn handle(
         .inspect_config()
         .map(|cfg| carried(cfg, &target))
         .unwrap_or_default();
+    // A review run (SPEC §4.8) holds what a hold rule names, and below
+    // what would carry a credential beyond reads, instead of sending it.
+    let mut held = crate::hold::named(&engine, &target, method.as_str(), &path, req.headers());
     if !carried.is_empty() {
         // The origin gets the path that was judged a read, not a spelling
         // it could read as another one.
@@ -435,7 +442,13 @@ async fn handle(
             .filter(|c| !crate::lend::lent(c, method.as_str(), &path, req.headers()))
             .map(|c| c.describe())
             .collect();
-        if !unlent.is_empty() {
+        if held.is_none() && !unlent.is_empty() && engine.holder().is_some() {
+            held = Some(format!(
+                "it would carry the credential {}, which is lent to reads only",
+                unlent.join(", ")
+            ));
+        }
+        if held.is_none() && !unlent.is_empty() {
             let write = crate::approve::CredentialWrite {
                 method: method.to_string(),
                 url: format!("https://{}{}", authority_of(&target), path),
@@ -448,6 +461,25 @@ async fn handle(
         }
     }
     let url = format!("https://{}{}", authority_of(&target), path);
+    if let Some(why) = held {
+        let names: Vec<HeaderName> = carried.iter().map(|c| c.header.clone()).collect();
+        let headers = std::mem::take(req.headers_mut());
+        return full(
+            crate::hold::hold(
+                &engine,
+                &conn,
+                Protocol::Connect,
+                &target,
+                method.as_str(),
+                url,
+                headers,
+                req.body_mut(),
+                &names,
+                why,
+            )
+            .await,
+        );
+    }
     let mut slot = upstream.lock().await;
     if slot.is_none() {
         *slot = Some(redial(&engine, &conn, &target).await);
@@ -552,7 +584,7 @@ async fn handle(
     Response::from_parts(parts, body)
 }
 
-fn authority_of(t: &Target) -> String {
+pub(crate) fn authority_of(t: &Target) -> String {
     if t.port == 443 {
         t.host.to_string()
     } else {

@@ -8,6 +8,7 @@ mod count;
 pub mod dns;
 pub mod engine;
 pub mod escape;
+pub mod hold;
 pub mod http;
 pub mod identity;
 pub mod inspect;
@@ -32,6 +33,7 @@ pub use approve::{Answer, AnswerFuture, Approver, CredentialWrite, DenyApprover,
 pub use engine::{
     Approval, Blocked, Engine, EngineConfig, Lend, Protocol, UpstreamFailure, TALLY_CAP,
 };
+pub use hold::{HeldRequest, Holder, Receipt, Replayed};
 pub use identity::{Client, ClientIdentity, SourceAddressOnly};
 pub use lend::LendTo;
 pub use parent::UpstreamProxy;

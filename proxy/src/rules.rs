@@ -100,14 +100,19 @@ pub(crate) fn method_override(headers: &http::HeaderMap, path_and_query: &str) -
         .then(|| "a _method query parameter".to_string())
 }
 
-/// Whether any `[[network.request]]` rule names this target (a port-less
+/// Whether any `[[network.request]]` or `[[network.hold]]` rule names this target (a port-less
 /// rule names every port).
 pub fn has_rules(engine: &Engine, target: &Target) -> bool {
-    engine
-        .policy()
+    let policy = engine.policy();
+    policy
         .request_rules
         .iter()
         .any(|r| r.host.matches(target) == PatternMatch::Yes)
+        // A hold rule's host too: its requests must be read to be held.
+        || policy
+            .hold_rules
+            .iter()
+            .any(|r| r.host.matches(target) == PatternMatch::Yes)
 }
 
 /// Hosts whose requests carry policy weight: request rules or a credential.

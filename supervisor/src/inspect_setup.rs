@@ -12,7 +12,10 @@ use anyhow::{Context, Result};
 
 /// Whether anything in the policy asks for decryption.
 pub fn wanted(policy: &Policy) -> bool {
-    !policy.inspect.is_empty() || !policy.credentials.is_empty() || !policy.request_rules.is_empty()
+    !policy.inspect.is_empty()
+        || !policy.credentials.is_empty()
+        || !policy.request_rules.is_empty()
+        || !policy.hold_rules.is_empty()
 }
 
 /// The inspection config when the policy wants one.

@@ -22,7 +22,7 @@ fn sha256_hex(bytes: &[u8]) -> String {
 }
 
 /// Every policy file that applies to a run in `workspace`, in the order
-/// `sources::gather` reads them, with its layer and hash. Files that do
+/// `policy::gather` reads them, with its layer and hash. Files that do
 /// not exist are left out, as they are from the policy.
 pub fn policy_files(args: &RunArgs, workspace: &Path) -> Vec<PolicyFile> {
     let mut files: Vec<(&str, PathBuf)> = vec![];

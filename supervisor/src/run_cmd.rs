@@ -627,6 +627,15 @@ fn run_platform(
         lend_to,
         upstream_proxy: crate::inspect_setup::upstream_proxy(&args.policy)?,
     });
+    // --review: requests that need review are kept in the changeset.
+    if let Some(cs) = &review {
+        let settings = crate::review::requests::Settings::of(&args.policy, &args.write);
+        engine.hold_with(crate::review::requests::Keeper::new(
+            &cs.dir,
+            &cs.meta.id,
+            &settings,
+        )?);
+    }
     if let Some(std_listener) = sandbox.listener {
         std_listener
             .set_nonblocking(true)
@@ -873,13 +882,14 @@ fn run_platform(
             code = 125;
         }
     }
-    // Every process of the sandbox is gone: what it changed is held.
-    if let Some(cs) = review {
-        crate::review::finish(cs, code == 125);
-    }
     // The sandbox is gone, and with it every client: what the proxy still
     // serves ends at once and records what it saw.
     let idle = engine.wait_idle(Duration::from_millis(250));
+    // Every process of the sandbox is gone, and every request it held is
+    // kept: what it changed is held.
+    if let Some(cs) = review {
+        crate::review::finish(cs, code == 125);
+    }
     engine.close_approver();
     if idle {
         // Only listeners are left, which the exit closes: their threads

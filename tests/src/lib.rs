@@ -517,6 +517,7 @@ impl Fixture {
     }
 }
 
+pub mod githttp;
 pub mod pty;
 pub mod registry;
 pub mod repos;

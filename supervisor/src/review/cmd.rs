@@ -7,7 +7,7 @@ use anyhow::{Context, Result};
 use serde_json::json;
 
 use super::scan::{self, Change, Entry, Kind};
-use super::{apply, changes_dir, valid_id, Changeset};
+use super::{apply, changes_dir, requests, valid_id, Changeset};
 use crate::cli::ChangesCommand;
 use crate::text::shown;
 
@@ -52,8 +52,9 @@ fn list(json: bool) -> Result<ExitCode> {
                     "argv": c.meta.argv,
                     "workspace": c.meta.workspace,
                     "roots": c.meta.roots,
-                    "summary": scan::summary(&c.meta.entries),
+                    "summary": super::summary(c),
                     "entries": c.meta.entries.len(),
+                    "requests": requests::load(&c.dir).map_or(0, |r| r.iter().filter(|e| e.state != requests::State::Sent).count()),
                 })
             })
             .collect();
@@ -66,7 +67,7 @@ fn list(json: bool) -> Result<ExitCode> {
     for c in &sets {
         let state = match c.meta.state.as_str() {
             "running" => "running (or its airlock was killed)".to_string(),
-            _ => scan::summary(&c.meta.entries),
+            _ => super::summary(c),
         };
         say!(
             "{}  {}  {}  {}",
@@ -141,8 +142,46 @@ fn entry_json(cs: &Changeset, e: &Entry, conflict: Option<&str>) -> serde_json::
     })
 }
 
+fn request_json(e: &requests::Entry) -> serde_json::Value {
+    json!({
+        "seq": e.seq,
+        "method": e.method,
+        "url": e.url,
+        "size": e.size,
+        "content_type": e.content_type,
+        "why": e.why,
+        "state": e.state,
+        "status": e.status,
+        "result": e.result,
+    })
+}
+
+/// `POST https://host/path (1234 bytes, application/json)`, as diff shows it.
+fn request_line(e: &requests::Entry) -> String {
+    let state = match e.state {
+        requests::State::Held => String::new(),
+        requests::State::Sending => "  [being sent when an apply was interrupted]".into(),
+        requests::State::Sent => "  [sent]".into(),
+        requests::State::Failed => {
+            format!("  [failed: {}]", e.result.as_deref().unwrap_or("see apply"))
+        }
+    };
+    airlock_proxy::escape::line(
+        &format!(
+            "request {:<14} {} {} ({} bytes, {}){state}",
+            e.seq,
+            e.method,
+            e.url,
+            e.size,
+            e.content_type.as_deref().unwrap_or("no content type")
+        ),
+        1000,
+    )
+}
+
 fn diff(id: &str, stat: bool, json: bool) -> Result<ExitCode> {
     let cs = held(id)?;
+    let held_requests = requests::load(&cs.dir)?;
     // A deletion that is half of a rename is shown with the rename.
     let renamed: std::collections::HashSet<(usize, &Path)> = cs
         .meta
@@ -172,9 +211,9 @@ fn diff(id: &str, stat: bool, json: bool) -> Result<ExitCode> {
             "id": cs.meta.id,
             "argv": cs.meta.argv,
             "workspace": cs.meta.workspace,
-            "summary": scan::summary(&cs.meta.entries),
+            "summary": super::summary(&cs),
             "entries": v,
-            "requests": [],
+            "requests": held_requests.iter().map(request_json).collect::<Vec<_>>(),
         }));
         return Ok(ExitCode::SUCCESS);
     }
@@ -182,7 +221,7 @@ fn diff(id: &str, stat: bool, json: bool) -> Result<ExitCode> {
         "changeset {} ({}): {}",
         cs.meta.id,
         crate::text::escape(&airlock_proxy::escape::argv(&cs.meta.argv)),
-        scan::summary(&cs.meta.entries)
+        super::summary(&cs)
     );
     for e in &shown_entries {
         let mut line = format!("{:<22} {}", verb(e), label(&cs, e));
@@ -210,6 +249,9 @@ fn diff(id: &str, stat: bool, json: bool) -> Result<ExitCode> {
             }
         }
         say!("{line}");
+    }
+    for r in &held_requests {
+        say!("{}", request_line(r));
     }
     if stat {
         return Ok(ExitCode::SUCCESS);
@@ -328,13 +370,29 @@ fn apply_cmd(id: &str, paths: &[PathBuf], json: bool) -> Result<ExitCode> {
         .iter()
         .map(|e| cs.meta.roots[e.root].join(&e.rel))
         .collect();
-    // Whole: every entry is now in place, and the changeset goes.
-    // Special files are never applied: they keep nothing held.
-    let complete = cs
+    // Then the held requests, in order (SPEC §4.8): only when the whole
+    // changeset is applied, and after every file is in place.
+    let files_done = cs
         .meta
         .entries
         .iter()
         .all(|e| e.kind == Kind::Special || apply::already(&cs, e));
+    // Protected paths left for the person to name do not hold them back:
+    // they are the person's choice, and a held push carries its own objects.
+    let mut replayed: Vec<requests::Outcome> = vec![];
+    let kept = requests::load(&cs.dir)?;
+    let unsent = kept.iter().any(|e| e.state != requests::State::Sent);
+    let requests_done = if !unsent {
+        true
+    } else if !named.is_empty() {
+        false
+    } else {
+        requests::replay_all(&cs.dir, &cs.meta, &mut replayed)?
+    };
+    let has_requests = unsent;
+    // Whole: every entry is now in place and every request sent, and the
+    // changeset goes. Special files are never applied: they keep nothing held.
+    let complete = files_done && requests_done;
     if complete {
         cs.remove()?;
     } else {
@@ -349,7 +407,7 @@ fn apply_cmd(id: &str, paths: &[PathBuf], json: bool) -> Result<ExitCode> {
             "not_applied": held_back.iter().map(|(p, why)| json!({"path": p, "why": why})).collect::<Vec<_>>(),
             "conflicts": [],
             "removed": complete,
-            "requests": [],
+            "requests": replayed,
         }));
     } else {
         for p in &written {
@@ -358,20 +416,60 @@ fn apply_cmd(id: &str, paths: &[PathBuf], json: bool) -> Result<ExitCode> {
         for (p, why) in &held_back {
             say!("not applied {}: {why}", shown(p));
         }
+        if has_requests && !named.is_empty() {
+            say!("held requests not sent: they are sent when the whole changeset is applied (`airlock changes apply {id}` with no PATH)");
+        }
+        for r in &replayed {
+            let status = r.status.map(|s| format!(" {s}")).unwrap_or_default();
+            let detail = if r.detail.is_empty() {
+                String::new()
+            } else {
+                format!(": {}", r.detail)
+            };
+            say!(
+                "{}",
+                airlock_proxy::escape::line(
+                    &format!(
+                        "request {} {} {} {}{status}{detail}",
+                        r.seq, r.outcome, r.method, r.url
+                    ),
+                    1000
+                )
+            );
+        }
         if complete {
             say!("changeset {id} applied and removed");
         } else {
             say!("changeset {id} kept: `airlock changes diff {id}` shows what is left");
         }
     }
+    let failed = replayed
+        .iter()
+        .find(|r| matches!(r.outcome, "failed" | "unknown"));
+    if let Some(f) = failed {
+        eprintln!(
+            "airlock: changes apply: held request {} ({} {}) did not go through; the requests after it were not sent",
+            f.seq,
+            f.method,
+            airlock_proxy::escape::line(&f.url, 300)
+        );
+        return Ok(ExitCode::from(1));
+    }
     Ok(ExitCode::SUCCESS)
 }
 
 fn discard(id: &str, json: bool) -> Result<ExitCode> {
     let cs = Changeset::open(id)?;
+    let unsent = requests::load(&cs.dir).map_or(0, |r| {
+        r.iter()
+            .filter(|e| e.state != requests::State::Sent)
+            .count()
+    });
     cs.remove()?;
     if json {
-        print_json(&json!({"id": id, "discarded": true}));
+        print_json(&json!({"id": id, "discarded": true, "requests_dropped": unsent}));
+    } else if unsent > 0 {
+        say!("changeset {id} discarded ({unsent} held request(s) dropped, never sent)");
     } else {
         say!("changeset {id} discarded");
     }

@@ -6,6 +6,7 @@
 
 pub mod apply;
 pub mod cmd;
+pub mod requests;
 pub mod scan;
 pub mod udiff;
 
@@ -249,6 +250,18 @@ pub fn prepare(plan: &mut Plan, workspace: &Path, home: &Path) -> Result<Changes
 /// the host's state of every path they touch, and say on stderr what is
 /// held. An empty changeset is removed.
 pub fn finish(mut cs: Changeset, quiet: bool) {
+    // Held requests (SPEC §4.8) keep the changeset even with no file.
+    let held = match requests::load(&cs.dir) {
+        Ok(h) => h,
+        Err(e) => {
+            eprintln!(
+                "airlock: error: the changeset {}'s held requests could not be read ({e:#}); it is kept in {}",
+                cs.meta.id,
+                cs.dir.display()
+            );
+            return;
+        }
+    };
     let entries = match scan::scan(&cs) {
         Ok(e) => e,
         Err(e) => {
@@ -260,10 +273,10 @@ pub fn finish(mut cs: Changeset, quiet: bool) {
             return;
         }
     };
-    if entries.is_empty() {
+    if entries.is_empty() && held.is_empty() {
         let _ = cs.remove();
         if !quiet {
-            eprintln!("airlock: --review: the run changed no files; nothing is held");
+            eprintln!("airlock: --review: the run changed no files and sent no request that needed review; nothing is held");
         }
         return;
     }
@@ -276,8 +289,20 @@ pub fn finish(mut cs: Changeset, quiet: bool) {
     let id = &cs.meta.id;
     eprintln!(
         "airlock: held for review as {id}: {}; airlock changes diff {id} / apply {id} / discard {id}",
-        scan::summary(&cs.meta.entries)
+        summary(&cs)
     );
+}
+
+/// What a changeset holds: its files, and its requests when it has any.
+pub fn summary(cs: &Changeset) -> String {
+    let files = scan::summary(&cs.meta.entries);
+    match requests::load(&cs.dir)
+        .ok()
+        .and_then(|r| requests::summary(&r))
+    {
+        Some(r) => format!("{files}, {r}"),
+        None => files,
+    }
 }
 
 /// The run failed before its changeset was scanned: removed when nothing
@@ -292,8 +317,9 @@ pub fn abandon(dir: &Path) {
     if cs.meta.state != "running" {
         return;
     }
+    let held = requests::load(&cs.dir).map_or(true, |h| !h.is_empty());
     match scan::scan(&cs) {
-        Ok(e) if e.is_empty() => {
+        Ok(e) if e.is_empty() && !held => {
             let _ = cs.remove();
         }
         _ => finish(cs, true),
