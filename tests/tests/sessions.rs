@@ -35,9 +35,13 @@ struct Session<'a> {
 
 impl<'a> Session<'a> {
     fn start(f: &'a Fixture, who: Who, name: &str, extra: &[&str]) -> Session<'a> {
+        Session::start_in(f, who, &f.ws, name, extra)
+    }
+
+    fn start_in(f: &'a Fixture, who: Who, dir: &Path, name: &str, extra: &[&str]) -> Session<'a> {
         let mut args = vec!["session", "start", "--name", name];
         args.extend_from_slice(extra);
-        let out = run(&mut airlock_in(f, who, &f.ws, &args));
+        let out = run(&mut airlock_in(f, who, dir, &args));
         assert_eq!(out.code, 0, "{who:?}: session start: {}", out.stderr);
         let info: serde_json::Value =
             serde_json::from_str(out.stdout.trim()).expect("session start prints JSON");
@@ -367,5 +371,83 @@ fn the_session_socket_serves_no_sandboxed_process() {
         drop(fd);
         let out = s.sh(&f.ws, "echo still");
         assert_eq!(out.stdout, "still\n", "{who:?}: {}", out.stderr);
+    }
+}
+
+/// An agent's session runs for hours. Meanwhile the user works in other
+/// repositories, and other runs and sessions check them: what the user did
+/// there is theirs (no window of a sandbox that could not write there
+/// speaks for it), and what one airlock quarantined is not taken for a
+/// sandbox's plant by the next (red team: the user's hook and signing
+/// config were stripped; two sessions quarantined each other's quarantine
+/// without end).
+#[test]
+fn an_open_session_leaves_the_users_repositories_alone_and_checks_do_not_feed_each_other() {
+    for who in Who::all() {
+        let f = Fixture::new_in(&base());
+        who.prepare(&f);
+        let other = f.home.join("other");
+        let st = who
+            .host(&f, &f.home, "mkdir", &["-p", other.to_str().unwrap()])
+            .status()
+            .unwrap();
+        assert!(st.success());
+        let mut elsewhere = Session::start_in(&f, who, &other, "elsewhere", &[]);
+        // The user's own nested repository, made while that session runs:
+        // signing on and a secret-scanning hook.
+        git(&f, who, &f.ws, &["init", "-q", "."]);
+        let sub = f.ws.join("sub");
+        git(&f, who, &f.ws, &["init", "-q", "sub"]);
+        git(&f, who, &sub, &["config", "commit.gpgsign", "true"]);
+        let hook = sub.join(".git/hooks/pre-commit");
+        let st = who
+            .host(&f, &f.ws, "sh", &["-c", "printf '#!/bin/sh\\necho scan\\n' > sub/.git/hooks/pre-commit && chmod 755 sub/.git/hooks/pre-commit"])
+            .status()
+            .unwrap();
+        assert!(st.success());
+        std::thread::sleep(Duration::from_millis(50));
+        let out = run(&mut airlock_in(&f, who, &f.ws, &["run", "--", "true"]));
+        assert_eq!(out.code, 0, "{who:?}: {}", out.stderr);
+        assert!(
+            !out.stderr.contains("quarantine"),
+            "{who:?}: {}",
+            out.stderr
+        );
+        assert_eq!(
+            std::fs::read_to_string(&hook).unwrap(),
+            "#!/bin/sh\necho scan\n",
+            "{who:?}"
+        );
+        let config = std::fs::read_to_string(sub.join(".git/config")).unwrap();
+        assert!(config.contains("gpgsign = true"), "{who:?}: {config}");
+        // Two sessions in this workspace: what one sets aside, the other
+        // leaves alone, and neither goes on setting aside.
+        let mut idle = Session::start(&f, who, "idle", &[]);
+        let mut busy = Session::start(&f, who, "busy", &[]);
+        let out = busy.sh(&f.ws, "git init -q planted");
+        assert_eq!(out.code, 0, "{who:?}: {}", out.stderr);
+        let _ = busy.sh(&f.ws, "true");
+        std::thread::sleep(Duration::from_secs(3));
+        let count = || {
+            std::fs::read_dir(f.ws.join(".airlock/quarantine"))
+                .map(|d| d.count())
+                .unwrap_or(0)
+        };
+        let first = count();
+        assert_eq!(first, 1, "{who:?}: one plant, one quarantine");
+        std::thread::sleep(Duration::from_secs(2));
+        assert_eq!(count(), first, "{who:?}: the checks went on");
+        // The plant was caught, and the repository still works.
+        let planted = std::fs::read_to_string(f.ws.join("planted/.git/config")).unwrap_or_default();
+        assert!(!planted.contains("fsmonitor"), "{planted}");
+        for s in [&mut busy, &mut idle, &mut elsewhere] {
+            let out = s.end(&[]);
+            assert_eq!(out.code, 0, "{who:?}: {}", out.stderr);
+        }
+        assert_eq!(
+            std::fs::read_to_string(&hook).unwrap(),
+            "#!/bin/sh\necho scan\n",
+            "{who:?}"
+        );
     }
 }

@@ -102,17 +102,18 @@ impl Journal {
 
 use std::os::unix::fs::DirBuilderExt;
 
-/// When every run whose journal is still there began: runs going on now
+/// When every run whose journal is still there began, and its roots: runs going on now
 /// (another `airlock run` beside this one), and runs whose airlock died
 /// before its check. Their windows are open until the journal goes.
 /// Except `own`'s: a session checks itself between its commands, and its
 /// own open journal would cover everything since it started (the
 /// quarantine's own writes included), where its windows are exact.
-pub fn open_since(own: &str) -> Vec<SystemTime> {
+pub fn open_since(own: &str) -> Vec<(SystemTime, Vec<PathBuf>)> {
     let own = path_of(own);
     #[derive(Deserialize)]
     struct Since {
         since: (u64, u32),
+        roots: Vec<PathBuf>,
     }
     let Some(dir) = dir() else { return vec![] };
     let Ok(rd) = std::fs::read_dir(&dir) else {
@@ -124,7 +125,12 @@ pub fn open_since(own: &str) -> Vec<SystemTime> {
         .filter(|p| own.as_ref() != Some(p))
         .filter_map(|p| crate::paths::read_no_follow(&p).ok())
         .filter_map(|b| serde_json::from_slice::<Since>(&b).ok())
-        .map(|s| SystemTime::UNIX_EPOCH + Duration::new(s.since.0, s.since.1.min(999_999_999)))
+        .map(|s| {
+            (
+                SystemTime::UNIX_EPOCH + Duration::new(s.since.0, s.since.1.min(999_999_999)),
+                s.roots,
+            )
+        })
         .collect()
 }
 

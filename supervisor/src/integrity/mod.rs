@@ -7,6 +7,7 @@ pub mod dirty;
 pub mod identity;
 pub mod journal;
 pub mod nested;
+pub mod ours;
 pub mod quarantine;
 pub mod snapshot;
 #[cfg(target_os = "linux")]
@@ -65,6 +66,13 @@ pub fn check_near(
         .collect();
     let mut changes = snap.changes();
     changes.retain(|c| !replaced.contains(&&c.root));
+    // What another airlock's check quarantined into `.airlock` beside this
+    // run is not the sandbox's.
+    changes.retain(|c| {
+        !(c.rel.starts_with(".airlock")
+            && c.kind != snapshot::ChangeKind::Removed
+            && ours::wrote(&c.root.join(&c.rel)))
+    });
     let mut failed = vec![];
     for r in &replaced {
         failed.push(format!(
@@ -102,7 +110,7 @@ pub fn check_near(
     changes.retain(|c| !own.contains(&c.root.join(&c.rel)));
     tracing::debug!(elapsed = ?t.elapsed(), "protected set compared");
     let known: Vec<Protected> = snap.entries.iter().map(|(p, _)| p.clone()).collect();
-    let windows = windows::Windows::with_current(since, run);
+    let windows = windows::Windows::with_current(since, run, roots);
     // What the thread beside the run has recorded so far is what there is.
     before.stop();
     // Nothing changed in the roots since the last check (a session's
@@ -158,8 +166,28 @@ pub fn check_near(
         });
         outcomes.extend(quarantine::act(&again, label));
     }
+    if !outcomes.is_empty() {
+        ours::record(roots, label);
+        // What airlock itself put in place (a plain config, a file put
+        // back) is not the sandbox's: another airlock checking beside this
+        // one (a second session in the workspace) would otherwise judge
+        // it, and this one its judgement, over and over.
+        let mut cleared = identity::Cleared::load();
+        for o in &outcomes {
+            let ours = ["restored", "sanitised", "moved back"]
+                .iter()
+                .any(|a| o.action.ends_with(a));
+            if let Some(s) = ours
+                .then(|| identity::observe(std::path::Path::new(&o.path)))
+                .flatten()
+            {
+                cleared.add(&s);
+            }
+        }
+        cleared.save();
+    }
     tracing::debug!(elapsed = ?t.elapsed(), "changes acted on");
-    windows::record(since, until);
+    windows::record(since, until, roots);
     Checked { outcomes, failed }
 }
 

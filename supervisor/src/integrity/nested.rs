@@ -224,7 +224,7 @@ fn ctime_of(st: &nix::sys::stat::FileStat) -> SystemTime {
 /// while a sandbox ran: written, created, renamed, linked, its mode set.
 fn written_in(path: &Path, windows: &Windows) -> bool {
     fstatat(nix::fcntl::AT_FDCWD, path, AtFlags::AT_SYMLINK_NOFOLLOW)
-        .is_ok_and(|st| windows.covers(ctime_of(&st)))
+        .is_ok_and(|st| windows.covers(path, ctime_of(&st)))
 }
 
 /// A file's bytes as git reads a path from it (`commondir`, a `gitdir:`
@@ -560,7 +560,7 @@ pub fn record_before(roots: Vec<PathBuf>) -> Before {
     let spawned = std::thread::Builder::new()
         .name("nested-before".into())
         .spawn(move || {
-            let windows = Windows::with_current(kernel_now(), "");
+            let windows = Windows::with_current(kernel_now(), "", &roots);
             let judge = Judge {
                 windows: &windows,
                 before: &Before::default(),
@@ -581,7 +581,7 @@ pub fn record_before(roots: Vec<PathBuf>) -> Before {
                     }
                     for abs in items_of(&found, home.as_deref(), &global_hooks, &judge) {
                         let Some(seen) = observe(&abs) else { continue };
-                        let users = !windows.covers(super::identity::ctime_time(seen.ctime))
+                        let users = !windows.covers(&abs, super::identity::ctime_time(seen.ctime))
                             || judge.cleared.borrow().holds(&seen);
                         if users {
                             before.record(abs, seen);
@@ -732,6 +732,13 @@ pub fn changes_near(
                 all
             }
         };
+        // `.airlock` at the top of a root is protected (the sandbox cannot
+        // write it, and one it made is the protected set's to judge): what
+        // lies there is airlock's, and its quarantine holds git directories
+        // by design. Judged again, each check quarantined the last one's
+        // copies, over and over.
+        let own = root.join(".airlock");
+        walk.found.retain(|f| !f.starts_with(&own));
         walk.found.sort();
         walk.found.dedup();
         if walk.complete {
