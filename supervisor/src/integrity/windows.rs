@@ -191,7 +191,7 @@ fn parse(text: &str) -> Vec<Span> {
 /// of equal roots merged, then the smallest gaps closed until at most
 /// `keep` remain (merging roots too).
 fn merged(mut spans: Vec<Span>, keep: usize) -> Vec<Span> {
-    spans.sort_by(|a, b| (a.start, a.end).cmp(&(b.start, b.end)));
+    spans.sort_by_key(|s| (s.start, s.end));
     let mut out: Vec<Span> = Vec::with_capacity(spans.len());
     for s in spans {
         match out.last_mut() {
