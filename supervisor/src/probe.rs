@@ -11,6 +11,8 @@ use crate::plan::{Net, Plan};
 
 pub struct SystemProbe<'a> {
     pub workspace: PathBuf,
+    /// `sources::project_root` of the workspace: whose caches the run gets.
+    pub project: PathBuf,
     /// Files below a writable root are checked against the trust store.
     pub trust: &'a crate::trust::Trust,
 }
@@ -96,6 +98,10 @@ impl Probe for SystemProbe<'_> {
 
     fn workspace(&self) -> PathBuf {
         self.workspace.clone()
+    }
+
+    fn project(&self) -> Option<PathBuf> {
+        Some(self.project.clone())
     }
 }
 

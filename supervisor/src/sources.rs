@@ -159,6 +159,28 @@ pub fn workspace_dir(args: &PolicyArgs) -> Result<(PathBuf, bool)> {
     Ok((found.unwrap_or(cwd), false))
 }
 
+/// The project a workspace belongs to, whose airlock-owned caches it gets
+/// (SPEC §3.4): the nearest directory from the workspace upwards that git
+/// would take as a repository's top level, else the workspace. The search
+/// stops below HOME and `/` (a dotfiles repository there is not a project
+/// every directory below shares). Found here, outside the sandbox, from
+/// the canonical workspace: a run cannot choose the path it starts from,
+/// and a `.git` a sandbox made can name only a directory it could write
+/// all along, so no key it shapes reaches another project's caches.
+pub fn project_root(workspace: &Path) -> PathBuf {
+    let workspace = std::fs::canonicalize(workspace).unwrap_or_else(|_| workspace.to_path_buf());
+    let home = std::env::var_os("HOME").and_then(|h| std::fs::canonicalize(h).ok());
+    for dir in workspace.ancestors() {
+        if dir == Path::new("/") || home.as_deref() == Some(dir) {
+            break;
+        }
+        if is_repository(&dir.join(".git")) {
+            return dir.to_path_buf();
+        }
+    }
+    workspace
+}
+
 /// Whether git would take this `.git` entry as a repository: a directory
 /// holding `HEAD`, or a file pointing elsewhere with `gitdir:`.
 fn is_repository(dot_git: &Path) -> bool {
@@ -406,6 +428,7 @@ pub fn build_policy(args: &PolicyArgs, extra_roots: &[PathBuf], named: Named) ->
     );
     let probe = SystemProbe {
         workspace: workspace.clone(),
+        project: project_root(&workspace),
         trust: &trust,
     };
     let policy = Policy::build(frags, &probe);
