@@ -168,10 +168,14 @@ pub fn workspace_dir(args: &PolicyArgs) -> Result<(PathBuf, bool)> {
 /// and a `.git` a sandbox made can name only a directory it could write
 /// all along, so no key it shapes reaches another project's caches.
 pub fn project_root(workspace: &Path) -> PathBuf {
-    let workspace = std::fs::canonicalize(workspace).unwrap_or_else(|_| workspace.to_path_buf());
     let home = std::env::var_os("HOME").and_then(|h| std::fs::canonicalize(h).ok());
+    project_root_in(workspace, home.as_deref())
+}
+
+fn project_root_in(workspace: &Path, home: Option<&Path>) -> PathBuf {
+    let workspace = std::fs::canonicalize(workspace).unwrap_or_else(|_| workspace.to_path_buf());
     for dir in workspace.ancestors() {
-        if dir == Path::new("/") || home.as_deref() == Some(dir) {
+        if dir == Path::new("/") || home == Some(dir) {
             break;
         }
         if is_repository(&dir.join(".git")) {
@@ -485,6 +489,40 @@ pub fn build_policy(args: &PolicyArgs, extra_roots: &[PathBuf], named: Named) ->
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_project_is_the_git_top_level_below_home() {
+        let t = tempfile::tempdir().unwrap();
+        let root = std::fs::canonicalize(t.path()).unwrap();
+        let home = root.join("home");
+        let repo = home.join("src/repo");
+        let deep = repo.join("a/b");
+        std::fs::create_dir_all(&deep).unwrap();
+        std::fs::create_dir_all(home.join("plain/x")).unwrap();
+        // Not a repository yet: the workspace itself.
+        assert_eq!(project_root_in(&deep, Some(&home)), deep);
+        std::fs::create_dir_all(repo.join(".git")).unwrap();
+        std::fs::write(repo.join(".git/HEAD"), "ref: refs/heads/main\n").unwrap();
+        assert_eq!(project_root_in(&deep, Some(&home)), repo);
+        // Through a link: the canonical path.
+        std::os::unix::fs::symlink(&repo, root.join("via")).unwrap();
+        assert_eq!(project_root_in(&root.join("via/a"), Some(&home)), repo);
+        // A worktree's `.git` file.
+        let wt = home.join("src/wt");
+        std::fs::create_dir_all(&wt).unwrap();
+        std::fs::write(wt.join(".git"), "gitdir: /elsewhere\n").unwrap();
+        assert_eq!(project_root_in(&wt, Some(&home)), wt);
+        // A dotfiles repository in HOME is not every directory's project;
+        // HOME itself, named as the workspace, is its own.
+        std::fs::create_dir_all(home.join(".git")).unwrap();
+        std::fs::write(home.join(".git/HEAD"), "ref: refs/heads/main\n").unwrap();
+        let plain = home.join("plain/x");
+        assert_eq!(project_root_in(&plain, Some(&home)), plain);
+        assert_eq!(project_root_in(&home, Some(&home)), home);
+        // An empty `.git` directory is no repository.
+        std::fs::create_dir_all(home.join("plain/.git")).unwrap();
+        assert_eq!(project_root_in(&plain, Some(&home)), plain);
+    }
 
     #[test]
     fn the_variable_names_a_managed_file_only_where_there_is_none() {
