@@ -78,6 +78,12 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// The caches presets point tools at: one directory per project
+    /// (default: list them).
+    Cache {
+        #[command(subcommand)]
+        action: Option<CacheCommand>,
+    },
     /// Print shell completions (e.g. `airlock completions bash > /etc/bash_completion.d/airlock`).
     Completions {
         #[arg(value_enum)]
@@ -233,6 +239,28 @@ pub enum ChangesCommand {
         id: String,
         #[arg(long)]
         json: bool,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+pub enum CacheCommand {
+    /// Each project's caches, their size and the project they belong to.
+    List {
+        #[arg(long)]
+        json: bool,
+    },
+    /// Remove the caches of the current directory's project (or of
+    /// --project DIR's); a run using them at the time loses them too.
+    Clear {
+        /// The project whose caches to remove (a directory in it).
+        #[arg(long, value_name = "DIR", conflicts_with_all = ["all", "legacy"])]
+        project: Option<PathBuf>,
+        /// Every project's caches, and the shared ones of older versions.
+        #[arg(long)]
+        all: bool,
+        /// Only the caches older versions shared between all projects.
+        #[arg(long, conflicts_with = "all")]
+        legacy: bool,
     },
 }
 

@@ -30,6 +30,27 @@ pub struct Findings {
     pub limits: Vec<String>,
     /// What the degraded tier does not cover (SPEC §4.4).
     pub degraded_residual_risk: String,
+    /// Where presets' caches go for the current directory's project.
+    pub caches: String,
+}
+
+/// The cache directory a run from here gets (SPEC §3.4): per project.
+fn caches() -> String {
+    let Ok((workspace, _)) = crate::policy::workspace_dir(&Default::default()) else {
+        return "unknown: the current directory cannot be read".into();
+    };
+    let Some(base) = crate::integrity::quarantine::airlock_cache() else {
+        return "none: neither XDG_CACHE_HOME nor HOME is set".into();
+    };
+    let project = crate::policy::project_root(&workspace);
+    let dir = base
+        .join("projects")
+        .join(airlock_policy::preset::project_key(&project));
+    format!(
+        "{} for project {} (each project has its own; `airlock cache list`)",
+        crate::text::shown(&dir),
+        crate::text::shown(&project)
+    )
 }
 
 /// The degraded tier's known gaps, for `doctor` and the run's warning.
@@ -184,6 +205,7 @@ pub fn findings() -> Findings {
         verify_on_a_mac: vec![],
         limits: crate::linux::limits::describe(),
         degraded_residual_risk: DEGRADED_RESIDUAL_RISK.to_string(),
+        caches: caches(),
     }
 }
 
@@ -226,6 +248,7 @@ pub fn findings() -> Findings {
             "[limits] are not enforced on macOS yet: a configured limit is warned about".into(),
         ],
         degraded_residual_risk: DEGRADED_RESIDUAL_RISK.to_string(),
+        caches: caches(),
     }
 }
 
@@ -246,6 +269,7 @@ pub fn findings() -> Findings {
         verify_on_a_mac: vec![],
         limits: vec![],
         degraded_residual_risk: DEGRADED_RESIDUAL_RISK.to_string(),
+        caches: caches(),
     }
 }
 
@@ -299,6 +323,7 @@ pub fn run(json: bool) -> Result<ExitCode> {
             say!("limit:             {l}");
         }
         say!("degraded tier risk: {}", f.degraded_residual_risk);
+        say!("preset caches:     {}", f.caches);
     }
     // What `run` would refuse on is an error here too, after the findings:
     // an environment that names a replacement managed policy is not a

@@ -4,7 +4,7 @@
 use std::process::ExitCode;
 
 use airlock_policy::{check_address, decide, inspects, Host, Policy, Target, PRESETS};
-use anyhow::{Context, Result};
+use anyhow::Result;
 use serde_json::{json, Map, Value};
 
 use crate::cli::PolicyArgs;
@@ -172,9 +172,12 @@ fn explain_one(policy: &Policy, target: &Target) -> Fields {
 }
 
 pub fn presets(as_json: bool) -> Result<ExitCode> {
-    let workspace = std::env::current_dir().context("cannot read the current directory")?;
+    // The workspace `run` would take here, so the caches shown are the ones
+    // a run from this directory gets.
+    let (workspace, _) = crate::policy::workspace_dir(&Default::default())?;
     let trust = crate::policy::trust::Trust::new(vec![workspace.clone()]);
     let probe = SystemProbe {
+        project: crate::policy::project_root(&workspace),
         workspace,
         trust: &trust,
         sandboxed: &crate::probe::Runner,
@@ -192,6 +195,8 @@ pub fn presets(as_json: bool) -> Result<ExitCode> {
                 "hosts": pairs(&r.hosts, "host", "from"),
                 "writes": pairs(&r.writes, "path", "from"),
                 "caches": r.caches,
+                // Whose caches they are: each project has its own.
+                "project": r.project.as_ref().map(|(dir, root)| json!({"dir": dir, "root": root})),
                 // Names only: values are the host's own.
                 "env": r.env.iter().map(|(n, _, from)| json!({"name": n, "from": from})).collect::<Vec<_>>(),
                 "hidden": pairs(&r.hide, "path", "why"),
@@ -202,6 +207,13 @@ pub fn presets(as_json: bool) -> Result<ExitCode> {
             continue;
         }
         say!("{}: {}", p.name, p.summary);
+        if let Some((dir, root)) = &r.project {
+            say!(
+                "  caches of project {} in {} (its own: no other project's sandbox writes them)",
+                crate::text::shown(root),
+                crate::text::shown(dir)
+            );
+        }
         for (host, from) in &r.hosts {
             say!("  allow {host:<40} from {from}");
         }

@@ -12,6 +12,7 @@ macro_rules! say {
 mod approve;
 mod audit_cmd;
 mod ca_cmd;
+mod cache_cmd;
 mod cli;
 mod clock;
 mod doctor;
@@ -258,6 +259,7 @@ fn main() -> ExitCode {
         },
         Command::Ca { action, out } => ca_cmd::run(*action, out.as_deref()),
         Command::Doctor { json } => doctor::run(*json),
+        Command::Cache { action } => cache_cmd::run(action.as_ref()),
         Command::Audit { files, json, urls } => audit_cmd::run(files, *json, *urls),
     };
     match result {

@@ -47,9 +47,12 @@ pub fn before_run(
                 eprintln!("airlock: warning: preset {}: {n}", r.name);
             }
         }
-        for cache in &r.caches {
-            create_private_dir(Path::new(cache))
-                .with_context(|| format!("creating preset {}'s cache {cache}", r.name))?;
+        if let Some((dir, project)) = &r.project {
+            for cache in &r.caches {
+                create_cache(dir, Path::new(cache))
+                    .with_context(|| format!("creating preset {}'s cache {cache}", r.name))?;
+            }
+            record_project(dir, project);
         }
         for copy in &r.files {
             write_copy(&copy.path, &copy.text).with_context(|| {
@@ -130,6 +133,50 @@ fn user_writes_exist(
     }
     Ok(())
 }
+
+/// Create a preset's cache below its project's directory
+/// (`<cache base>/projects/<key>`), private to the user, reached without a
+/// link from the cache base down: a link there (planted by a sandbox that
+/// had HOME writable) could point one project's tool at another project's
+/// cache, or at the host's own.
+fn create_cache(project_dir: &Path, cache: &Path) -> Result<()> {
+    let base = project_dir
+        .parent()
+        .and_then(Path::parent)
+        .context("a project cache directory has no cache base")?;
+    let rel = cache
+        .strip_prefix(base)
+        .context("a preset cache lies outside its project's directory")?;
+    create_private_dir(cache)?;
+    let real_base = std::fs::canonicalize(base)?;
+    let real = std::fs::canonicalize(cache)?;
+    if real != real_base.join(rel) {
+        bail!(
+            "{} resolves to {} through a link; refusing to use it (remove the link)",
+            cache.display(),
+            real.display()
+        );
+    }
+    Ok(())
+}
+
+/// Note in a project's cache directory which project it is for, so that
+/// `airlock cache list` can say so. The directory is not writable inside
+/// the sandbox (only the caches below it are). Best effort: the caches
+/// work without it.
+fn record_project(project_dir: &Path, project: &Path) {
+    let file = project_dir.join(PROJECT_FILE);
+    let text = format!("{}\n", project.display());
+    if std::fs::read_to_string(&file).is_ok_and(|t| t == text) {
+        return;
+    }
+    if let Err(e) = write_copy(&file, &text) {
+        tracing::warn!("cannot record the project in {}: {e:#}", file.display());
+    }
+}
+
+/// The file in a project's cache directory naming its project.
+pub const PROJECT_FILE: &str = "project";
 
 /// `mkdir -p`, new directories private to the user. An existing path that
 /// is not a directory is an error.

@@ -555,3 +555,20 @@ pub fn process_running(text: &str) -> bool {
         })
     })
 }
+
+/// The one project cache directory under a fixture's HOME
+/// (`~/.cache/airlock/projects/<key>`): presets give each project its own
+/// (SPEC §3.4), and a fresh HOME that ran one project has exactly one.
+pub fn project_cache(home: &Path) -> PathBuf {
+    let dir = home.join(".cache/airlock/projects");
+    let found: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .map(|rd| rd.flatten().map(|e| e.path()).collect())
+        .unwrap_or_default();
+    assert_eq!(
+        found.len(),
+        1,
+        "one project's caches in {}: {found:?}",
+        dir.display()
+    );
+    found.into_iter().next().expect("one")
+}

@@ -475,7 +475,9 @@ fn a_repository_the_user_asked_for_is_one_calm_line() {
 #[test]
 fn an_empty_git_marker_in_airlocks_own_cache_is_not_reported() {
     let f = airlock_tests::Fixture::new_in(&base());
-    let cache = f.home.join(".cache/airlock/uv");
+    let cache = f
+        .home
+        .join(".cache/airlock/projects/ws-0123456789abcdef/uv");
     fs::create_dir_all(&cache).unwrap();
     let c = cache.to_str().unwrap();
     let out = f.run(

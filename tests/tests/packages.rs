@@ -150,7 +150,7 @@ fn npm_installs_from_a_private_registry_whose_token_stays_outside() {
         );
         // The cache is airlock's own, created on the first run; the user's
         // configuration outside is untouched.
-        assert!(f.home.join(".cache/airlock/npm").is_dir(), "{who:?}");
+        assert!(project_cache(&f.home).join("npm").is_dir(), "{who:?}");
         assert!(
             !f.home.join(".npm").exists(),
             "{who:?}: the host's npm cache was written"
@@ -240,7 +240,7 @@ fn pip_installs_from_an_index_whose_password_stays_outside() {
             "{who:?}: the password is visible inside\n{}",
             show(&out)
         );
-        assert!(f.home.join(".cache/airlock/pip").is_dir(), "{who:?}");
+        assert!(project_cache(&f.home).join("pip").is_dir(), "{who:?}");
     }
 }
 
@@ -566,7 +566,7 @@ fn cargo_fetches_from_a_sparse_registry_whose_token_stays_outside() {
         show(&out)
     );
     // The sandbox's cargo home is airlock's own; the user's is untouched.
-    assert!(f.home.join(".cache/airlock/cargo/registry").is_dir());
+    assert!(project_cache(&f.home).join("cargo/registry").is_dir());
     assert!(!f.home.join(".cargo/registry").exists());
 }
 
@@ -815,7 +815,7 @@ fn go_downloads_from_a_module_proxy_whose_password_stays_outside() {
             "{who:?}: the password is visible inside\n{}",
             show(&out)
         );
-        assert!(f.home.join(".cache/airlock/go/mod").is_dir(), "{who:?}");
+        assert!(project_cache(&f.home).join("go/mod").is_dir(), "{who:?}");
     }
 }
 

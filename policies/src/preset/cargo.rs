@@ -360,7 +360,7 @@ mod tests {
         };
         assert_eq!(
             env("CARGO_HOME").as_deref(),
-            Some("/home/u/.cache/airlock/cargo")
+            Some("/home/u/.cache/airlock/projects/proj-277ae841cc3b5609/cargo")
         );
         assert_eq!(
             env("CARGO_REGISTRIES_CORP_TOKEN").as_deref(),
@@ -390,7 +390,9 @@ mod tests {
         let copy = &r.files[0];
         assert_eq!(
             copy.path,
-            std::path::Path::new("/home/u/.cache/airlock/cargo/config.toml")
+            std::path::Path::new(
+                "/home/u/.cache/airlock/projects/proj-277ae841cc3b5609/cargo/config.toml"
+            )
         );
         assert!(copy.text.contains("retry = 3") && !copy.text.contains("t2"));
         assert!(r.notes.iter().any(|n| n.contains("publishing")));

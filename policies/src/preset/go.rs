@@ -159,7 +159,7 @@ mod tests {
         assert_eq!(env("GOSUMDB").as_deref(), Some("sumdb.example.test"));
         assert_eq!(
             env("GOMODCACHE").as_deref(),
-            Some("/home/u/.cache/airlock/go/mod")
+            Some("/home/u/.cache/airlock/projects/proj-277ae841cc3b5609/go/mod")
         );
         assert_eq!(r.credentials[0].host, "goproxy.corp.test");
         assert!(r.notes.iter().any(|n| n.contains("direct")));

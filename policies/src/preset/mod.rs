@@ -35,6 +35,14 @@ pub trait Probe {
     fn output(&self, argv: &[&str]) -> Option<String>;
     fn home(&self) -> Option<PathBuf>;
     fn workspace(&self) -> PathBuf;
+    /// The project the run belongs to, canonical and found outside every
+    /// sandbox (the workspace's git top-level, else the workspace): its
+    /// airlock-owned caches are its own (`project_cache`). `None`: no
+    /// project is known, and presets point tools at no cache rather than
+    /// at one another project shares.
+    fn project(&self) -> Option<PathBuf> {
+        None
+    }
     /// Run a program with these extra variables, with a proxy that
     /// refuses every connection, and return where it tried to connect
     /// (`host:port`, in order, without repeats). For a tool whose
@@ -123,6 +131,10 @@ pub struct Resolved {
     pub writes: Vec<(String, String)>,
     /// The airlock-owned caches among `writes`: created when missing.
     pub caches: Vec<String>,
+    /// This project's cache directory (`<cache base>/projects/<key>`) and
+    /// the project it belongs to, when a cache was set: the caller records
+    /// the project there so the directory can be told apart later.
+    pub project: Option<(PathBuf, PathBuf)>,
     /// Variables set inside the sandbox: (name, value, where it came from).
     /// Values never hold a secret.
     pub env: Vec<(String, String, String)>,
@@ -145,6 +157,7 @@ impl Resolved {
             hosts: vec![],
             writes: vec![],
             caches: vec![],
+            project: None,
             env: vec![],
             hide: vec![],
             credentials: vec![],
@@ -177,17 +190,19 @@ impl Resolved {
         }
     }
 
-    /// Point the tool at an airlock-owned cache `<cache base>/<sub>`
-    /// through `var`: writable, created when missing, and never a
-    /// directory the host's own tool reads (SPEC §3.4).
+    /// Point the tool at an airlock-owned cache
+    /// `<cache base>/projects/<key>/<sub>` through `var`: writable, created
+    /// when missing, never a directory the host's own tool reads, and never
+    /// one another project's sandbox wrote (SPEC §3.4).
     fn own_cache(&mut self, p: &dyn Probe, var: &str, sub: &str) {
-        let Some(base) = airlock_cache(p) else {
+        let (Some(base), Some(project)) = (project_cache(p), p.project()) else {
             self.notes.push(format!(
-                "{}: neither XDG_CACHE_HOME nor HOME is set; no cache for {var}",
+                "{}: no project or no cache directory (neither XDG_CACHE_HOME nor HOME is set); no cache for {var}",
                 self.name
             ));
             return;
         };
+        self.project = Some((base.clone(), project));
         let dir = base.join(sub).display().to_string();
         self.add_write(dir.clone(), "airlock's own cache".into());
         if !self.caches.contains(&dir) {
@@ -384,10 +399,64 @@ pub fn airlock_cache(p: &dyn Probe) -> Option<PathBuf> {
         .map(|c| c.join("airlock"))
 }
 
-/// Where sanitised configuration copies go: beside the caches, never in
-/// one (a cache is writable inside the sandbox; this directory is not).
+/// A project's airlock-owned caches: `<cache base>/projects/<key>`. Each
+/// project has its own, so what one project's sandbox writes into its
+/// caches (a planted tarball, an extracted crate, a module) is never what
+/// another project's tool finds in its own. The price is disk: nothing is
+/// shared between projects.
+pub fn project_cache(p: &dyn Probe) -> Option<PathBuf> {
+    let project = p.project()?;
+    Some(
+        airlock_cache(p)?
+            .join("projects")
+            .join(project_key(&project)),
+    )
+}
+
+/// The directory name of a project's caches: the project directory's name,
+/// reduced to `[A-Za-z0-9._-]` and at most 32 bytes, so a person can tell
+/// which is which, then 16 hex digits of SHA-256 over the whole path's
+/// bytes, so two projects never share one (however alike their names).
+/// `project` must be canonical; the caller finds it outside the sandbox,
+/// which cannot choose the path its run starts from.
+pub fn project_key(project: &Path) -> String {
+    let digest = ring::digest::digest(
+        &ring::digest::SHA256,
+        project.as_os_str().as_encoded_bytes(),
+    );
+    let hash: String = digest.as_ref()[..8]
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    let name = project
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let mut tail: String = name
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-') {
+                c
+            } else {
+                '_'
+            }
+        })
+        .take(32)
+        .collect();
+    // Never a hidden name, `.` or `..`.
+    tail = tail.trim_start_matches('.').to_string();
+    if tail.is_empty() {
+        tail = "project".into();
+    }
+    format!("{tail}-{hash}")
+}
+
+/// Where sanitised configuration copies go: beside the project's caches,
+/// never in one (a cache is writable inside the sandbox; this directory is
+/// not), and per project, so that two projects' runs at once never read
+/// each other's copies.
 fn config_copy_dir(p: &dyn Probe) -> Option<PathBuf> {
-    airlock_cache(p).map(|c| c.join("config"))
+    project_cache(p).map(|c| c.join("config"))
 }
 
 impl Preset {
@@ -539,6 +608,9 @@ pub(crate) mod tests {
         fn workspace(&self) -> PathBuf {
             PathBuf::from("/work/proj")
         }
+        fn project(&self) -> Option<PathBuf> {
+            Some(self.workspace())
+        }
         /// What `outputs["observe <program>"]` lists, one target a line.
         fn observe(&self, argv: &[&str], _env: &[(&str, &str)]) -> Vec<String> {
             let program = argv
@@ -554,6 +626,154 @@ pub(crate) mod tests {
 
     fn hosts(r: &Resolved) -> Vec<&str> {
         r.hosts.iter().map(|(h, _)| h.as_str()).collect()
+    }
+
+    /// The key is SHA-256 of the path (pinned here, so a change of layout
+    /// is a decision, not an accident) behind a readable tail.
+    #[test]
+    fn a_project_key_is_its_name_and_a_hash_of_its_path() {
+        assert_eq!(
+            project_key(Path::new("/work/proj")),
+            "proj-277ae841cc3b5609"
+        );
+        assert_eq!(
+            project_key(Path::new("/home/u/src/my project!")),
+            "my_project_-e7a43776a08fc4e3"
+        );
+        // Same name, another place: another key.
+        let a = project_key(Path::new("/a/app"));
+        let b = project_key(Path::new("/b/app"));
+        assert!(a.starts_with("app-") && b.starts_with("app-") && a != b);
+        // One byte apart, or a trailing component, differ too.
+        assert_ne!(
+            project_key(Path::new("/a/app")),
+            project_key(Path::new("/a/apq"))
+        );
+        assert_ne!(
+            project_key(Path::new("/a/app")),
+            project_key(Path::new("/a/app/sub"))
+        );
+    }
+
+    /// Whatever the project's name, the key is one plain directory name:
+    /// no separator, no `.`/`..`, not hidden, bounded.
+    #[test]
+    fn a_project_key_is_one_plain_name() {
+        for p in [
+            "/",
+            "/..",
+            "/x/..",
+            "/x/.hidden",
+            "/x/...",
+            "/x/a\nb",
+            "/x/\u{202e}evil",
+            "/x/ünïcödé",
+            "/x/a/b/c/very-long-name-very-long-name-very-long-name-very-long-name",
+        ] {
+            let k = project_key(Path::new(&p));
+            assert!(!k.contains('/') && !k.starts_with('.'), "{p:?} -> {k}");
+            assert!(k.len() <= 32 + 1 + 16, "{p:?} -> {k}");
+            assert!(
+                k.bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-')),
+                "{p:?} -> {k}"
+            );
+            let (tail, hash) = k.rsplit_once('-').unwrap();
+            assert!(!tail.is_empty() && hash.len() == 16, "{p:?} -> {k}");
+        }
+    }
+
+    /// Every preset's airlock-owned cache lies in the project's own
+    /// directory, and another project's run gets none of the same ones.
+    #[test]
+    fn every_preset_cache_is_the_projects_own() {
+        struct Other(FakeProbe);
+        impl Probe for Other {
+            fn env(&self, n: &str) -> Option<String> {
+                self.0.env(n)
+            }
+            fn env_vars(&self) -> Vec<(String, String)> {
+                self.0.env_vars()
+            }
+            fn read(&self, p: &Path) -> Option<String> {
+                self.0.read(p)
+            }
+            fn list_dir(&self, p: &Path) -> Vec<String> {
+                self.0.list_dir(p)
+            }
+            fn output(&self, a: &[&str]) -> Option<String> {
+                self.0.output(a)
+            }
+            fn home(&self) -> Option<PathBuf> {
+                self.0.home()
+            }
+            fn workspace(&self) -> PathBuf {
+                PathBuf::from("/work/other")
+            }
+            fn project(&self) -> Option<PathBuf> {
+                Some(self.workspace())
+            }
+        }
+        let mut p = FakeProbe::default();
+        // Secrets, so that every preset writes its configuration copies.
+        p.files.insert(
+            "/home/u/.npmrc".into(),
+            "//reg.corp.test/:_authToken=tok\n".into(),
+        );
+        p.files.insert(
+            "/home/u/.config/pip/pip.conf".into(),
+            "[global]\nindex-url = https://me:pw@pypi.corp.test/simple\n".into(),
+        );
+        let mine = project_cache(&p).unwrap();
+        assert_eq!(
+            mine,
+            Path::new("/home/u/.cache/airlock/projects/proj-277ae841cc3b5609")
+        );
+        let other = Other(FakeProbe {
+            files: p.files.clone(),
+            ..Default::default()
+        });
+        let mut seen = 0;
+        for preset in PRESETS {
+            let a = preset.resolve(&p);
+            let b = preset.resolve(&other);
+            let owned = |r: &Resolved| -> Vec<PathBuf> {
+                r.caches
+                    .iter()
+                    .map(PathBuf::from)
+                    .chain(r.files.iter().map(|c| c.path.clone()))
+                    .collect()
+            };
+            for path in owned(&a) {
+                assert!(
+                    path.starts_with(&mine),
+                    "{}: {}",
+                    preset.name,
+                    path.display()
+                );
+                assert!(
+                    owned(&b).iter().all(|o| !o.starts_with(&mine)),
+                    "{}: another project shares {}",
+                    preset.name,
+                    path.display()
+                );
+                seen += 1;
+            }
+            // Every airlock-owned directory the tool may write is a cache of
+            // this project (nothing else under airlock's cache base).
+            for (w, _) in &a.writes {
+                if w.starts_with("/home/u/.cache/airlock") {
+                    assert!(Path::new(w).starts_with(&mine), "{}: {w}", preset.name);
+                }
+            }
+            if !a.caches.is_empty() {
+                assert_eq!(a.project, Some((mine.clone(), PathBuf::from("/work/proj"))));
+            }
+        }
+        assert!(seen >= 8, "{seen}");
+        // No project known: no cache at all, rather than a shared one.
+        let none = find("cargo").unwrap().resolve(&Offline);
+        assert!(none.caches.is_empty() && none.project.is_none());
     }
 
     #[test]

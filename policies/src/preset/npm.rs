@@ -312,16 +312,22 @@ mod tests {
             Some("https://mirror.corp.test/npm/")
         );
         assert_eq!(env("NODE_EXTRA_CA_CERTS"), Some("/etc/corp-ca.pem"));
-        assert_eq!(env("NPM_CONFIG_CACHE"), Some("/home/u/.cache/airlock/npm"));
+        assert_eq!(
+            env("NPM_CONFIG_CACHE"),
+            Some("/home/u/.cache/airlock/projects/proj-277ae841cc3b5609/npm")
+        );
         assert_eq!(
             env("NPM_CONFIG_USERCONFIG"),
-            Some("/home/u/.cache/airlock/config/npmrc")
+            Some("/home/u/.cache/airlock/projects/proj-277ae841cc3b5609/config/npmrc")
         );
         assert!(r
             .env
             .iter()
             .all(|(_, v, _)| !v.contains("pw") && !v.contains("tok-from-env")));
-        assert_eq!(r.caches, ["/home/u/.cache/airlock/npm"]);
+        assert_eq!(
+            r.caches,
+            ["/home/u/.cache/airlock/projects/proj-277ae841cc3b5609/npm"]
+        );
         assert_eq!(r.hide[0].0, "/home/u/.npmrc");
         let copy = &r.files[0];
         // Placeholders where tokens were (npm publishes only with one);

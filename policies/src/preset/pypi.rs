@@ -244,15 +244,15 @@ mod tests {
         assert_eq!(env("SSL_CERT_FILE").as_deref(), Some("/etc/corp.pem"));
         assert_eq!(
             env("PIP_CACHE_DIR").as_deref(),
-            Some("/home/u/.cache/airlock/pip")
+            Some("/home/u/.cache/airlock/projects/proj-277ae841cc3b5609/pip")
         );
         assert_eq!(
             env("UV_CACHE_DIR").as_deref(),
-            Some("/home/u/.cache/airlock/uv")
+            Some("/home/u/.cache/airlock/projects/proj-277ae841cc3b5609/uv")
         );
         assert_eq!(
             env("PIP_CONFIG_FILE").as_deref(),
-            Some("/home/u/.cache/airlock/config/pip.conf")
+            Some("/home/u/.cache/airlock/projects/proj-277ae841cc3b5609/config/pip.conf")
         );
         assert_eq!(r.hide[0].0, "/home/u/.config/pip/pip.conf");
         assert_eq!(

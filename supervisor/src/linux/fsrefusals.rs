@@ -119,6 +119,14 @@ pub fn refusals() -> (Vec<FsRefusal>, u64) {
 fn how_to_allow(path: &Path, rule: &str) -> String {
     match rule {
         "protected" => "protected: host tools run or obey it, so no sandbox may write it (SPEC §4.5); change it outside the sandbox".into(),
+        // Not a path to widen to: it is another project's cache (or this
+        // project's record of itself), and making it writable would carry
+        // one project's writes into another's sandbox.
+        _ if crate::integrity::quarantine::airlock_cache()
+            .is_some_and(|c| path.starts_with(c.join("projects"))) =>
+        {
+            "airlock's per-project caches: a sandbox writes only its own project's (SPEC §3.4; `airlock cache list`)".into()
+        }
         _ => {
             let dir = path.parent().unwrap_or(path);
             let shown = crate::text::shown(dir);

@@ -23,6 +23,8 @@ pub trait Sandboxed {
 
 pub struct SystemProbe<'a> {
     pub workspace: PathBuf,
+    /// `policy::project_root` of the workspace: whose caches the run gets.
+    pub project: PathBuf,
     /// Files below a writable root are checked against the trust store.
     pub trust: &'a Trust,
     pub sandboxed: &'a dyn Sandboxed,
@@ -91,6 +93,10 @@ impl Probe for SystemProbe<'_> {
 
     fn workspace(&self) -> PathBuf {
         self.workspace.clone()
+    }
+
+    fn project(&self) -> Option<PathBuf> {
+        Some(self.project.clone())
     }
 }
 

@@ -72,6 +72,32 @@ pub fn workspace_dir(args: &PolicyArgs) -> Result<(PathBuf, bool)> {
     Ok((found.unwrap_or(cwd), false))
 }
 
+/// The project a workspace belongs to, whose airlock-owned caches it gets
+/// (SPEC §3.4): the nearest directory from the workspace upwards that git
+/// would take as a repository's top level, else the workspace. The search
+/// stops below HOME and `/` (a dotfiles repository there is not a project
+/// every directory below shares). Found here, outside the sandbox, from
+/// the canonical workspace: a run cannot choose the path it starts from,
+/// and a `.git` a sandbox made can name only a directory it could write
+/// all along, so no key it shapes reaches another project's caches.
+pub fn project_root(workspace: &Path) -> PathBuf {
+    let home = std::env::var_os("HOME").and_then(|h| std::fs::canonicalize(h).ok());
+    project_root_in(workspace, home.as_deref())
+}
+
+fn project_root_in(workspace: &Path, home: Option<&Path>) -> PathBuf {
+    let workspace = std::fs::canonicalize(workspace).unwrap_or_else(|_| workspace.to_path_buf());
+    for dir in workspace.ancestors() {
+        if dir == Path::new("/") || home == Some(dir) {
+            break;
+        }
+        if is_repository(&dir.join(".git")) {
+            return dir.to_path_buf();
+        }
+    }
+    workspace
+}
+
 /// Whether git would take this `.git` entry as a repository: a directory
 /// holding `HEAD`, or a file pointing elsewhere with `gitdir:`.
 fn is_repository(dot_git: &Path) -> bool {
@@ -326,6 +352,7 @@ pub fn build_policy(
     );
     let probe = SystemProbe {
         workspace: workspace.clone(),
+        project: project_root(&workspace),
         trust: &trust,
         sandboxed,
     };
@@ -425,4 +452,43 @@ pub fn never_apply(policy: &Policy) -> Vec<String> {
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_project_is_the_git_top_level_below_home() {
+        let t = tempfile::tempdir().unwrap();
+        let root = std::fs::canonicalize(t.path()).unwrap();
+        let home = root.join("home");
+        let repo = home.join("src/repo");
+        let deep = repo.join("a/b");
+        std::fs::create_dir_all(&deep).unwrap();
+        std::fs::create_dir_all(home.join("plain/x")).unwrap();
+        // Not a repository yet: the workspace itself.
+        assert_eq!(project_root_in(&deep, Some(&home)), deep);
+        std::fs::create_dir_all(repo.join(".git")).unwrap();
+        std::fs::write(repo.join(".git/HEAD"), "ref: refs/heads/main\n").unwrap();
+        assert_eq!(project_root_in(&deep, Some(&home)), repo);
+        // Through a link: the canonical path.
+        std::os::unix::fs::symlink(&repo, root.join("via")).unwrap();
+        assert_eq!(project_root_in(&root.join("via/a"), Some(&home)), repo);
+        // A worktree's `.git` file.
+        let wt = home.join("src/wt");
+        std::fs::create_dir_all(&wt).unwrap();
+        std::fs::write(wt.join(".git"), "gitdir: /elsewhere\n").unwrap();
+        assert_eq!(project_root_in(&wt, Some(&home)), wt);
+        // A dotfiles repository in HOME is not every directory's project;
+        // HOME itself, named as the workspace, is its own.
+        std::fs::create_dir_all(home.join(".git")).unwrap();
+        std::fs::write(home.join(".git/HEAD"), "ref: refs/heads/main\n").unwrap();
+        let plain = home.join("plain/x");
+        assert_eq!(project_root_in(&plain, Some(&home)), plain);
+        assert_eq!(project_root_in(&home, Some(&home)), home);
+        // An empty `.git` directory is no repository.
+        std::fs::create_dir_all(home.join("plain/.git")).unwrap();
+        assert_eq!(project_root_in(&plain, Some(&home)), plain);
+    }
 }
