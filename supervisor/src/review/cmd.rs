@@ -50,6 +50,7 @@ fn list(json: bool) -> Result<ExitCode> {
                     "started": c.meta.started.0,
                     "state": c.meta.state,
                     "argv": c.meta.argv,
+                    "session": c.meta.session,
                     "workspace": c.meta.workspace,
                     "roots": c.meta.roots,
                     "summary": scan::summary(&c.meta.entries),
@@ -65,6 +66,9 @@ fn list(json: bool) -> Result<ExitCode> {
     }
     for c in &sets {
         let state = match c.meta.state.as_str() {
+            "running" if c.meta.session.is_some() => {
+                "running (its session has not ended, or its airlock was killed)".to_string()
+            }
             "running" => "running (or its airlock was killed)".to_string(),
             _ => scan::summary(&c.meta.entries),
         };
@@ -72,16 +76,42 @@ fn list(json: bool) -> Result<ExitCode> {
             "{}  {}  {}  {}",
             c.meta.id,
             shown(&c.meta.workspace),
-            crate::sources::escape(&airlock_proxy::escape::argv(&c.meta.argv)),
+            origin(c),
             state
         );
     }
     Ok(ExitCode::SUCCESS)
 }
 
+/// What made the changeset: the run's command, or its session.
+fn origin(cs: &Changeset) -> String {
+    match &cs.meta.session {
+        Some(name) => format!("session {}", crate::sources::escape(name)),
+        None => crate::sources::escape(&airlock_proxy::escape::argv(&cs.meta.argv)),
+    }
+}
+
+/// Refused while the changeset's session is still running: its commands
+/// still write to the layer, so what is applied or dropped would not be
+/// what the session ends with.
+fn not_in_running_session(cs: &Changeset) -> Result<()> {
+    if let Some(name) = &cs.meta.session {
+        if cs.meta.state == "running" && crate::session::running(name) {
+            anyhow::bail!(
+                "changeset {} belongs to the session {:?}, which is still running; `airlock session end {}` ends it and holds the changeset for review",
+                cs.meta.id,
+                crate::sources::escape(name),
+                crate::sources::escape(name)
+            );
+        }
+    }
+    Ok(())
+}
+
 /// A held changeset, refused while its run is still going on.
 fn held(id: &str) -> Result<Changeset> {
     let cs = Changeset::open(id)?;
+    not_in_running_session(&cs)?;
     if cs.meta.state == "running" {
         anyhow::bail!(
             "changeset {id} belongs to a run that has not ended (or whose airlock was killed); `airlock changes discard {id}` drops it"
@@ -171,6 +201,7 @@ fn diff(id: &str, stat: bool, json: bool) -> Result<ExitCode> {
         print_json(&json!({
             "id": cs.meta.id,
             "argv": cs.meta.argv,
+            "session": cs.meta.session,
             "workspace": cs.meta.workspace,
             "summary": scan::summary(&cs.meta.entries),
             "entries": v,
@@ -181,7 +212,7 @@ fn diff(id: &str, stat: bool, json: bool) -> Result<ExitCode> {
     say!(
         "changeset {} ({}): {}",
         cs.meta.id,
-        crate::sources::escape(&airlock_proxy::escape::argv(&cs.meta.argv)),
+        origin(&cs),
         scan::summary(&cs.meta.entries)
     );
     for e in &shown_entries {
@@ -369,6 +400,7 @@ fn apply_cmd(id: &str, paths: &[PathBuf], json: bool) -> Result<ExitCode> {
 
 fn discard(id: &str, json: bool) -> Result<ExitCode> {
     let cs = Changeset::open(id)?;
+    not_in_running_session(&cs)?;
     cs.remove()?;
     if json {
         print_json(&json!({"id": id, "discarded": true}));

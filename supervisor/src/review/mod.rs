@@ -67,6 +67,10 @@ pub struct Meta {
     /// path when the sandbox ended.
     #[serde(default)]
     pub entries: Vec<scan::Entry>,
+    /// The session this changeset belongs to (`session start --review`):
+    /// held, and so appliable, only once that session has ended.
+    #[serde(default)]
+    pub session: Option<String>,
 }
 
 impl Meta {
@@ -239,6 +243,7 @@ pub fn prepare(plan: &mut Plan, workspace: &Path, home: &Path) -> Result<Changes
                 .collect(),
             state: "running".into(),
             entries: vec![],
+            session: None,
         },
     };
     cs.save()?;
