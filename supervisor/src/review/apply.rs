@@ -42,8 +42,13 @@ pub fn already(cs: &Changeset, e: &Entry) -> bool {
         // What replaced it is judged by the creation that follows.
         (Change::Deleted, _) => now.is_none_or(|h| h.kind != e.kind),
         (_, Kind::Special) => false,
+        // A created directory's mode and attributes are set once what
+        // goes in it is in: a second apply does that again.
         (_, Kind::Dir) => now.is_some_and(|h| {
-            h.kind == Kind::Dir && (e.change == Change::Created || h.mode == safe_mode(e.mode))
+            h.kind == Kind::Dir
+                && (e.change == Change::Created
+                    || (h.mode == safe_mode(e.mode)
+                        && !super::xattr::differ(&cs.upper(e.root).join(&e.rel), &path)))
         }),
         (_, Kind::Symlink) => {
             now.is_some_and(|h| h.kind == Kind::Symlink)
@@ -53,6 +58,7 @@ pub fn already(cs: &Changeset, e: &Entry) -> bool {
             h.kind == Kind::File
                 && h.mode == safe_mode(e.mode)
                 && same_content(&cs.upper(e.root).join(&e.rel), &path)
+                && !super::xattr::differ(&cs.upper(e.root).join(&e.rel), &path)
         }),
     }
 }
@@ -267,6 +273,7 @@ impl Writer<'_> {
                         use std::os::unix::fs::PermissionsExt;
                         out.set_permissions(std::fs::Permissions::from_mode(safe_mode(e.mode)))
                     })
+                    .and_then(|_| super::xattr::set(out.as_fd(), &super::xattr::of(&upper)?))
                     .and_then(|_| {
                         let m = src.metadata()?;
                         out.set_modified(m.modified()?)
@@ -300,6 +307,10 @@ impl Writer<'_> {
                 Mode::empty(),
             )?
         };
+        let upper = self.cs.upper(e.root).join(&e.rel);
+        super::xattr::of(&upper)
+            .and_then(|want| super::xattr::set(fd.as_fd(), &want))
+            .with_context(|| format!("setting the attributes of {}", e.rel.display()))?;
         nix::sys::stat::fchmod(fd.as_fd(), Mode::from_bits_truncate(safe_mode(e.mode)))
             .with_context(|| format!("setting the mode of {}", e.rel.display()))?;
         Ok(())
@@ -332,7 +343,11 @@ pub fn write(cs: &Changeset, entries: &[&Entry]) -> Result<Vec<PathBuf>> {
         .map(|e| (e.root, e.rel.as_path()))
         .collect();
     let mut done = vec![];
-    for e in entries {
+    // Hard links last: the file they name is then in place, with its
+    // content (a link made first would keep the host's old file).
+    let (plain, links): (Vec<&&Entry>, Vec<&&Entry>) =
+        entries.iter().partition(|e| e.link_of.is_none());
+    for e in plain.into_iter().chain(links) {
         let linked = e
             .link_of
             .as_deref()

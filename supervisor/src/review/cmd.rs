@@ -141,6 +141,7 @@ fn verb(e: &Entry) -> &'static str {
         (Change::Modified, Kind::Symlink) => "link changed",
         (Change::Modified, _) => "modified",
         (Change::Mode, _) => "mode changed",
+        (Change::Xattr, _) => "attributes changed",
     }
 }
 
@@ -361,11 +362,14 @@ fn apply_cmd(id: &str, paths: &[PathBuf], json: bool) -> Result<ExitCode> {
         .collect();
     // Whole: every entry is now in place, and the changeset goes.
     // Special files are never applied: they keep nothing held.
-    let complete = cs
-        .meta
-        .entries
-        .iter()
-        .all(|e| e.kind == Kind::Special || apply::already(&cs, e));
+    // What this apply wrote counts as in place without a second look
+    // (which a directory the run left mode 000 would refuse us).
+    let wrote: std::collections::HashSet<&PathBuf> = written.iter().collect();
+    let complete = cs.meta.entries.iter().all(|e| {
+        e.kind == Kind::Special
+            || wrote.contains(&cs.meta.roots[e.root].join(&e.rel))
+            || apply::already(&cs, e)
+    });
     if complete {
         cs.remove()?;
     } else {

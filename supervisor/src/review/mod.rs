@@ -8,6 +8,7 @@ pub mod apply;
 pub mod cmd;
 pub mod scan;
 pub mod udiff;
+pub mod xattr;
 
 use std::os::unix::fs::{DirBuilderExt, MetadataExt};
 use std::path::{Path, PathBuf};
