@@ -195,11 +195,7 @@ impl Walk<'_> {
             let u = up.join(&name);
             let m = std::fs::symlink_metadata(&u)?;
             let t = m.file_type();
-            let mode = self
-                .modes
-                .get(&r)
-                .copied()
-                .unwrap_or(m.mode() & 0o7777);
+            let mode = self.modes.get(&r).copied().unwrap_or(m.mode() & 0o7777);
             let host = host_state(&self.root.join(&r));
             // A path whose kind changes is a deletion, then a creation.
             let replaced = |k: Kind| host.as_ref().is_some_and(|h| h.kind != k);
@@ -460,12 +456,7 @@ pub fn scan(cs: &Changeset) -> anyhow::Result<Vec<Entry>> {
 /// "N files changed, M created, K deleted" (and what more there is).
 pub fn summary(entries: &[Entry]) -> String {
     let count = |f: &dyn Fn(&Entry) -> bool| entries.iter().filter(|e| f(e)).count();
-    let changed = count(&|e| {
-        matches!(
-            e.change,
-            Change::Modified | Change::Mode | Change::Xattr
-        )
-    });
+    let changed = count(&|e| matches!(e.change, Change::Modified | Change::Mode | Change::Xattr));
     let renamed = count(&|e| e.renamed_from.is_some());
     let created = count(&|e| e.change == Change::Created && e.kind != Kind::Dir) - renamed;
     let deleted = count(&|e| e.change == Change::Deleted) - renamed;

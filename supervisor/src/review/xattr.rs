@@ -49,7 +49,8 @@ fn names(p: &CString) -> std::io::Result<Vec<Vec<u8>>> {
 }
 
 fn value(p: &CString, name: &[u8]) -> std::io::Result<Vec<u8>> {
-    let name = CString::new(name).map_err(|_| std::io::Error::from(std::io::ErrorKind::InvalidInput))?;
+    let name =
+        CString::new(name).map_err(|_| std::io::Error::from(std::io::ErrorKind::InvalidInput))?;
     let mut buf = vec![0u8; 256];
     loop {
         // SAFETY: NUL-terminated path and name, a buffer of the size given.
@@ -141,15 +142,8 @@ pub fn set(fd: BorrowedFd, want: &Attrs) -> std::io::Result<()> {
         let c = CString::new(n.as_bytes()).map_err(|_| bad())?;
         // SAFETY: an open descriptor, a NUL-terminated name, a value of
         // the length given.
-        let r = unsafe {
-            libc::fsetxattr(
-                fd.as_raw_fd(),
-                c.as_ptr(),
-                v.as_ptr().cast(),
-                v.len(),
-                0,
-            )
-        };
+        let r =
+            unsafe { libc::fsetxattr(fd.as_raw_fd(), c.as_ptr(), v.as_ptr().cast(), v.len(), 0) };
         if r < 0 {
             return Err(std::io::Error::last_os_error());
         }
