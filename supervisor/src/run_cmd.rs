@@ -241,6 +241,7 @@ pub fn run(args: &RunArgs, early: Early, log: String, session: Option<&str>) -> 
                 cs.meta.session = Some(name.to_string());
                 cs.save()?;
             }
+            tracing::debug!(elapsed = ?started.elapsed(), "changeset made");
             Some(cs)
         }
     };
@@ -892,6 +893,7 @@ fn run_platform(
     // Every process of the sandbox is gone: what it changed is held.
     if let Some(cs) = review {
         crate::review::finish(cs, code == 125);
+        tracing::debug!(elapsed = ?started.elapsed(), "changeset scanned");
     }
     // The sandbox is gone, and with it every client: what the proxy still
     // serves ends at once and records what it saw.
