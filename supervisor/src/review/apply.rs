@@ -170,6 +170,9 @@ struct Writer<'a> {
     cs: &'a Changeset,
     roots: Vec<OwnedFd>,
     n: u64,
+    /// The directory the last entry went into: entries come sorted, so
+    /// most share it (deletions, which could remove it, clear it).
+    last: Option<(usize, PathBuf, OwnedFd)>,
 }
 
 impl Writer<'_> {
@@ -178,8 +181,64 @@ impl Writer<'_> {
         format!(".airlock-{}-{}", self.cs.meta.id, self.n)
     }
 
+    /// The directory holding the entry, from the cache when it can be.
+    fn dir_of(&mut self, e: &Entry) -> Result<OwnedFd> {
+        let parent = e.rel.parent().unwrap_or(Path::new("")).to_path_buf();
+        if e.change == Change::Deleted {
+            self.last = None;
+            return parent_of(self.cs, e.root, &self.roots[e.root], &e.rel);
+        }
+        if let Some((root, p, fd)) = &self.last {
+            if *root == e.root && *p == parent {
+                return Ok(fd.try_clone()?);
+            }
+        }
+        let fd = parent_of(self.cs, e.root, &self.roots[e.root], &e.rel)?;
+        self.last = Some((e.root, parent, fd.try_clone()?));
+        Ok(fd)
+    }
+
+    /// Give the host the upper layer's own file, by a hard link, where
+    /// both lie on one file system: no data is copied, and removing the
+    /// changeset then frees no inode. Only a file of ours whose extended
+    /// attributes are all `user.*` (overlayfs's own are taken off it); any
+    /// other (a capability, an ACL, a label) is copied instead, which
+    /// carries none. Returns whether it was linked as `tmp` in `dir`.
+    fn link_upper(&self, upper: &Path, dir: &OwnedFd, tmp: &str, e: &Entry) -> Result<bool> {
+        let Ok(src) = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(upper)
+        else {
+            return Ok(false);
+        };
+        let m = src.metadata()?;
+        // SAFETY: geteuid has no preconditions.
+        if !m.is_file() || m.uid() != unsafe { libc::geteuid() } {
+            return Ok(false);
+        }
+        if !super::xattr::only_user(src.as_fd())? {
+            return Ok(false);
+        }
+        super::xattr::drop_overlay(src.as_fd())?;
+        nix::sys::stat::fchmod(src.as_fd(), Mode::from_bits_truncate(safe_mode(e.mode)))?;
+        // By the open descriptor: the name in the layer is not looked up
+        // again.
+        let by_fd = PathBuf::from(format!("/proc/self/fd/{}", src.as_raw_fd()));
+        match nix::unistd::linkat(
+            nix::fcntl::AT_FDCWD,
+            &by_fd,
+            dir.as_fd(),
+            tmp,
+            nix::fcntl::AtFlags::AT_SYMLINK_FOLLOW,
+        ) {
+            Ok(()) => Ok(true),
+            Err(_) => Ok(false),
+        }
+    }
+
     fn apply(&mut self, e: &Entry, linked: bool) -> Result<()> {
-        let dir = parent_of(self.cs, e.root, &self.roots[e.root], &e.rel)?;
+        let dir = self.dir_of(e)?;
         let name = name_of(&e.rel)?;
         let upper = self.cs.upper(e.root).join(&e.rel);
         match (e.change, e.kind) {
@@ -250,6 +309,11 @@ impl Writer<'_> {
                             .with_context(|| format!("placing {}", e.rel.display()))?;
                         return Ok(());
                     }
+                }
+                if self.link_upper(&upper, &dir, &tmp, e)? {
+                    renameat(dir.as_fd(), tmp.as_str(), dir.as_fd(), name)
+                        .with_context(|| format!("placing {}", e.rel.display()))?;
+                    return Ok(());
                 }
                 let mut src = std::fs::OpenOptions::new()
                     .read(true)
@@ -332,7 +396,12 @@ pub fn write(cs: &Changeset, entries: &[&Entry]) -> Result<Vec<PathBuf>> {
         .with_context(|| format!("opening the root {}", r.display()))?;
         roots.push(fd);
     }
-    let mut w = Writer { cs, roots, n: 0 };
+    let mut w = Writer {
+        cs,
+        roots,
+        n: 0,
+        last: None,
+    };
     let chosen: std::collections::HashSet<(usize, &Path)> =
         entries.iter().map(|e| (e.root, e.rel.as_path())).collect();
     // A link to a file the run left as it was links to the host's file.

@@ -150,3 +150,23 @@ pub fn set(fd: BorrowedFd, want: &Attrs) -> std::io::Result<()> {
     }
     Ok(())
 }
+
+/// Whether every extended attribute of the open file is a `user.*` one.
+pub fn only_user(fd: BorrowedFd) -> std::io::Result<bool> {
+    Ok(fd_names(fd)?.iter().all(|n| n.starts_with(USER)))
+}
+
+/// Take overlayfs's own `user.overlay.*` attributes off the open file.
+pub fn drop_overlay(fd: BorrowedFd) -> std::io::Result<()> {
+    for n in fd_names(fd)? {
+        if n.starts_with(OVERLAY) {
+            let c = CString::new(n)
+                .map_err(|_| std::io::Error::from(std::io::ErrorKind::InvalidInput))?;
+            // SAFETY: an open descriptor and a NUL-terminated name.
+            if unsafe { libc::fremovexattr(fd.as_raw_fd(), c.as_ptr()) } < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+        }
+    }
+    Ok(())
+}
