@@ -187,7 +187,8 @@ fn install(rounds: usize) {
 
 fn apply(rounds: usize) {
     let base = std::env::temp_dir().join("airlock-bench-review");
-    let (mut stat, mut diff, mut apply, mut run) = (vec![], vec![], vec![], vec![]);
+    let (mut stat, mut diff, mut apply, mut run, mut copy) =
+        (vec![], vec![], vec![], vec![], vec![]);
     let make = "set -e; for d in $(seq 0 99); do mkdir d$d; for f in $(seq 0 99); do echo \"file $d/$f\" > d$d/f$f.txt; done; done";
     for _ in 0..rounds {
         let fx = Fixture::new_in(&base);
@@ -218,6 +219,10 @@ fn apply(rounds: usize) {
         diff.push(ms);
         let (ms, _) = time(airlock(&fx, &["changes", "apply", &id]));
         apply.push(ms);
+        // The disk's own floor: the same tree copied on the host.
+        let mut c = Command::new("cp");
+        c.arg("-a").arg(&seed.ws).arg(seed.home.join("copy"));
+        copy.push(time(c).0);
         assert!(Path::new(&fx.ws.join("d99/f99.txt")).exists());
         assert!(!Path::new(&fx.ws.join("seed.tar")).exists());
     }
@@ -234,6 +239,11 @@ fn apply(rounds: usize) {
     );
     println!("  {:<34} {:9.1} ms", "airlock changes diff", median(diff));
     println!("  {:<34} {:9.1} ms", "airlock changes apply", median(apply));
+    println!(
+        "  {:<34} {:9.1} ms",
+        "reference: cp -a of the tree",
+        median(copy)
+    );
 }
 
 fn main() {
