@@ -307,6 +307,11 @@ pub struct SessionStartArgs {
     /// Pass this variable (or glob) into the sandbox's commands (repeatable).
     #[arg(long = "pass-env", value_name = "NAME")]
     pub pass_env: Vec<String>,
+    /// Hold every command's file changes in one changeset for review,
+    /// released by `airlock changes apply` once the session has ended
+    /// (SPEC §4.8).
+    #[arg(long)]
+    pub review: bool,
 }
 
 impl SessionStartArgs {
@@ -326,7 +331,7 @@ impl SessionStartArgs {
             learn: None,
             pass_env: self.pass_env.clone(),
             session: None,
-            review: false,
+            review: self.review,
             command: vec![],
         }
     }

@@ -214,11 +214,16 @@ fn main() -> ExitCode {
                 .ok()
                 .filter(|s| !s.is_empty())
         }) {
-            // Sessions keep no changeset yet (SPEC §4.8): refused, never
-            // run writing through.
-            Some(_) if args.review => Err(anyhow::anyhow!(
-                "--review is not available inside a session yet; run the command with `airlock run --review` outside the session"
-            )),
+            // Review is the session's, set when it started: a command that
+            // asks for it runs only in a session that holds one, never
+            // writing through (SPEC §4.8).
+            Some(name) if args.review => match session::review_of(&name) {
+                Ok(Some(_)) => session::client::run(args, &name),
+                Ok(None) => Err(anyhow::anyhow!(
+                    "--review: the session {name:?} writes through (it was started without --review); start one with `airlock session start --review`, or run the command with `airlock run --review` outside the session"
+                )),
+                Err(e) => Err(e),
+            },
             Some(name) => session::client::run(args, &name),
             None => {
                 #[cfg(target_os = "linux")]

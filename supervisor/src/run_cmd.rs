@@ -222,11 +222,20 @@ pub fn run(args: &RunArgs, early: Early, log: String, session: Option<&str>) -> 
     // --review (SPEC §4.8): refused where it cannot hold, never written through.
     let review = match args.review {
         false => None,
-        true if session.is_some() => bail!("--review for sessions is not available yet"),
         true if cfg!(not(target_os = "linux")) => bail!(
             "--review needs Linux's full tier (overlayfs in the sandbox's user namespace); it is not available on this platform yet"
         ),
-        true => Some(crate::review::prepare(&mut plan, &workspace, &home)?),
+        true => {
+            let mut cs = crate::review::prepare(&mut plan, &workspace, &home)?;
+            // One changeset for the whole session: every command shares
+            // the overlay PID 1 mounts, so each sees the earlier ones'.
+            if let Some(name) = session {
+                cs.meta.session = Some(name.to_string());
+                cs.save()?;
+            }
+            tracing::debug!(elapsed = ?started.elapsed(), "changeset made");
+            Some(cs)
+        }
     };
     let review_dir = review.as_ref().map(|c| c.dir.clone());
     let out = run_platform(
@@ -744,6 +753,7 @@ fn run_platform(
             #[cfg(not(target_os = "linux"))]
             let changed = || true;
             let setup = crate::session::server::Setup {
+                review: review.as_ref().map(|c| c.meta.id.clone()),
                 changed: &changed,
                 activity,
                 engine: &engine,
@@ -889,6 +899,7 @@ fn run_platform(
     // kept: what it changed is held.
     if let Some(cs) = review {
         crate::review::finish(cs, code == 125);
+        tracing::debug!(elapsed = ?started.elapsed(), "changeset scanned");
     }
     engine.close_approver();
     if idle {

@@ -113,12 +113,17 @@ fn remount_readonly(target: &Path) -> Result<()> {
 /// `userxattr`: the only kind a user namespace may use (whiteouts are
 /// 0/0 devices, opaque directories `user.overlay.opaque`; redirects and
 /// metacopy are off, so a renamed directory is copied, never pointed at).
+/// `volatile`: the upper layer is not synced when the overlay goes (with
+/// the sandbox's last process), which on a busy disk cost every review
+/// run a sync of the whole file system (3 to 170 ms measured); the
+/// changeset then reaches the disk as any write does, as the host tree's
+/// would without --review (a sync inside the sandbox is a no-op on it).
 fn overlay(layer: &crate::plan::Layer) -> Result<()> {
     let lower = handle(&layer.root)?;
     let upper = handle(&layer.upper)?;
     let work = handle(&layer.work)?;
     let data = format!(
-        "lowerdir={},upperdir={},workdir={},userxattr",
+        "lowerdir={},upperdir={},workdir={},userxattr,volatile",
         fd_path(&lower).display(),
         fd_path(&upper).display(),
         fd_path(&work).display()

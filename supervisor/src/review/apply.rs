@@ -42,8 +42,13 @@ pub fn already(cs: &Changeset, e: &Entry) -> bool {
         // What replaced it is judged by the creation that follows.
         (Change::Deleted, _) => now.is_none_or(|h| h.kind != e.kind),
         (_, Kind::Special) => false,
+        // A created directory's mode and attributes are set once what
+        // goes in it is in: a second apply does that again.
         (_, Kind::Dir) => now.is_some_and(|h| {
-            h.kind == Kind::Dir && (e.change == Change::Created || h.mode == safe_mode(e.mode))
+            h.kind == Kind::Dir
+                && (e.change == Change::Created
+                    || (h.mode == safe_mode(e.mode)
+                        && !super::xattr::differ(&cs.upper(e.root).join(&e.rel), &path)))
         }),
         (_, Kind::Symlink) => {
             now.is_some_and(|h| h.kind == Kind::Symlink)
@@ -53,6 +58,7 @@ pub fn already(cs: &Changeset, e: &Entry) -> bool {
             h.kind == Kind::File
                 && h.mode == safe_mode(e.mode)
                 && same_content(&cs.upper(e.root).join(&e.rel), &path)
+                && !super::xattr::differ(&cs.upper(e.root).join(&e.rel), &path)
         }),
     }
 }
@@ -164,6 +170,9 @@ struct Writer<'a> {
     cs: &'a Changeset,
     roots: Vec<OwnedFd>,
     n: u64,
+    /// The directory the last entry went into: entries come sorted, so
+    /// most share it (deletions, which could remove it, clear it).
+    last: Option<(usize, PathBuf, OwnedFd)>,
 }
 
 impl Writer<'_> {
@@ -172,8 +181,64 @@ impl Writer<'_> {
         format!(".airlock-{}-{}", self.cs.meta.id, self.n)
     }
 
+    /// The directory holding the entry, from the cache when it can be.
+    fn dir_of(&mut self, e: &Entry) -> Result<OwnedFd> {
+        let parent = e.rel.parent().unwrap_or(Path::new("")).to_path_buf();
+        if e.change == Change::Deleted {
+            self.last = None;
+            return parent_of(self.cs, e.root, &self.roots[e.root], &e.rel);
+        }
+        if let Some((root, p, fd)) = &self.last {
+            if *root == e.root && *p == parent {
+                return Ok(fd.try_clone()?);
+            }
+        }
+        let fd = parent_of(self.cs, e.root, &self.roots[e.root], &e.rel)?;
+        self.last = Some((e.root, parent, fd.try_clone()?));
+        Ok(fd)
+    }
+
+    /// Give the host the upper layer's own file, by a hard link, where
+    /// both lie on one file system: no data is copied, and removing the
+    /// changeset then frees no inode. Only a file of ours whose extended
+    /// attributes are all `user.*` (overlayfs's own are taken off it); any
+    /// other (a capability, an ACL, a label) is copied instead, which
+    /// carries none. Returns whether it was linked as `tmp` in `dir`.
+    fn link_upper(&self, upper: &Path, dir: &OwnedFd, tmp: &str, e: &Entry) -> Result<bool> {
+        let Ok(src) = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(upper)
+        else {
+            return Ok(false);
+        };
+        let m = src.metadata()?;
+        // SAFETY: geteuid has no preconditions.
+        if !m.is_file() || m.uid() != unsafe { libc::geteuid() } {
+            return Ok(false);
+        }
+        if !super::xattr::only_user(src.as_fd())? {
+            return Ok(false);
+        }
+        super::xattr::drop_overlay(src.as_fd())?;
+        nix::sys::stat::fchmod(src.as_fd(), Mode::from_bits_truncate(safe_mode(e.mode)))?;
+        // By the open descriptor: the name in the layer is not looked up
+        // again.
+        let by_fd = PathBuf::from(format!("/proc/self/fd/{}", src.as_raw_fd()));
+        match nix::unistd::linkat(
+            nix::fcntl::AT_FDCWD,
+            &by_fd,
+            dir.as_fd(),
+            tmp,
+            nix::fcntl::AtFlags::AT_SYMLINK_FOLLOW,
+        ) {
+            Ok(()) => Ok(true),
+            Err(_) => Ok(false),
+        }
+    }
+
     fn apply(&mut self, e: &Entry, linked: bool) -> Result<()> {
-        let dir = parent_of(self.cs, e.root, &self.roots[e.root], &e.rel)?;
+        let dir = self.dir_of(e)?;
         let name = name_of(&e.rel)?;
         let upper = self.cs.upper(e.root).join(&e.rel);
         match (e.change, e.kind) {
@@ -245,6 +310,11 @@ impl Writer<'_> {
                         return Ok(());
                     }
                 }
+                if self.link_upper(&upper, &dir, &tmp, e)? {
+                    renameat(dir.as_fd(), tmp.as_str(), dir.as_fd(), name)
+                        .with_context(|| format!("placing {}", e.rel.display()))?;
+                    return Ok(());
+                }
                 let mut src = std::fs::OpenOptions::new()
                     .read(true)
                     .custom_flags(libc::O_NOFOLLOW)
@@ -267,6 +337,7 @@ impl Writer<'_> {
                         use std::os::unix::fs::PermissionsExt;
                         out.set_permissions(std::fs::Permissions::from_mode(safe_mode(e.mode)))
                     })
+                    .and_then(|_| super::xattr::set(out.as_fd(), &super::xattr::of(&upper)?))
                     .and_then(|_| {
                         let m = src.metadata()?;
                         out.set_modified(m.modified()?)
@@ -300,6 +371,10 @@ impl Writer<'_> {
                 Mode::empty(),
             )?
         };
+        let upper = self.cs.upper(e.root).join(&e.rel);
+        super::xattr::of(&upper)
+            .and_then(|want| super::xattr::set(fd.as_fd(), &want))
+            .with_context(|| format!("setting the attributes of {}", e.rel.display()))?;
         nix::sys::stat::fchmod(fd.as_fd(), Mode::from_bits_truncate(safe_mode(e.mode)))
             .with_context(|| format!("setting the mode of {}", e.rel.display()))?;
         Ok(())
@@ -321,7 +396,12 @@ pub fn write(cs: &Changeset, entries: &[&Entry]) -> Result<Vec<PathBuf>> {
         .with_context(|| format!("opening the root {}", r.display()))?;
         roots.push(fd);
     }
-    let mut w = Writer { cs, roots, n: 0 };
+    let mut w = Writer {
+        cs,
+        roots,
+        n: 0,
+        last: None,
+    };
     let chosen: std::collections::HashSet<(usize, &Path)> =
         entries.iter().map(|e| (e.root, e.rel.as_path())).collect();
     // A link to a file the run left as it was links to the host's file.
@@ -332,7 +412,11 @@ pub fn write(cs: &Changeset, entries: &[&Entry]) -> Result<Vec<PathBuf>> {
         .map(|e| (e.root, e.rel.as_path()))
         .collect();
     let mut done = vec![];
-    for e in entries {
+    // Hard links last: the file they name is then in place, with its
+    // content (a link made first would keep the host's old file).
+    let (plain, links): (Vec<&&Entry>, Vec<&&Entry>) =
+        entries.iter().partition(|e| e.link_of.is_none());
+    for e in plain.into_iter().chain(links) {
         let linked = e
             .link_of
             .as_deref()

@@ -50,6 +50,7 @@ fn list(json: bool) -> Result<ExitCode> {
                     "started": c.meta.started.0,
                     "state": c.meta.state,
                     "argv": c.meta.argv,
+                    "session": c.meta.session,
                     "workspace": c.meta.workspace,
                     "roots": c.meta.roots,
                     "summary": super::summary(c),
@@ -66,6 +67,9 @@ fn list(json: bool) -> Result<ExitCode> {
     }
     for c in &sets {
         let state = match c.meta.state.as_str() {
+            "running" if c.meta.session.is_some() => {
+                "running (its session has not ended, or its airlock was killed)".to_string()
+            }
             "running" => "running (or its airlock was killed)".to_string(),
             _ => super::summary(c),
         };
@@ -73,16 +77,42 @@ fn list(json: bool) -> Result<ExitCode> {
             "{}  {}  {}  {}",
             c.meta.id,
             shown(&c.meta.workspace),
-            crate::text::escape(&airlock_proxy::escape::argv(&c.meta.argv)),
+            origin(c),
             state
         );
     }
     Ok(ExitCode::SUCCESS)
 }
 
+/// What made the changeset: the run's command, or its session.
+fn origin(cs: &Changeset) -> String {
+    match &cs.meta.session {
+        Some(name) => format!("session {}", crate::text::escape(name)),
+        None => crate::text::escape(&airlock_proxy::escape::argv(&cs.meta.argv)),
+    }
+}
+
+/// Refused while the changeset's session is still running: its commands
+/// still write to the layer, so what is applied or dropped would not be
+/// what the session ends with.
+fn not_in_running_session(cs: &Changeset) -> Result<()> {
+    if let Some(name) = &cs.meta.session {
+        if cs.meta.state == "running" && crate::session::running(name) {
+            anyhow::bail!(
+                "changeset {} belongs to the session {:?}, which is still running; `airlock session end {}` ends it and holds the changeset for review",
+                cs.meta.id,
+                crate::text::escape(name),
+                crate::text::escape(name)
+            );
+        }
+    }
+    Ok(())
+}
+
 /// A held changeset, refused while its run is still going on.
 fn held(id: &str) -> Result<Changeset> {
     let cs = Changeset::open(id)?;
+    not_in_running_session(&cs)?;
     if cs.meta.state == "running" {
         anyhow::bail!(
             "changeset {id} belongs to a run that has not ended (or whose airlock was killed); `airlock changes discard {id}` drops it"
@@ -112,6 +142,7 @@ fn verb(e: &Entry) -> &'static str {
         (Change::Modified, Kind::Symlink) => "link changed",
         (Change::Modified, _) => "modified",
         (Change::Mode, _) => "mode changed",
+        (Change::Xattr, _) => "attributes changed",
     }
 }
 
@@ -210,6 +241,7 @@ fn diff(id: &str, stat: bool, json: bool) -> Result<ExitCode> {
         print_json(&json!({
             "id": cs.meta.id,
             "argv": cs.meta.argv,
+            "session": cs.meta.session,
             "workspace": cs.meta.workspace,
             "summary": super::summary(&cs),
             "entries": v,
@@ -220,7 +252,7 @@ fn diff(id: &str, stat: bool, json: bool) -> Result<ExitCode> {
     say!(
         "changeset {} ({}): {}",
         cs.meta.id,
-        crate::text::escape(&airlock_proxy::escape::argv(&cs.meta.argv)),
+        origin(&cs),
         super::summary(&cs)
     );
     for e in &shown_entries {
@@ -372,11 +404,14 @@ fn apply_cmd(id: &str, paths: &[PathBuf], json: bool) -> Result<ExitCode> {
         .collect();
     // Then the held requests, in order (SPEC §4.8): only when the whole
     // changeset is applied, and after every file is in place.
-    let files_done = cs
-        .meta
-        .entries
-        .iter()
-        .all(|e| e.kind == Kind::Special || apply::already(&cs, e));
+    // What this apply wrote counts as in place without a second look
+    // (which a directory the run left mode 000 would refuse us).
+    let wrote: std::collections::HashSet<&PathBuf> = written.iter().collect();
+    let files_done = cs.meta.entries.iter().all(|e| {
+        e.kind == Kind::Special
+            || wrote.contains(&cs.meta.roots[e.root].join(&e.rel))
+            || apply::already(&cs, e)
+    });
     // Protected paths left for the person to name do not hold them back:
     // they are the person's choice, and a held push carries its own objects.
     let mut replayed: Vec<requests::Outcome> = vec![];
@@ -460,6 +495,7 @@ fn apply_cmd(id: &str, paths: &[PathBuf], json: bool) -> Result<ExitCode> {
 
 fn discard(id: &str, json: bool) -> Result<ExitCode> {
     let cs = Changeset::open(id)?;
+    not_in_running_session(&cs)?;
     let unsent = requests::load(&cs.dir).map_or(0, |r| {
         r.iter()
             .filter(|e| e.state != requests::State::Sent)

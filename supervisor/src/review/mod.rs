@@ -9,6 +9,7 @@ pub mod cmd;
 pub mod requests;
 pub mod scan;
 pub mod udiff;
+pub mod xattr;
 
 use std::os::unix::fs::{DirBuilderExt, MetadataExt};
 use std::path::{Path, PathBuf};
@@ -68,6 +69,10 @@ pub struct Meta {
     /// path when the sandbox ended.
     #[serde(default)]
     pub entries: Vec<scan::Entry>,
+    /// The session this changeset belongs to (`session start --review`):
+    /// held, and so appliable, only once that session has ended.
+    #[serde(default)]
+    pub session: Option<String>,
 }
 
 impl Meta {
@@ -240,6 +245,7 @@ pub fn prepare(plan: &mut Plan, workspace: &Path, home: &Path) -> Result<Changes
                 .collect(),
             state: "running".into(),
             entries: vec![],
+            session: None,
         },
     };
     cs.save()?;

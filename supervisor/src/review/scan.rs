@@ -5,7 +5,7 @@
 //! renamed directory is a whiteout and a full copy, and a file's content
 //! is always whole in the upper layer.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::io::Read;
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::{Path, PathBuf};
@@ -22,6 +22,8 @@ pub enum Change {
     Modified,
     /// Only the permission bits changed.
     Mode,
+    /// Only the `user.*` extended attributes changed.
+    Xattr,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -144,6 +146,8 @@ struct Walk<'a> {
     out: Vec<Entry>,
     /// Upper inode of each regular file with more than one link.
     links: HashMap<u64, Vec<PathBuf>>,
+    /// The modes the sandbox gave what `open_up` opened to its owner.
+    modes: BTreeMap<PathBuf, u32>,
 }
 
 impl Walk<'_> {
@@ -191,7 +195,7 @@ impl Walk<'_> {
             let u = up.join(&name);
             let m = std::fs::symlink_metadata(&u)?;
             let t = m.file_type();
-            let mode = m.mode() & 0o7777;
+            let mode = self.modes.get(&r).copied().unwrap_or(m.mode() & 0o7777);
             let host = host_state(&self.root.join(&r));
             // A path whose kind changes is a deletion, then a creation.
             let replaced = |k: Kind| host.as_ref().is_some_and(|h| h.kind != k);
@@ -211,6 +215,9 @@ impl Walk<'_> {
                     }
                     Some(h) if h.mode != mode => {
                         self.push(r.clone(), Change::Mode, Kind::Dir, mode);
+                    }
+                    Some(_) if super::xattr::differ(&u, &self.root.join(&r)) => {
+                        self.push(r.clone(), Change::Xattr, Kind::Dir, mode);
                     }
                     Some(_) => {}
                 }
@@ -232,6 +239,8 @@ impl Walk<'_> {
                             self.push(r, Change::Modified, Kind::File, mode);
                         } else if h.mode != mode {
                             self.push(r, Change::Mode, Kind::File, mode);
+                        } else if super::xattr::differ(&u, &self.root.join(&r)) {
+                            self.push(r, Change::Xattr, Kind::File, mode);
                         }
                     }
                 }
@@ -298,6 +307,51 @@ pub fn is_protected(path: &Path, protected: &[PathBuf], home: &Path) -> bool {
     }
 }
 
+/// Make everything in the upper layer readable to its owner (airlock's
+/// user), and each directory searchable: the sandbox may have left a
+/// directory mode 000 or a file 000, which an ordinary user could then
+/// neither scan, diff nor apply. The modes the sandbox gave are kept in
+/// `modes.json` beside the layer (a second scan reads them there) and
+/// are the ones recorded and applied. Links are never followed.
+fn open_up(layer: &Path, upper: &Path) -> anyhow::Result<BTreeMap<PathBuf, u32>> {
+    use anyhow::Context;
+    use std::os::unix::fs::PermissionsExt;
+    let file = layer.join("modes.json");
+    let mut modes: BTreeMap<PathBuf, u32> = match std::fs::read(&file) {
+        Ok(b) => serde_json::from_slice(&b).context("reading modes.json")?,
+        Err(_) => BTreeMap::new(),
+    };
+    let before = modes.len();
+    let mut stack = vec![PathBuf::new()];
+    while let Some(rel) = stack.pop() {
+        let dir = upper.join(&rel);
+        for e in std::fs::read_dir(&dir).with_context(|| format!("reading {}", dir.display()))? {
+            let e = e?;
+            let r = rel.join(e.file_name());
+            let m = e.metadata()?;
+            let mode = m.mode() & 0o7777;
+            let need = if m.is_dir() {
+                stack.push(r.clone());
+                0o700
+            } else if m.is_file() {
+                0o600
+            } else {
+                continue;
+            };
+            if mode & need != need {
+                std::fs::set_permissions(e.path(), std::fs::Permissions::from_mode(mode | need))
+                    .with_context(|| format!("opening up {}", e.path().display()))?;
+                modes.entry(r).or_insert(mode);
+            }
+        }
+    }
+    if modes.len() != before {
+        std::fs::write(&file, serde_json::to_vec(&modes)?)
+            .with_context(|| format!("writing {}", file.display()))?;
+    }
+    Ok(modes)
+}
+
 /// Every change in the changeset, in the order apply makes them:
 /// deletions (deepest first), then creations and modifications (parents
 /// first).
@@ -305,20 +359,35 @@ pub fn scan(cs: &Changeset) -> anyhow::Result<Vec<Entry>> {
     let mut all = vec![];
     for (n, root) in cs.meta.roots.iter().enumerate() {
         let upper = cs.upper(n);
+        let modes = open_up(&cs.dir.join("layers").join(n.to_string()), &upper)?;
         let mut w = Walk {
             root_idx: n,
             root,
             upper: &upper,
             out: vec![],
             links: HashMap::new(),
+            modes,
         };
         w.dir(Path::new(""), false)?;
-        // Hard links made in the run: the later names link to the first.
+        // Hard links made in the run: the other names link to one that
+        // the host already has (a name the run left as it was, or
+        // changed in place), else to the first created.
+        let created: BTreeSet<&PathBuf> = w
+            .out
+            .iter()
+            .filter(|e| e.change == Change::Created)
+            .map(|e| &e.rel)
+            .collect();
         let mut firsts: HashMap<PathBuf, PathBuf> = HashMap::new();
         for names in w.links.values_mut() {
             names.sort();
-            for other in names.iter().skip(1) {
-                firsts.insert(other.clone(), names[0].clone());
+            let first = names
+                .iter()
+                .find(|n| !created.contains(n))
+                .unwrap_or(&names[0])
+                .clone();
+            for other in names.iter().filter(|n| **n != first) {
+                firsts.insert(other.clone(), first.clone());
             }
         }
         for e in &mut w.out {
@@ -387,7 +456,7 @@ pub fn scan(cs: &Changeset) -> anyhow::Result<Vec<Entry>> {
 /// "N files changed, M created, K deleted" (and what more there is).
 pub fn summary(entries: &[Entry]) -> String {
     let count = |f: &dyn Fn(&Entry) -> bool| entries.iter().filter(|e| f(e)).count();
-    let changed = count(&|e| matches!(e.change, Change::Modified | Change::Mode));
+    let changed = count(&|e| matches!(e.change, Change::Modified | Change::Mode | Change::Xattr));
     let renamed = count(&|e| e.renamed_from.is_some());
     let created = count(&|e| e.change == Change::Created && e.kind != Kind::Dir) - renamed;
     let deleted = count(&|e| e.change == Change::Deleted) - renamed;

@@ -177,8 +177,12 @@ pub fn list(json: bool) -> Result<ExitCode> {
     }
     for v in found {
         let s = |k: &str| v.get(k).and_then(|x| x.as_str()).unwrap_or("").to_string();
+        let review = match v.get("review").and_then(|r| r.as_str()) {
+            Some(id) => format!("  held for review as {id}"),
+            None => String::new(),
+        };
         say!(
-            "{}  pid {}  workspace {}  commands {}",
+            "{}  pid {}  workspace {}  commands {}{review}",
             s("name"),
             v.get("pid").and_then(|p| p.as_u64()).unwrap_or(0),
             crate::text::escape(&s("workspace")),
@@ -186,6 +190,23 @@ pub fn list(json: bool) -> Result<ExitCode> {
         );
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The changeset session `name` holds its commands' changes in, if it
+/// was started with `--review`; an error when no such session answers.
+pub fn review_of(name: &str) -> Result<Option<String>> {
+    let seq = connect(name)?;
+    seq.send_json(&serde_json::json!({"op": "info"}), &[])
+        .context("asking the session")?;
+    match seq.recv_json() {
+        Ok(Some((v, _))) => Ok(v.get("review").and_then(|r| r.as_str()).map(String::from)),
+        _ => bail!("the session {name:?} did not answer"),
+    }
+}
+
+/// Whether session `name` is running (its supervisor answers).
+pub fn running(name: &str) -> bool {
+    check_name(name).is_ok() && connect(name).is_ok()
 }
 
 /// A name for a session started without one.

@@ -122,6 +122,9 @@ pub struct Setup<'a> {
     /// The post-run check of one command: what it planted, judged when it
     /// ends (SPEC §4.7), with the sandbox held still meanwhile.
     pub check: &'a (dyn Fn() -> Vec<crate::integrity::Outcome> + Sync),
+    /// The changeset every command's file changes are held in
+    /// (`session start --review`), released once the session has ended.
+    pub review: Option<String>,
 }
 
 /// The request that ended the session: its stderr, where the end's
@@ -143,11 +146,14 @@ type Routes = Mutex<HashMap<u64, mpsc::Sender<Event>>>;
 /// Serve until a client asks the session to end (or PID 1 goes away).
 pub fn serve(listening: Listening, init: Seq, setup: &Setup) -> Result<Ended> {
     let mut listening = listening;
-    let info = json!({
+    let mut info = json!({
         "name": listening.name,
         "socket": listening.socket,
         "pid": std::process::id(),
     });
+    if let Some(id) = &setup.review {
+        info["review"] = json!(id);
+    }
     let _ = crate::integrity::journal::make_dir();
     std::fs::write(
         &listening.meta,

@@ -497,6 +497,30 @@ fn main() {
             &arg(3),
         ),
         "protocols" => protocols(),
+        // `setxattr PATH NAME VALUE` / `rmxattr PATH NAME` (links not
+        // followed): what a review run may and may not set.
+        "setxattr" | "rmxattr" => {
+            let (Ok(path), Ok(name)) = (CString::new(arg(1)), CString::new(arg(2))) else {
+                println!("{}: bad arguments", arg(0));
+                return;
+            };
+            let value = arg(3);
+            // SAFETY: NUL-terminated path and name, a value of its length.
+            let r = unsafe {
+                if arg(0) == "setxattr" {
+                    libc::lsetxattr(
+                        path.as_ptr(),
+                        name.as_ptr(),
+                        value.as_ptr().cast(),
+                        value.len(),
+                        0,
+                    )
+                } else {
+                    libc::lremovexattr(path.as_ptr(), name.as_ptr())
+                }
+            };
+            report(&format!("{} {}", arg(0), arg(2)), r.into());
+        }
         "setid" => setid(),
         "unknown-syscalls" => {
             // SAFETY: numbers no kernel this probe runs on defines.
