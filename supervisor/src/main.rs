@@ -143,6 +143,17 @@ fn main() -> ExitCode {
             }
         }
     }
+    // A command for a running session: nothing to build, nothing to parse
+    // beyond its few options.
+    if let Some(result) = session::client::quick(&std::env::args_os().collect::<Vec<_>>()) {
+        return match result {
+            Ok(code) => code,
+            Err(e) => {
+                eprintln!("airlock: {e:#}");
+                ExitCode::from(EXIT_AIRLOCK)
+            }
+        };
+    }
     // `run`'s sandbox helper starts first, its namespaces overlapping the
     // parsing of the arguments and everything after.
     #[cfg(target_os = "linux")]

@@ -269,29 +269,26 @@ fn git_config_targets(worktree: &Path, home: &Path) -> Vec<PathBuf> {
     let Ok(mut child) = child else {
         return vec![];
     };
-    // A config that includes something endless must not hang the run.
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(2);
-    loop {
-        match child.try_wait() {
-            Ok(Some(_)) => break,
-            Ok(None) if std::time::Instant::now() < deadline => {
-                std::thread::sleep(std::time::Duration::from_millis(2))
-            }
-            _ => {
-                let _ = child.kill();
-                let _ = child.wait();
-                tracing::warn!(
-                    "git config in {} did not answer in time",
-                    worktree.display()
-                );
-                return vec![];
-            }
-        }
-    }
-    let mut out_bytes = vec![];
+    // Read as it comes (no polling: git answers in a few milliseconds); a
+    // config that includes something endless must not hang the run.
+    let (tx, rx) = std::sync::mpsc::channel();
     if let Some(mut so) = child.stdout.take() {
-        let _ = std::io::Read::read_to_end(&mut so, &mut out_bytes);
+        std::thread::spawn(move || {
+            let mut buf = vec![];
+            let _ = std::io::Read::read_to_end(&mut so, &mut buf);
+            let _ = tx.send(buf);
+        });
     }
+    let Ok(out_bytes) = rx.recv_timeout(std::time::Duration::from_secs(2)) else {
+        let _ = child.kill();
+        let _ = child.wait();
+        tracing::warn!(
+            "git config in {} did not answer in time",
+            worktree.display()
+        );
+        return vec![];
+    };
+    let _ = child.wait();
     let text = String::from_utf8_lossy(&out_bytes);
     let items: Vec<&str> = text.split('\0').collect();
     let mut out = vec![];
@@ -327,6 +324,36 @@ fn git_config_targets(worktree: &Path, home: &Path) -> Vec<PathBuf> {
     out
 }
 
+/// Whether any file git reads as configuration in the repository whose
+/// git directory is `git_dir` names an include or a hooks path: the
+/// user's and the system's, the repository's own (`config`,
+/// `config.worktree`, and the common directory's of a linked worktree),
+/// or configuration given in the environment. When none does, `git
+/// config` can list no target, so it is not run.
+fn repo_config_mentions_targets(git_dir: &Path, home: Option<&Path>) -> bool {
+    if ["GIT_CONFIG_PARAMETERS", "GIT_CONFIG_COUNT", "GIT_CONFIG"]
+        .iter()
+        .any(|v| std::env::var_os(v).is_some())
+    {
+        return true;
+    }
+    let mut files = vec![git_dir.join("config"), git_dir.join("config.worktree")];
+    if let Ok(common) = std::fs::read_to_string(git_dir.join("commondir")) {
+        let common = git_dir.join(common.trim_end_matches(['\n', '\r']));
+        files.push(common.join("config"));
+    }
+    user_git_config_mentions_targets(home) || files.iter().any(|f| mentions_targets(f))
+}
+
+fn mentions_targets(file: &Path) -> bool {
+    std::fs::read(file).is_ok_and(|text| {
+        let lower = text.to_ascii_lowercase();
+        [&b"include"[..], b"hookspath"]
+            .iter()
+            .any(|w| lower.windows(w.len()).any(|x| x == *w))
+    })
+}
+
 /// Whether the user's or the system's git configuration names an include
 /// or a hooks path (one read of each file; most name neither).
 pub fn user_git_config_mentions_targets(home: Option<&Path>) -> bool {
@@ -339,15 +366,7 @@ pub fn user_git_config_mentions_targets(home: Option<&Path>) -> bool {
     files.extend(xdg.map(|x| x.join("git/config")));
     files.extend(std::env::var_os("GIT_CONFIG_GLOBAL").map(PathBuf::from));
     files.extend(std::env::var_os("GIT_CONFIG_SYSTEM").map(PathBuf::from));
-    files
-        .iter()
-        .filter_map(|f| std::fs::read(f).ok())
-        .any(|text| {
-            let lower = text.to_ascii_lowercase();
-            [&b"include"[..], b"hookspath"]
-                .iter()
-                .any(|w| lower.windows(w.len()).any(|x| x == *w))
-        })
+    files.iter().any(|f| mentions_targets(f))
 }
 
 pub struct Inputs<'a> {
@@ -375,11 +394,16 @@ pub fn compute(i: &Inputs) -> Vec<Protected> {
         let dot_git = root.join(".git");
         match git_dir_of(&dot_git) {
             Some(gd) => {
-                candidates.extend(
-                    git_config_targets(root, i.home)
-                        .into_iter()
-                        .map(|p| (p, true)),
-                );
+                // Asked of git only when a file it reads here mentions an
+                // include or a hooks path: most name neither, and running
+                // git was most of what a run in a repository cost.
+                if repo_config_mentions_targets(&gd, Some(i.home)) {
+                    candidates.extend(
+                        git_config_targets(root, i.home)
+                            .into_iter()
+                            .map(|p| (p, true)),
+                    );
+                }
                 let mut s = vec![];
                 git_dir_surface(&gd, 3, &mut s);
                 candidates.extend(s.into_iter().map(|p| (p, true)));

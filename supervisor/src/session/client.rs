@@ -55,21 +55,88 @@ fn refuse_sandbox_options(args: &RunArgs) -> Result<()> {
     Ok(())
 }
 
+/// What a command in a session is given: the rest is the session's.
+pub struct Request<'a> {
+    pub command: &'a [String],
+    pub timeout: Option<&'a str>,
+    pub report: Option<&'a std::path::Path>,
+}
+
 pub fn run(args: &RunArgs, name: &str) -> Result<ExitCode> {
     refuse_sandbox_options(args)?;
+    send(
+        &Request {
+            command: &args.command,
+            timeout: args.timeout.as_deref(),
+            report: args.report.as_deref(),
+        },
+        name,
+    )
+}
+
+/// `airlock run [--session NAME] [--timeout T] [--report F] -- CMD...`
+/// (the session named by the option or by `AIRLOCK_SESSION`), read
+/// before the command-line parser is built: a harness runs hundreds of
+/// these, and building the parser for every subcommand and setting up
+/// logging cost as much as the rest of the client. Anything else (an
+/// option, a missing `--`, no session, arguments that are not UTF-8) is
+/// left to the parser, which gives every error its usual words.
+pub fn quick(args: &[std::ffi::OsString]) -> Option<Result<ExitCode>> {
+    let args: Vec<&str> = args.iter().map(|a| a.to_str()).collect::<Option<_>>()?;
+    let mut it = args.iter().skip(1);
+    if it.next() != Some(&"run") {
+        return None;
+    }
+    let (mut session, mut timeout, mut report) = (None, None, None);
+    loop {
+        let a = *it.next()?;
+        let (flag, inline) = match a.split_once('=') {
+            Some((f, v)) if f.starts_with("--") => (f, Some(v)),
+            _ => (a, None),
+        };
+        let slot = match flag {
+            "--" => break,
+            "--session" => &mut session,
+            "--timeout" => &mut timeout,
+            "--report" => &mut report,
+            _ => return None,
+        };
+        if slot.is_some() {
+            return None;
+        }
+        *slot = Some(match inline {
+            Some(v) => v,
+            None => *it.next()?,
+        });
+    }
+    let command: Vec<String> = it.map(|a| a.to_string()).collect();
+    if command.is_empty() {
+        return None;
+    }
+    let from_env = std::env::var("AIRLOCK_SESSION")
+        .ok()
+        .filter(|s| !s.is_empty());
+    let name = session.map(str::to_string).or(from_env)?;
+    if name.is_empty() || name.starts_with('-') {
+        return None;
+    }
+    let request = Request {
+        command: &command,
+        timeout,
+        report: report.map(std::path::Path::new),
+    };
+    Some(send(&request, &name))
+}
+
+fn send(args: &Request, name: &str) -> Result<ExitCode> {
     let timeout = args
         .timeout
-        .as_deref()
         .map(|t| {
             airlock_policy::units::parse_duration(t).map_err(|e| anyhow::anyhow!("--timeout: {e}"))
         })
         .transpose()?;
     // Opened now, without following links, as a one-shot run opens it.
-    let report = args
-        .report
-        .as_deref()
-        .map(crate::report::open)
-        .transpose()?;
+    let report = args.report.map(crate::report::open).transpose()?;
     let seq = super::connect(name)?;
     let cwd = std::env::current_dir().context("the current directory")?;
     let env: Vec<(String, String)> = std::env::vars().collect();
