@@ -154,6 +154,60 @@ pub const DEFAULT_DENY_READ: &[&str] = &[
     "~/.config/doctl",
     "~/.oci",
     "~/.fly",
+    // Coding agents' logins (OAuth tokens, API keys): an agent run on the
+    // host keeps its own; a command inside has no use for them.
+    "~/.claude/.credentials.json",
+    "~/.codex/auth.json",
+    "~/.gemini/oauth_creds.json",
+    "~/.config/github-copilot",
+    // Data and ML platforms.
+    "~/.cache/huggingface/token",
+    "~/.cache/huggingface/stored_tokens",
+    "~/.huggingface/token",
+    "~/.huggingface_token",
+    "~/.kaggle/kaggle.json",
+    "~/.config/kaggle/kaggle.json",
+    "~/.databrickscfg",
+    // Their configurations (with passwords), not the directories: SnowSQL
+    // installs its own binaries beside its configuration.
+    "~/.snowsql/config",
+    "~/.snowflake/connections.toml",
+    "~/.snowflake/config.toml",
+    // Artifact stores, deploy and hosting CLIs (firebase-tools and other
+    // Node CLIs keep their logins in configstore).
+    "~/.jfrog",
+    "~/.config/configstore",
+    "~/.netlify/config.json",
+    "~/.config/netlify/config.json",
+    "~/.vercel/auth.json",
+    "~/.now/auth.json",
+    "~/.local/share/com.vercel.cli/auth.json",
+    "~/Library/Application Support/com.vercel.cli/auth.json",
+    "~/.wrangler",
+    "~/.config/.wrangler",
+    "~/Library/Preferences/.wrangler",
+    "~/.pulumi/credentials.json",
+    "~/.sentryclirc",
+    "~/.config/stripe/config.toml",
+    "~/.supabase/access-token",
+    "~/.railway/config.json",
+    "~/.config/hcloud/cli.toml",
+    "~/.config/linode-cli",
+    // Helm's repository passwords and OCI registry logins.
+    "~/.config/helm/repositories.yaml",
+    "~/.config/helm/registry/config.json",
+    "~/Library/Preferences/helm/repositories.yaml",
+    "~/Library/Preferences/helm/registry/config.json",
+    // Ansible Vault password files by their usual names (one named in
+    // `ANSIBLE_VAULT_PASSWORD_FILE` is added by `default_deny_read`).
+    "~/.vault_pass",
+    "~/.vault_pass.txt",
+    "~/.vault_password",
+    "~/.ansible-vault-pass",
+    "~/.ansible_vault_pass",
+    "~/.ansible/vault_pass",
+    "~/.ansible/vault_pass.txt",
+    "~/.ansible/vault-password",
     // Database clients.
     "~/.pgpass",
     "~/.pg_service.conf",
@@ -219,11 +273,20 @@ pub const DEFAULT_DENY_READ: &[&str] = &[
 ];
 
 /// [`DEFAULT_DENY_READ`] and what only this machine's environment names:
-/// podman's per-login credential store under `$XDG_RUNTIME_DIR`, and the
+/// podman's per-login credential store under `$XDG_RUNTIME_DIR`, the
+/// Ansible Vault password file `ANSIBLE_VAULT_PASSWORD_FILE` names, and the
 /// password databases of JetBrains IDEs (one directory per product and
 /// version, so listed, not globbed: mounts cannot take a glob).
 pub fn default_deny_read() -> Vec<String> {
     let mut out: Vec<String> = DEFAULT_DENY_READ.iter().map(|s| s.to_string()).collect();
+    // An absolute path, or one from home: a relative one is read from
+    // wherever ansible runs, which is no fixed file to hide.
+    if let Some(vault) = std::env::var("ANSIBLE_VAULT_PASSWORD_FILE")
+        .ok()
+        .filter(|v| (v.starts_with('/') || v.starts_with("~/")) && !v.contains('*'))
+    {
+        out.push(vault);
+    }
     if let Some(run) = std::env::var_os("XDG_RUNTIME_DIR")
         .map(std::path::PathBuf::from)
         .filter(|p| p.is_absolute())

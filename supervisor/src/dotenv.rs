@@ -1,7 +1,15 @@
 //! `.env` and `.env.*` files in the writable roots (SPEC §3.3): a project's
 //! API keys, unreadable inside by default; `.env.example`-style templates
 //! stay readable, and so does a directory named `.env` (a Python virtual
-//! environment often is one).
+//! environment often is one). The same for the other files whose name
+//! says, by their tool's convention, that they hold the project's secrets
+//! and are kept out of version control: wrangler's `.dev.vars` (and
+//! `.dev.vars.<env>`), dynaconf's `.secrets.<ext>` (`.secrets.toml`,
+//! `.secrets.local.yaml`) and Streamlit's `.streamlit/secrets.toml`. Not
+//! `.flaskenv`: Flask's documentation keeps it for public settings
+//! (`FLASK_APP`) and commits it, secrets going to `.env`; not
+//! detect-secrets' `.secrets.baseline`, a committed list of hashes that
+//! its hook reads.
 //!
 //! Mounts hide what exists when the run starts, so the roots are searched
 //! then: to [`MAX_DEPTH`] directories below each root, at most [`MAX_DIRS`]
@@ -34,28 +42,57 @@ pub const SKIP: &[&str] = &[
 /// A last dotted part that makes `.env.*` a template, not a secret store.
 const TEMPLATE: &[&str] = &[
     "example", "examples", "sample", "template", "tmpl", "tpl", "dist", "defaults", "schema",
+    "baseline",
 ];
+
+/// Names hidden themselves and with a dotted suffix (`.env.local`), the
+/// suffix not a template's.
+const SECRET_STEMS: &[&str] = &[".env", ".dev.vars"];
+/// Names hidden only with a dotted suffix (`.secrets.toml`): bare, the
+/// name is as often a directory or a marker.
+const SECRET_PREFIXES: &[&str] = &[".secrets"];
+/// Names hidden only inside a directory of this name: (directory, file).
+const SECRET_IN_DIR: &[(&str, &str)] = &[(".streamlit", "secrets.toml")];
 
 /// The rule's name in messages and `policy explain --path`.
 pub const RULE: &str =
-    "built-in default: .env and .env.* files in every writable root (not templates such as .env.example)";
+    "built-in default: .env and .env.* files (and .dev.vars, .secrets.*, .streamlit/secrets.toml) in every writable root (not templates such as .env.example)";
 
-/// Whether a file name is one the rule hides: `.env`, or `.env.<x>` where no
-/// dotted part of `<x>` names a template.
+/// Whether a file name is one the rule hides: `.env`, `.dev.vars`, or one
+/// of those or `.secrets` followed by `.<x>` where no dotted part of `<x>`
+/// names a template.
 pub fn is_secret_name(name: &OsStr) -> bool {
     let Some(name) = name.to_str() else {
         return false;
     };
-    if name == ".env" {
+    if SECRET_STEMS.contains(&name) {
         return true;
     }
-    let Some(rest) = name.strip_prefix(".env.") else {
+    SECRET_STEMS
+        .iter()
+        .chain(SECRET_PREFIXES)
+        .filter_map(|stem| name.strip_prefix(stem)?.strip_prefix('.'))
+        .any(|rest| {
+            !rest.is_empty()
+                && !rest
+                    .split('.')
+                    .any(|part| TEMPLATE.contains(&part.to_ascii_lowercase().as_str()))
+        })
+}
+
+/// Whether the file at `path` is one the rule hides: by its name, or by
+/// its name in its directory (`.streamlit/secrets.toml`).
+pub fn is_secret_path(path: &Path) -> bool {
+    let Some(name) = path.file_name() else {
         return false;
     };
-    !rest.is_empty()
-        && !rest
-            .split('.')
-            .any(|part| TEMPLATE.contains(&part.to_ascii_lowercase().as_str()))
+    if is_secret_name(name) {
+        return true;
+    }
+    let dir = path.parent().and_then(Path::file_name);
+    SECRET_IN_DIR
+        .iter()
+        .any(|(d, f)| name == *f && dir == Some(OsStr::new(d)))
 }
 
 /// What the search found.
@@ -92,7 +129,7 @@ pub fn find(roots: &[PathBuf]) -> Found {
                 if depth < MAX_DEPTH && !SKIP.iter().any(|s| OsStr::new(s) == name) {
                     queue.push_back((e.path(), depth + 1));
                 }
-            } else if is_secret_name(&name) && hideable(&e.path(), kind) {
+            } else if is_secret_path(&e.path()) && hideable(&e.path(), kind) {
                 found.files.push(e.path());
             }
         }
@@ -163,7 +200,17 @@ mod tests {
 
     #[test]
     fn secrets_and_templates_are_told_apart() {
-        for n in [".env", ".env.local", ".env.production", ".env.test.local"] {
+        for n in [
+            ".env",
+            ".env.local",
+            ".env.production",
+            ".env.test.local",
+            ".dev.vars",
+            ".dev.vars.staging",
+            ".secrets.toml",
+            ".secrets.local.yaml",
+            ".secrets.json",
+        ] {
             assert!(is_secret_name(OsStr::new(n)), "{n}");
         }
         for n in [
@@ -174,6 +221,12 @@ mod tests {
             ".env.EXAMPLE",
             ".env.",
             ".envrc",
+            ".flaskenv",
+            ".secrets",
+            ".secrets.baseline",
+            ".dev.vars.example",
+            ".secrets.example.toml",
+            "secrets.toml",
             "x.env",
             "env",
         ] {
@@ -205,5 +258,13 @@ mod tests {
             vec![root.join(".env"), root.join("apps/web/.env.local")]
         );
         assert!(!found.truncated);
+    }
+
+    #[test]
+    fn streamlit_secrets_are_hidden_only_in_their_directory() {
+        assert!(is_secret_path(Path::new("/w/.streamlit/secrets.toml")));
+        assert!(is_secret_path(Path::new("/w/app/.dev.vars")));
+        assert!(!is_secret_path(Path::new("/w/secrets.toml")));
+        assert!(!is_secret_path(Path::new("/w/.streamlit/config.toml")));
     }
 }

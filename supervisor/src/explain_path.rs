@@ -215,13 +215,12 @@ impl Ctx<'_> {
 
     /// Why a `.env`-like name is not hidden, when it is not.
     fn dotenv_note(&self, path: &Path) -> Option<String> {
-        let name = path.file_name()?;
         let hidden = self
             .plan
             .deny_read_env
             .iter()
             .any(|e| *e == path || real_path(e) == path);
-        if !crate::dotenv::is_secret_name(name) || hidden {
+        if !crate::dotenv::is_secret_path(path) || hidden {
             return None;
         }
         Some(format!(

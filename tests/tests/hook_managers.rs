@@ -4,7 +4,7 @@
 //! `.husky` hook. The sandbox cannot change the user's file, and a file it
 //! creates is moved to the quarantine. Root and an ordinary user, both tiers.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use airlock_tests::repos::{git_available, host};
 use airlock_tests::tiers::{command, show, TIERS};
@@ -115,10 +115,18 @@ fn hook_manager_files_planted_in_a_nested_repository_are_quarantined() {
             who == Who::Nobody,
             &["--network", "none"],
             "printf 'repos: []\\n' > lib/.pre-commit-config.yaml; mkdir -p lib/.lefthook/pre-commit; \
-             printf 'touch /tmp/x\\n' > lib/.lefthook/pre-commit/run.sh; cat lib/lefthook.yml >/dev/null; echo done",
+             printf 'touch /tmp/x\\n' > lib/.lefthook/pre-commit/run.sh; cat lib/lefthook.yml >/dev/null; \
+             mkdir -p lib/.claude && echo '{}' > lib/.claude/settings.json && echo '{}' > lib/.mcp.json && \
+             echo x > lib/commitlint.config.js; echo done",
         ));
         assert!(out.stdout.contains("done"), "{who:?}: {}", show(&out));
-        for planted in [".pre-commit-config.yaml", ".lefthook/pre-commit/run.sh"] {
+        for planted in [
+            ".pre-commit-config.yaml",
+            ".lefthook/pre-commit/run.sh",
+            ".claude/settings.json",
+            ".mcp.json",
+            "commitlint.config.js",
+        ] {
             assert!(
                 !lib.join(planted).exists(),
                 "{who:?}: lib/{planted} was left in place: {}",
@@ -133,5 +141,156 @@ fn hook_manager_files_planted_in_a_nested_repository_are_quarantined() {
             "{who:?}: {}",
             show(&out)
         );
+    }
+}
+
+/// What else a host tool runs or obeys from a project (SPEC §4.5):
+/// commitlint's configuration (a `commit-msg` hook loads it), package
+/// managers' code hooks (`.npmrc`'s `script-shell`, `.yarnrc.yml`'s
+/// `yarnPath`, pnpm's `.pnpmfile.cjs`) and coding agents' settings (hooks,
+/// MCP servers). The user's own files stay theirs and readable; what the
+/// sandbox plants is moved to the quarantine; the rest of `.claude/`
+/// (not commands, hooks or settings) stays writable.
+#[test]
+fn package_manager_and_agent_files_cannot_be_changed_or_planted() {
+    const USERS: &[(&str, &str)] = &[
+        (".npmrc", "fund=false\n"),
+        (".claude/settings.json", "{\"permissions\":{}}\n"),
+        (".yarnrc.yml", "nodeLinker: node-modules\n"),
+    ];
+    const PLANTED: &[&str] = &[
+        "commitlint.config.js",
+        ".commitlintrc.json",
+        ".claude/settings.local.json",
+        ".claude/hooks/stop.sh",
+        ".claude/commands/x.md",
+        ".mcp.json",
+        ".cursor/mcp.json",
+        ".codex/config.toml",
+        ".gemini/settings.json",
+        ".pnpmfile.cjs",
+        ".yarn/plugins/evil.cjs",
+        ".yarn/releases/yarn-evil.cjs",
+        ".yarnrc",
+        "bunfig.toml",
+        "opencode.json",
+    ];
+    for tier in TIERS {
+        for who in Who::all() {
+            let ctx = format!("{tier:?} {who:?}");
+            let f = Fixture::new_in(&base());
+            for (rel, text) in USERS {
+                f.write(rel, text);
+            }
+            who.prepare(&f);
+            let mut script = String::new();
+            for (rel, _) in USERS {
+                script.push_str(&format!(
+                    "cat {rel}; echo 'script-shell=/tmp/evil' > {rel} 2>/dev/null; rm -f {rel} 2>/dev/null; "
+                ));
+            }
+            for rel in PLANTED {
+                let dir = Path::new(rel).parent().unwrap().display().to_string();
+                if !dir.is_empty() {
+                    script.push_str(&format!("mkdir -p {dir}; "));
+                }
+                script.push_str(&format!("echo 'touch /tmp/PWNED' > {rel}; "));
+            }
+            script.push_str(
+                "mkdir -p .claude/agents && echo allowed > .claude/agents/a.md && echo done",
+            );
+            let out = run(&mut command(
+                &f,
+                tier,
+                who == Who::Nobody,
+                &["--network", "none"],
+                &script,
+            ));
+            assert!(out.stdout.contains("done"), "{ctx}: {}", show(&out));
+            for (rel, text) in USERS {
+                assert!(
+                    out.stdout.contains(text),
+                    "{ctx}: {rel} unreadable: {}",
+                    show(&out)
+                );
+                assert_eq!(
+                    std::fs::read_to_string(f.ws.join(rel)).ok().as_deref(),
+                    Some(*text),
+                    "{ctx}: {rel}: {}",
+                    show(&out)
+                );
+            }
+            for rel in PLANTED {
+                assert!(
+                    !f.ws.join(rel).exists(),
+                    "{ctx}: {rel} was left in place: {}",
+                    show(&out)
+                );
+            }
+            assert!(out.stderr.contains("quarantine"), "{ctx}: {}", show(&out));
+            assert_eq!(
+                std::fs::read_to_string(f.ws.join(".claude/agents/a.md"))
+                    .ok()
+                    .as_deref(),
+                Some("allowed\n"),
+                "{ctx}: {}",
+                show(&out)
+            );
+        }
+    }
+}
+
+/// In `--review`, the same files are marked protected in the diff and
+/// applied only when named, at the top and in a nested project.
+#[test]
+fn review_marks_package_manager_and_agent_files_at_any_depth() {
+    for who in Who::all() {
+        let ctx = format!("{who:?}");
+        let f = Fixture::new_in(&base());
+        who.prepare(&f);
+        let out = run(&mut who.wrap(f.command(
+            &["--network", "none", "--review"],
+            "mkdir -p .claude pkg/.claude && echo '{}' > .claude/settings.json && \
+             echo '{}' > pkg/.claude/settings.local.json && echo '{}' > pkg/.mcp.json && \
+             echo 'module.exports={}' > pkg/commitlint.config.js && echo x > pkg/.pnpmfile.cjs && \
+             echo ok > pkg/plain.txt && echo done",
+        )));
+        assert!(out.stdout.contains("done"), "{ctx}: {}", show(&out));
+        let at = out.stderr.find("held for review as ").expect("held");
+        let id = &out.stderr[at + 19..at + 27];
+        let bin = airlock_bin();
+        let diff = host(
+            &f,
+            who,
+            &f.ws,
+            bin.to_str().unwrap(),
+            &["changes", "diff", id, "--stat"],
+        );
+        for rel in [
+            ".claude/settings.json",
+            "pkg/.claude/settings.local.json",
+            "pkg/.mcp.json",
+            "pkg/commitlint.config.js",
+            "pkg/.pnpmfile.cjs",
+        ] {
+            let line = diff
+                .stdout
+                .lines()
+                .skip(1)
+                .find(|l| l.split_whitespace().any(|w| w == rel))
+                .unwrap_or_else(|| panic!("{ctx}: {rel} not shown: {}", show(&diff)));
+            assert!(line.contains("[protected"), "{ctx}: {line}");
+        }
+        let applied = host(
+            &f,
+            who,
+            &f.ws,
+            bin.to_str().unwrap(),
+            &["changes", "apply", id],
+        );
+        assert_eq!(applied.code, 0, "{ctx}: {}", show(&applied));
+        assert!(f.ws.join("pkg/plain.txt").exists(), "{ctx}");
+        assert!(!f.ws.join("pkg/.mcp.json").exists(), "{ctx}");
+        assert!(!f.ws.join(".claude/settings.json").exists(), "{ctx}");
     }
 }

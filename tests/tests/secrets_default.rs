@@ -45,6 +45,37 @@ const HOME_SECRETS: &[&str] = &[
     ".node_repl_history",
     ".irb_history",
     ".rediscli_history",
+    // Coding agents' logins, data platforms, deploy CLIs, helm, vault
+    // password files (red team: readable by default before).
+    ".claude/.credentials.json",
+    ".codex/auth.json",
+    ".gemini/oauth_creds.json",
+    ".config/github-copilot/apps.json",
+    ".config/configstore/firebase-tools.json",
+    ".cache/huggingface/token",
+    ".huggingface/token",
+    ".huggingface_token",
+    ".kaggle/kaggle.json",
+    ".databrickscfg",
+    ".snowsql/config",
+    ".jfrog/jfrog-cli.conf.v6",
+    ".netlify/config.json",
+    ".vercel/auth.json",
+    ".local/share/com.vercel.cli/auth.json",
+    ".wrangler/config/default.toml",
+    ".config/.wrangler/config/default.toml",
+    ".vault_pass",
+    ".ansible-vault-pass",
+    ".config/helm/repositories.yaml",
+    "ops/pw.txt",
+];
+
+/// Beside the secrets, what the same tools need and is no secret stays
+/// readable.
+const HOME_READABLE: &[&str] = &[
+    ".claude/settings.json",
+    ".cache/huggingface/hub/model.txt",
+    ".config/helm/plugins.txt",
 ];
 
 /// Workspace files: (path, hidden).
@@ -61,6 +92,16 @@ const WS_FILES: &[(&str, bool)] = &[
     // A virtual environment named .env is a directory, not a secret.
     ("py/.env/bin/activate", false),
     ("README.md", false),
+    (".dev.vars", true),
+    ("worker/.dev.vars.staging", true),
+    (".secrets.toml", true),
+    ("conf/.secrets.local.yaml", true),
+    (".streamlit/secrets.toml", true),
+    (".dev.vars.example", false),
+    (".secrets.baseline", false),
+    (".streamlit/config.toml", false),
+    // Flask's convention: public settings, committed; secrets go to .env.
+    (".flaskenv", false),
 ];
 
 fn secret(rel: &str) -> String {
@@ -76,12 +117,18 @@ fn env_files_and_tool_credentials_are_unreadable_and_the_rest_readable() {
             f.write(&format!("~/{rel}"), &secret(rel));
         }
         f.write("~/.gitconfig", "[user]\n\tname = allowed-home-file\n");
+        for rel in HOME_READABLE {
+            f.write(&format!("~/{rel}"), &secret(rel));
+        }
         for (rel, _) in WS_FILES {
             f.write(rel, &secret(rel));
         }
         who.prepare(&f);
         let mut script = String::new();
         for rel in HOME_SECRETS {
+            script.push_str(&format!("cat \"$HOME/{rel}\" 2>/dev/null; echo\n"));
+        }
+        for rel in HOME_READABLE {
             script.push_str(&format!("cat \"$HOME/{rel}\" 2>/dev/null; echo\n"));
         }
         for (rel, _) in WS_FILES {
@@ -95,6 +142,8 @@ fn env_files_and_tool_credentials_are_unreadable_and_the_rest_readable() {
         );
         let mut cmd = f.command(&["--network", "none"], &script);
         cmd.env("XDG_RUNTIME_DIR", f.home.join("run"));
+        // A vault password file where the user's environment names it.
+        cmd.env("ANSIBLE_VAULT_PASSWORD_FILE", f.home.join("ops/pw.txt"));
         let out = run(&mut who.wrap(cmd));
         assert_eq!(out.code, 0, "{who:?}: {}", show(&out));
         assert!(out.stdout.contains("done"), "{who:?}: {}", show(&out));
@@ -102,6 +151,13 @@ fn env_files_and_tool_credentials_are_unreadable_and_the_rest_readable() {
             assert!(
                 !out.stdout.contains(&secret(rel)),
                 "{who:?}: ~/{rel} was readable inside: {}",
+                show(&out)
+            );
+        }
+        for rel in HOME_READABLE {
+            assert!(
+                out.stdout.contains(&secret(rel)),
+                "{who:?}: ~/{rel} should stay readable: {}",
                 show(&out)
             );
         }
@@ -133,6 +189,14 @@ fn policy_explain_path_names_the_rule() {
     f.write(".env.example", "K=");
     f.write("~/.pypirc", "x");
     f.write("src/main.rs", "");
+    for p in [
+        ".dev.vars",
+        ".secrets.toml",
+        ".streamlit/secrets.toml",
+        ".flaskenv",
+    ] {
+        f.write(p, "K=v");
+    }
     let explain = |p: &str| {
         let mut c = airlock(&f.home);
         c.current_dir(&f.ws)
@@ -161,6 +225,31 @@ fn policy_explain_path_names_the_rule() {
         out.contains("read:     no") && out.contains("deny_read \"~/.pypirc\""),
         "{out}"
     );
+    for (p, rule) in [
+        (".dev.vars", ".dev.vars"),
+        (".secrets.toml", ".secrets.*"),
+        (".streamlit/secrets.toml", ".streamlit/secrets.toml"),
+    ] {
+        let out = explain(p);
+        assert!(
+            out.contains("read:     no") && out.contains(rule),
+            "{p}: {out}"
+        );
+    }
+    let out = explain(".flaskenv");
+    assert!(out.contains("read:     yes"), "{out}");
+    for rel in [
+        ".claude/.credentials.json",
+        ".cache/huggingface/token",
+        ".kaggle/kaggle.json",
+        ".config/configstore",
+    ] {
+        let out = explain(f.home.join(rel).to_str().unwrap());
+        assert!(
+            out.contains("read:     no") && out.contains(&format!("deny_read \"~/{rel}\"")),
+            "{rel}: {out}"
+        );
+    }
     let out = explain("src/main.rs");
     assert!(
         out.contains("read:     yes") && out.contains("write:    yes: write \".\""),
@@ -193,5 +282,38 @@ fn a_hard_linked_env_file_is_refused_not_read_through_its_other_name() {
             show(&out)
         );
         assert!(out.stderr.contains("hard links"), "{who:?}: {}", show(&out));
+    }
+}
+
+/// Yarn 1's `~/.yarnrc` holding a registry token is hidden; one without a
+/// token (its registry, its settings) stays readable, so yarn keeps working.
+#[test]
+fn a_yarn_one_rc_is_hidden_only_when_it_holds_a_token() {
+    for (text, hidden) in [
+        (
+            "registry \"http://127.0.0.1:9/\"\n\"//127.0.0.1:9/:_authToken\" \"SECRET<yarnrc>\"\n",
+            true,
+        ),
+        (
+            "registry \"http://127.0.0.1:9/\"\n# SECRET<yarnrc> not a token\n",
+            false,
+        ),
+    ] {
+        for who in Who::all() {
+            let f = Fixture::new_in(&base());
+            f.write("~/.yarnrc", text);
+            who.prepare(&f);
+            let out = run(&mut who.wrap(f.command(
+                &["--network", "none"],
+                "cat \"$HOME/.yarnrc\" 2>/dev/null; echo done",
+            )));
+            assert!(out.stdout.contains("done"), "{who:?}: {}", show(&out));
+            assert_eq!(
+                out.stdout.contains("SECRET<yarnrc>"),
+                !hidden,
+                "{who:?} (hidden: {hidden}): {}",
+                show(&out)
+            );
+        }
     }
 }

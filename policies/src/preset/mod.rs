@@ -825,6 +825,29 @@ pub(crate) mod tests {
         assert!(r.hide.iter().any(|(h, _)| h.ends_with("pip.conf")));
     }
 
+    /// Yarn 1's `~/.yarnrc` is hidden when it holds a token, and left
+    /// readable when it does not (its registry and other settings).
+    #[test]
+    fn yarn_one_rc_is_hidden_only_with_a_token() {
+        let mut p = FakeProbe::default();
+        p.files.insert(
+            "/home/u/.yarnrc".into(),
+            "registry \"https://r.corp.test/\"\n\"//r.corp.test/:_authToken\" \"t\"\n".into(),
+        );
+        let r = secrets_outside(&p, &[]);
+        assert!(r.hide.iter().any(|(h, _)| h == "/home/u/.yarnrc"), "{r:?}");
+        let npm = find("npm").unwrap().resolve(&p);
+        let r = secrets_outside(&p, &[npm]);
+        assert!(r.hide.iter().any(|(h, _)| h == "/home/u/.yarnrc"), "{r:?}");
+        let mut p = FakeProbe::default();
+        p.files.insert(
+            "/home/u/.yarnrc".into(),
+            "registry \"https://r.corp.test/\"\n".into(),
+        );
+        let r = secrets_outside(&p, &[]);
+        assert!(r.hide.iter().all(|(h, _)| h != "/home/u/.yarnrc"), "{r:?}");
+    }
+
     #[test]
     fn npm_prefers_env_and_files_over_asking_npm() {
         let mut p = FakeProbe::default();

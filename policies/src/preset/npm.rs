@@ -118,8 +118,11 @@ pub(super) fn secrets_only(p: &dyn Probe, r: &mut Resolved) {
 
 /// Other npm clients' own files holding a token, hidden preset or not (the
 /// npm preset reads npm's configuration, not theirs): yarn's
-/// `~/.yarnrc.yml`, and pnpm's global rc (`$XDG_CONFIG_HOME/pnpm/rc`, an
-/// npmrc).
+/// `~/.yarnrc.yml`, yarn 1's `~/.yarnrc` (`"//host/:_authToken" "…"`; yarn
+/// 1 falls back on npm's configuration, which the npm preset lends a
+/// token-free copy of, for the registry), and pnpm's global rc
+/// (`$XDG_CONFIG_HOME/pnpm/rc`, an npmrc). Only a file holding a token is
+/// hidden: one without keeps working inside.
 pub(super) fn yarn_secrets(p: &dyn Probe, r: &mut Resolved) {
     let pnpm = p
         .env("XDG_CONFIG_HOME")
@@ -133,6 +136,14 @@ pub(super) fn yarn_secrets(p: &dyn Probe, r: &mut Resolved) {
             .is_some_and(|t| secret.iter().any(|k| t.contains(k)))
         {
             r.hide(&rc, "holds registry tokens".into());
+        }
+    }
+    if let Some(yarnrc) = p.home().map(|h| h.join(".yarnrc")) {
+        let secret = ["_authToken", "_auth", "_password"];
+        if p.read(&yarnrc)
+            .is_some_and(|t| secret.iter().any(|k| t.contains(k)))
+        {
+            r.hide(&yarnrc, "holds registry tokens".into());
         }
     }
     if let Some(yarnrc) = p.home().map(|h| h.join(".yarnrc.yml")) {

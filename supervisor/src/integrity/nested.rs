@@ -33,7 +33,9 @@ use nix::sys::stat::fstatat;
 use super::identity::{observe, only_exec_changed, put_mode_back, same, Before, Cleared};
 use super::snapshot::{open_dir, Change, ChangeKind, State};
 use super::windows::Windows;
-use crate::plan::protected::{git_dir_surface, Protected};
+use crate::plan::protected::{
+    git_dir_surface, git_joined as joined, git_path_file, Protected, DOT_GIT, GIT_DIR_MARK,
+};
 
 /// Whether a sandbox made an item what it is: its ctime lies in a
 /// sandbox's window, and it is not, by content and identity, what the
@@ -159,8 +161,8 @@ pub fn find(root: &Path) -> Walk {
                 continue;
             }
             let name = OsStr::from_bytes(raw).to_os_string();
-            head |= raw == b"HEAD";
-            if raw == b".git" {
+            head |= raw == GIT_DIR_MARK.as_bytes();
+            if raw == DOT_GIT.as_bytes() {
                 walk.found.push(path.join(&name));
             }
             if matches!(entry.file_type(), Some(Type::Directory) | None) {
@@ -227,26 +229,6 @@ fn written_in(path: &Path, windows: &Windows) -> bool {
         .is_ok_and(|st| windows.covers(path, ctime_of(&st)))
 }
 
-/// A file's bytes as git reads a path from it (`commondir`, a `gitdir:`
-/// file): all of it, less trailing newlines and carriage returns.
-fn path_file(file: &Path) -> Option<Vec<u8>> {
-    let mut bytes = std::fs::read(file).ok()?;
-    while matches!(bytes.last(), Some(b'\n' | b'\r')) {
-        bytes.pop();
-    }
-    (!bytes.is_empty()).then_some(bytes)
-}
-
-/// `raw` as a path: absolute, or relative to `base`.
-fn joined(base: &Path, raw: Vec<u8>) -> PathBuf {
-    let p = PathBuf::from(OsString::from_vec(raw));
-    if p.is_absolute() {
-        p
-    } else {
-        base.join(p)
-    }
-}
-
 /// The common directory of git directory `git_dir`, as git finds it: the
 /// one its `commondir` file names, else itself. Read after the run, when
 /// nothing of the sandbox is left to move it; `None` when it leads
@@ -256,12 +238,12 @@ fn common_dir(git_dir: &Path) -> Option<PathBuf> {
     if std::fs::symlink_metadata(&file).is_err() {
         return Some(git_dir.to_path_buf());
     }
-    std::fs::canonicalize(joined(git_dir, path_file(&file)?)).ok()
+    std::fs::canonicalize(joined(git_dir, git_path_file(&file, true)?)).ok()
 }
 
 /// Where a `.git` file points (`gitdir: <path>`), as git reads it.
 fn gitdir_target(dot_git: &Path) -> Option<PathBuf> {
-    let bytes = path_file(dot_git)?;
+    let bytes = git_path_file(dot_git, true)?;
     let rest = bytes.strip_prefix(b"gitdir: ")?.to_vec();
     std::fs::canonicalize(joined(dot_git.parent()?, rest)).ok()
 }
@@ -432,7 +414,7 @@ fn work_trees(found: &Path) -> Vec<PathBuf> {
     if found.file_name() == Some(OsStr::new(".git")) {
         return found.parent().map(Path::to_path_buf).into_iter().collect();
     }
-    let linked = path_file(&found.join("gitdir"))
+    let linked = git_path_file(&found.join("gitdir"), true)
         .map(|raw| joined(found, raw))
         .and_then(|dot_git| dot_git.parent().map(Path::to_path_buf));
     match linked {
@@ -513,9 +495,10 @@ fn items_of(
         hooks_path(value, &reach, &mut items);
     }
     // What the hook managers installed in this repository read at commit
-    // time, at the top of its work tree (a directory by its entries).
+    // time, and what package managers and agents run from the project, at
+    // the top of its work tree (a directory by its entries).
     for top in &reach.tops {
-        for name in crate::plan::protected::HOOK_MANAGERS {
+        for name in crate::plan::protected::project_surface() {
             let p = top.join(name);
             match std::fs::symlink_metadata(&p) {
                 Ok(m) if m.is_dir() => entries_below(&p, 3, &mut items),
@@ -680,14 +663,14 @@ fn near(dir: &Path, root: &Path) -> Walk {
     }
     let mut at = Some(dir);
     while let Some(a) = at {
-        if a.file_name() == Some(OsStr::new(".git")) {
+        if a.file_name() == Some(OsStr::new(DOT_GIT)) {
             walk.found.push(a.to_path_buf());
         }
-        if std::fs::symlink_metadata(a.join("HEAD")).is_ok() {
+        if std::fs::symlink_metadata(a.join(GIT_DIR_MARK)).is_ok() {
             walk.found.push(a.to_path_buf());
         }
-        if std::fs::symlink_metadata(a.join(".git")).is_ok() {
-            walk.found.push(a.join(".git"));
+        if std::fs::symlink_metadata(a.join(DOT_GIT)).is_ok() {
+            walk.found.push(a.join(DOT_GIT));
         }
         if a == root {
             break;
@@ -813,9 +796,14 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let f = dir.path().join("commondir");
         std::fs::write(&f, b"../data/y \r\n\n").unwrap();
-        assert_eq!(path_file(&f).unwrap(), b"../data/y ".to_vec());
+        assert_eq!(git_path_file(&f, true).unwrap(), b"../data/y ".to_vec());
         std::fs::write(&f, b"../x\xff\n").unwrap();
-        assert_eq!(path_file(&f).unwrap(), b"../x\xff".to_vec());
+        assert_eq!(git_path_file(&f, true).unwrap(), b"../x\xff".to_vec());
+        // In an upper layer a link is not followed.
+        let l = dir.path().join("linked");
+        std::os::unix::fs::symlink(&f, &l).unwrap();
+        assert_eq!(git_path_file(&l, false), None);
+        assert!(git_path_file(&l, true).is_some());
         assert_eq!(
             joined(Path::new("/a/b"), b"../c".to_vec()),
             PathBuf::from("/a/b/../c")

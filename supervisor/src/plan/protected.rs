@@ -20,6 +20,72 @@ pub const GIT_DIR_SURFACE: &[&str] = &[
     "objects/info/alternates",
 ];
 
+/// What git could take as a git directory, the one rule the post-run
+/// check's walk (integrity/nested.rs) and review's scan (review/scan.rs)
+/// share: every entry named `.git` (a directory, a `gitdir:` file, a
+/// link), and every directory holding an entry named `HEAD`, valid or not
+/// (git's own test looks at `objects` and `refs`, or at the common
+/// directory that `commondir` names, which the shape alone does not show).
+pub const DOT_GIT: &str = ".git";
+pub const GIT_DIR_MARK: &str = "HEAD";
+
+/// Whether `rel`, a path inside a git directory, is part of what git reads
+/// as configuration or runs as code there ([`GIT_DIR_SURFACE`]), through
+/// its submodules' and worktrees' own git directories
+/// ([`git_dir_surface`] lists the same paths where they exist).
+pub fn in_git_dir_surface(rel: &Path) -> bool {
+    let comps: Vec<&std::ffi::OsStr> = rel
+        .components()
+        .filter_map(|c| match c {
+            Component::Normal(n) => Some(n),
+            _ => None,
+        })
+        .collect();
+    let mut rest = &comps[..];
+    while rest.len() > 2 && (rest[0] == "modules" || rest[0] == "worktrees") {
+        rest = &rest[2..];
+    }
+    let rest: PathBuf = rest.iter().collect();
+    GIT_DIR_SURFACE.iter().any(|s| rest.starts_with(s))
+}
+
+/// A file's bytes as git reads a path from it (`commondir`, a `gitdir:`
+/// file): all of it, less trailing newlines and carriage returns. Links
+/// are followed only with `follow` (as git does on the host; never in an
+/// overlay's upper layer, where a link means something else); never a
+/// fifo waited on, never more than a path's worth read.
+pub fn git_path_file(file: &Path, follow: bool) -> Option<Vec<u8>> {
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    let flags = libc::O_NONBLOCK | if follow { 0 } else { libc::O_NOFOLLOW };
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(flags)
+        .open(file)
+        .ok()?;
+    if !f.metadata().ok()?.is_file() {
+        return None;
+    }
+    let mut bytes = vec![];
+    f.take(64 << 10).read_to_end(&mut bytes).ok()?;
+    while matches!(bytes.last(), Some(b'\n' | b'\r')) {
+        bytes.pop();
+    }
+    (!bytes.is_empty()).then_some(bytes)
+}
+
+/// `raw` (a path read from a git file) as a path: absolute, or relative to
+/// `base`.
+pub fn git_joined(base: &Path, raw: Vec<u8>) -> PathBuf {
+    use std::os::unix::ffi::OsStringExt;
+    let p = PathBuf::from(std::ffi::OsString::from_vec(raw));
+    if p.is_absolute() {
+        p
+    } else {
+        base.join(p)
+    }
+}
+
 /// Names at the top of every writable root that a host tool obeys.
 pub const ROOT_SURFACE: &[&str] = &[
     ".git",
@@ -92,7 +158,93 @@ pub const HOOK_MANAGERS: &[&str] = &[
     "lint-staged.config.js",
     "lint-staged.config.cjs",
     "lint-staged.config.mjs",
+    // commitlint, which a `commit-msg` hook runs: its configuration is a
+    // module it loads (and so runs) at every commit.
+    "commitlint.config.js",
+    "commitlint.config.cjs",
+    "commitlint.config.mjs",
+    "commitlint.config.ts",
+    "commitlint.config.cts",
+    "commitlint.config.mts",
+    ".commitlintrc",
+    ".commitlintrc.json",
+    ".commitlintrc.yaml",
+    ".commitlintrc.yml",
+    ".commitlintrc.js",
+    ".commitlintrc.cjs",
+    ".commitlintrc.mjs",
+    ".commitlintrc.ts",
+    ".commitlintrc.cts",
+    ".commitlintrc.mts",
 ];
+
+/// A project's package-manager files that make the user's next install or
+/// script on the host run code the project names: protected at the top of
+/// every writable root (and, like the hook managers', at the top of every
+/// nested repository's work tree). The manifests themselves (scripts in
+/// `package.json`) are the project's code, which the user runs knowingly.
+pub const PACKAGE_MANAGER_CODE: &[&str] = &[
+    // npm (and pnpm, yarn 1, bun read it): `script-shell`, `node-options`
+    // (`--require`), `onload-script`, `git`, `npm`-path keys run programs.
+    ".npmrc",
+    // yarn 1: `yarn-path` runs the file it names instead of yarn.
+    ".yarnrc",
+    // yarn 2+: `yarnPath` runs the named release instead of yarn, and
+    // `plugins` are modules yarn loads; both usually live in `.yarn/`.
+    ".yarnrc.yml",
+    ".yarn/releases",
+    ".yarn/plugins",
+    // pnpm loads these modules and runs their hooks on every install.
+    ".pnpmfile.cjs",
+    ".pnpmfile.mjs",
+    // bun: `preload` modules run before every `bun run`/`bun test`.
+    "bunfig.toml",
+];
+
+/// Project settings of coding agents (and the editors they live in) that
+/// make the agent, when the user next starts it on the host, run commands:
+/// hooks, MCP servers (each a command), status lines, credential helpers,
+/// custom commands with shell steps. An agent running inside the sandbox
+/// reads them and cannot change them; one it plants is moved away.
+pub const AGENT_CONFIGS: &[&str] = &[
+    // Claude Code: hooks, `statusLine`, `apiKeyHelper`, MCP servers and
+    // permissions in the settings; hook scripts; commands whose `!` lines
+    // run in the shell.
+    ".claude/settings.json",
+    ".claude/settings.local.json",
+    ".claude/hooks",
+    ".claude/commands",
+    ".mcp.json",
+    // Cursor: `mcp.json`, `hooks.json`, `environment.json` (install steps).
+    ".cursor",
+    // Codex CLI: `config.toml` (MCP servers, `notify` command).
+    ".codex",
+    // Gemini CLI: `settings.json` (MCP servers, hooks, tool commands) and
+    // `commands/` with `!{…}` shell steps.
+    ".gemini",
+    // Kiro (hooks, MCP), Roo Code and Amazon Q (`mcp.json`), Continue (MCP
+    // servers), opencode (MCP servers, plugins it loads as modules), aider
+    // (`lint-cmd`, `test-cmd`).
+    ".kiro",
+    ".roo",
+    ".amazonq",
+    ".continue",
+    ".opencode",
+    "opencode.json",
+    "opencode.jsonc",
+    ".aider.conf.yml",
+];
+
+/// What a host tool obeys at the top of a project's tree, besides
+/// [`ROOT_SURFACE`]: hook managers', package managers' and agents' files.
+/// At the top of every writable root, and of every nested repository's
+/// work tree (nested.rs); review marks them at any depth (review/scan.rs).
+pub fn project_surface() -> impl Iterator<Item = &'static &'static str> {
+    HOOK_MANAGERS
+        .iter()
+        .chain(PACKAGE_MANAGER_CODE)
+        .chain(AGENT_CONFIGS)
+}
 
 /// Below HOME: start-up files, tool configuration that names programs to
 /// run, and airlock's own files. They matter when HOME, or one of these,
@@ -388,7 +540,7 @@ pub fn compute(i: &Inputs) -> Vec<Protected> {
     let deny_read = crate::paths::Prefixes::new(i.deny_read);
     let hidden = |p: &Path| deny_read.covers(p);
     for root in i.roots {
-        for name in ROOT_SURFACE.iter().chain(HOOK_MANAGERS) {
+        for name in ROOT_SURFACE.iter().chain(project_surface()) {
             candidates.push((root.join(name), *name == ".git"));
         }
         let dot_git = root.join(".git");

@@ -341,6 +341,16 @@ fn apply_cmd(id: &str, paths: &[PathBuf], json: bool) -> Result<ExitCode> {
     let named: Vec<PathBuf> = paths.iter().map(|p| host_path(p)).collect();
     let mut chosen: Vec<&Entry> = vec![];
     let mut held_back: Vec<(PathBuf, &str)> = vec![];
+    // Protected paths as the scan marked them (a git directory under any
+    // name is known only from the changeset): naming one names what is
+    // below it.
+    let marked: std::collections::HashSet<PathBuf> = cs
+        .meta
+        .entries
+        .iter()
+        .filter(|e| e.protected)
+        .map(|e| cs.meta.roots[e.root].join(&e.rel))
+        .collect();
     for e in &cs.meta.entries {
         let p = cs.meta.roots[e.root].join(&e.rel);
         let asked = named.is_empty() || named.iter().any(|n| crate::paths::under(&p, n));
@@ -350,7 +360,8 @@ fn apply_cmd(id: &str, paths: &[PathBuf], json: bool) -> Result<ExitCode> {
         let named_explicitly = named.iter().any(|n| {
             *n == p
                 || (crate::paths::under(&p, n)
-                    && scan::is_protected(n, &cs.meta.protected, &cs.meta.home))
+                    && (marked.contains(n)
+                        || scan::is_protected(n, &cs.meta.protected, &cs.meta.home)))
         });
         if e.kind == Kind::Special && e.change != Change::Deleted {
             held_back.push((

@@ -148,6 +148,10 @@ struct Walk<'a> {
     links: HashMap<u64, Vec<PathBuf>>,
     /// The modes the sandbox gave what `open_up` opened to its owner.
     modes: BTreeMap<PathBuf, u32>,
+    /// Host paths of the directories git could take as git directories
+    /// once the changeset is applied (the post-run check's rule,
+    /// plan/protected.rs), and the common directories they name.
+    git_dirs: BTreeSet<PathBuf>,
 }
 
 impl Walk<'_> {
@@ -168,11 +172,38 @@ impl Walk<'_> {
         self.out.last_mut().expect("just pushed")
     }
 
+    /// Whether directory `rel` is one git could take as a git directory in
+    /// the host's tree as it would be after apply: a `HEAD` in the layer
+    /// (any, a whiteout too) or in the host. Every directory a changed
+    /// path lies in is in the layer, so each is looked at here. Its common
+    /// directory, as the layer's or the host's `commondir` names it, is
+    /// one too: git reads the configuration there.
+    fn git_dir(&mut self, rel: &Path, names: &BTreeSet<std::ffi::OsString>) {
+        use crate::plan::protected::{git_joined, git_path_file, GIT_DIR_MARK};
+        let host = self.root.join(rel);
+        let marked = names.contains(std::ffi::OsStr::new(GIT_DIR_MARK))
+            || std::fs::symlink_metadata(host.join(GIT_DIR_MARK)).is_ok();
+        if !marked {
+            return;
+        }
+        let named = [
+            git_path_file(&self.upper.join(rel).join("commondir"), false),
+            git_path_file(&host.join("commondir"), true),
+        ];
+        for raw in named.into_iter().flatten() {
+            let common = crate::paths::lexical(&git_joined(&host, raw));
+            self.git_dirs
+                .insert(crate::resolve::canonical(&common).unwrap_or(common));
+        }
+        self.git_dirs.insert(host);
+    }
+
     fn dir(&mut self, rel: &Path, opaque: bool) -> std::io::Result<()> {
         let up = self.upper.join(rel);
         let names: BTreeSet<std::ffi::OsString> = std::fs::read_dir(&up)?
             .map(|e| e.map(|e| e.file_name()))
             .collect::<std::io::Result<_>>()?;
+        self.git_dir(rel, &names);
         if opaque {
             // Everything the host had here is hidden: each is deleted.
             if let Ok(host) = std::fs::read_dir(self.root.join(rel)) {
@@ -269,11 +300,14 @@ impl Walk<'_> {
 }
 
 /// Whether `path` (a host path) is one a host tool obeys or runs (SPEC
-/// §4.5): in the run's protected set, a name of a root's surface at any
-/// depth (a nested project's `.envrc` too), a git directory's surface
-/// (a new `.git` whole), or a start-up file in HOME.
+/// §4.5): in the run's protected set, a name of a project's surface at
+/// any depth (a nested project's `.envrc` or `lefthook.yml` too), a `.git`
+/// directory's surface (a new `.git` whole), or a start-up file in HOME.
+/// (A git directory under another name is known only from the changeset:
+/// [`scan`] marks those.)
 pub fn is_protected(path: &Path, protected: &[PathBuf], home: &Path) -> bool {
-    use crate::plan::protected::{GIT_DIR_SURFACE, HOME_SURFACE, ROOT_SURFACE};
+    use crate::plan::protected::ROOT_SURFACE;
+    use crate::plan::protected::{in_git_dir_surface, project_surface, DOT_GIT, HOME_SURFACE};
     if protected.iter().any(|p| crate::paths::under(path, p)) {
         return true;
     }
@@ -285,20 +319,18 @@ pub fn is_protected(path: &Path, protected: &[PathBuf], home: &Path) -> bool {
         })
         .collect();
     for (i, c) in comps.iter().enumerate() {
-        if *c == ".git" {
-            let mut rest = &comps[i + 1..];
-            if rest.is_empty() {
-                return true;
-            }
-            while rest.len() > 2 && (rest[0] == "modules" || rest[0] == "worktrees") {
-                rest = &rest[2..];
-            }
-            let rest: PathBuf = rest.iter().collect();
-            if GIT_DIR_SURFACE.iter().any(|s| rest.starts_with(s)) {
+        let rest: PathBuf = comps[i + 1..].iter().collect();
+        if *c == DOT_GIT {
+            if rest.as_os_str().is_empty() || in_git_dir_surface(&rest) {
                 return true;
             }
         } else if ROOT_SURFACE.iter().any(|s| *c == *s) {
             return true;
+        } else {
+            let here: PathBuf = comps[i..].iter().collect();
+            if project_surface().any(|s| here.starts_with(s)) {
+                return true;
+            }
         }
     }
     match path.strip_prefix(home) {
@@ -352,11 +384,33 @@ fn open_up(layer: &Path, upper: &Path) -> anyhow::Result<BTreeMap<PathBuf, u32>>
     Ok(modes)
 }
 
+/// Whether `path` is part of the surface of one of `git_dirs` (a bare
+/// repository, a worktree's or submodule's git directory under any name,
+/// a common directory): what the host's git would read or run there.
+fn in_a_git_dir_surface(path: &Path, git_dirs: &BTreeSet<PathBuf>) -> bool {
+    path.ancestors().skip(1).any(|dir| {
+        git_dirs.contains(dir)
+            && path
+                .strip_prefix(dir)
+                .is_ok_and(crate::plan::protected::in_git_dir_surface)
+    })
+}
+
+/// A `HEAD` the run created makes its directory one git takes as a git
+/// directory, whose configuration (applied before, in another changeset,
+/// or by a one-shot run) git would then obey: it is applied only when
+/// named. A `HEAD` that changes in place (a checkout) is a ref, no code.
+fn makes_a_git_dir(e: &Entry) -> bool {
+    e.change == Change::Created
+        && e.rel.file_name() == Some(std::ffi::OsStr::new(crate::plan::protected::GIT_DIR_MARK))
+}
+
 /// Every change in the changeset, in the order apply makes them:
 /// deletions (deepest first), then creations and modifications (parents
 /// first).
 pub fn scan(cs: &Changeset) -> anyhow::Result<Vec<Entry>> {
     let mut all = vec![];
+    let mut git_dirs = BTreeSet::new();
     for (n, root) in cs.meta.roots.iter().enumerate() {
         let upper = cs.upper(n);
         let modes = open_up(&cs.dir.join("layers").join(n.to_string()), &upper)?;
@@ -367,8 +421,10 @@ pub fn scan(cs: &Changeset) -> anyhow::Result<Vec<Entry>> {
             out: vec![],
             links: HashMap::new(),
             modes,
+            git_dirs: BTreeSet::new(),
         };
         w.dir(Path::new(""), false)?;
+        git_dirs.append(&mut w.git_dirs);
         // Hard links made in the run: the other names link to one that
         // the host already has (a name the run left as it was, or
         // changed in place), else to the first created.
@@ -428,7 +484,9 @@ pub fn scan(cs: &Changeset) -> anyhow::Result<Vec<Entry>> {
     }
     for e in all.iter_mut() {
         let path = cs.meta.roots[e.root].join(&e.rel);
-        e.protected = is_protected(&path, &cs.meta.protected, &cs.meta.home);
+        e.protected = is_protected(&path, &cs.meta.protected, &cs.meta.home)
+            || in_a_git_dir_surface(&path, &git_dirs)
+            || makes_a_git_dir(e);
     }
     // Below a protected path the run created (a new repository), all is.
     let created_protected: Vec<(usize, PathBuf)> = all
