@@ -979,7 +979,11 @@ fn session_env(plan: &plan::Plan) -> crate::session::server::EnvRecipe {
         .filter(|(k, v)| k.as_str() != "PWD" && from_host.get(*k) != Some(*v))
         .map(|(k, v)| (k.clone(), v.clone()))
         .collect();
-    crate::session::server::EnvRecipe { rule, overlay }
+    crate::session::server::EnvRecipe {
+        rule,
+        overlay,
+        last: Default::default(),
+    }
 }
 
 /// Files airlock made for the sandbox and points it at (the trust bundle,

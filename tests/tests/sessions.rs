@@ -433,8 +433,10 @@ fn an_open_session_leaves_the_users_repositories_alone_and_checks_do_not_feed_ea
                 .map(|d| d.count())
                 .unwrap_or(0)
         };
+        // One plant: one quarantine, or two where both sessions' checks
+        // ran at the same moment (each its own copy); never more.
         let first = count();
-        assert_eq!(first, 1, "{who:?}: one plant, one quarantine");
+        assert!((1..=2).contains(&first), "{who:?}: {first} quarantines");
         std::thread::sleep(Duration::from_secs(2));
         assert_eq!(count(), first, "{who:?}: the checks went on");
         // The plant was caught, and the repository still works.

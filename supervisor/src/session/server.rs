@@ -82,7 +82,16 @@ pub struct EnvRecipe {
     /// What the sandbox's environment holds that no caller's does: the
     /// proxy and CA variables, the presets' settings.
     pub overlay: BTreeMap<String, String>,
+    /// The last caller's environment and what the filter made of it: a
+    /// harness sends the same one with every command, and filtering it
+    /// (a glob per name and pattern) was a good part of a command's cost.
+    pub last: Mutex<Option<FilteredEnv>>,
 }
+
+type FilteredEnv = (
+    Vec<(String, String)>,
+    (BTreeMap<String, String>, Vec<String>),
+);
 
 impl EnvRecipe {
     /// The command's environment, and the warnings the filter had.
@@ -91,13 +100,22 @@ impl EnvRecipe {
         caller: Vec<(String, String)>,
         cwd: &Path,
     ) -> (BTreeMap<String, String>, Vec<String>) {
-        let (mut env, warnings) = match &self.rule {
-            Some(r) => {
-                let s = r.apply(caller);
-                (s.env, s.warnings)
+        let mut last = lock(&self.last);
+        let (mut env, warnings) = match last.as_ref() {
+            Some((seen, filtered)) if *seen == caller => filtered.clone(),
+            _ => {
+                let filtered = match &self.rule {
+                    Some(r) => {
+                        let s = r.apply(caller.clone());
+                        (s.env, s.warnings)
+                    }
+                    None => (BTreeMap::new(), vec![]),
+                };
+                *last = Some((caller, filtered.clone()));
+                filtered
             }
-            None => (BTreeMap::new(), vec![]),
         };
+        drop(last);
         env.extend(self.overlay.clone());
         env.insert("PWD".into(), cwd.display().to_string());
         (env, warnings)
@@ -141,7 +159,14 @@ enum Event {
     ClientGone,
 }
 
-type Routes = Mutex<HashMap<u64, mpsc::Sender<Event>>>;
+/// Where PID 1's words about a command go: its channel, and a pipe that
+/// wakes the thread serving it (which also waits on its client's socket).
+struct Route {
+    tx: mpsc::Sender<Event>,
+    wake: Option<Arc<OwnedFd>>,
+}
+
+type Routes = Mutex<HashMap<u64, Route>>;
 
 /// Serve until a client asks the session to end (or PID 1 goes away).
 pub fn serve(listening: Listening, init: Seq, setup: &Setup) -> Result<Ended> {
@@ -177,6 +202,9 @@ pub fn serve(listening: Listening, init: Seq, setup: &Setup) -> Result<Ended> {
     let stop = std::sync::atomic::AtomicBool::new(false);
     let (wake_r, wake_w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).context("pipe")?;
     let init = Arc::new(init);
+    let (work_tx, work_rx) = mpsc::channel::<OwnedFd>();
+    let work_rx = Mutex::new(work_rx);
+    let idle = std::sync::atomic::AtomicUsize::new(0);
     std::thread::scope(|scope| {
         // PID 1's words, each to the command it is about.
         {
@@ -184,9 +212,16 @@ pub fn serve(listening: Listening, init: Seq, setup: &Setup) -> Result<Ended> {
             scope.spawn(move || {
                 while let Ok(Some((msg, _))) = init.recv_json() {
                     let id = msg.get("id").and_then(Value::as_u64);
-                    let tx = id.and_then(|id| lock(routes).get(&id).cloned());
-                    if let Some(tx) = tx {
+                    let route = id.and_then(|id| {
+                        lock(routes)
+                            .get(&id)
+                            .map(|r| (r.tx.clone(), r.wake.clone()))
+                    });
+                    if let Some((tx, wake)) = route {
                         let _ = tx.send(Event::Init(msg));
+                        if let Some(w) = wake {
+                            let _ = nix::unistd::write(&*w, b"w");
+                        }
                     }
                 }
                 // PID 1 is gone: nothing more can run.
@@ -263,78 +298,33 @@ pub fn serve(listening: Listening, init: Seq, setup: &Setup) -> Result<Ended> {
             };
             // SAFETY: accept4 returned a new descriptor that we own.
             let conn: OwnedFd = unsafe { std::os::fd::FromRawFd::from_raw_fd(conn) };
-            let (init, routes, ended, ids, checking, wake_w, info, inflight, between) = (
-                &init, &routes, &ended, &ids, &checking, &wake_w, &info, &inflight, &between,
-            );
-            scope.spawn(move || {
-                // Only this user's processes outside every sandbox.
-                if let Err(e) = super::peer_outside(&conn) {
-                    tracing::warn!("refused a session client: {e:#}");
-                    return;
-                }
-                let conn = Arc::new(Seq(conn));
-                let Ok(Some((req, fds))) = conn.recv_json() else {
-                    return;
-                };
-                match req.get("op").and_then(Value::as_str) {
-                    Some("info") => {
-                        let mut v = info.clone();
-                        v["workspace"] = json!(setup.workspace);
-                        v["commands"] = json!(ids.load(Ordering::Relaxed));
-                        let _ = conn.send_json(&v, &[]);
-                    }
-                    Some("run") => {
-                        let id = ids.fetch_add(1, Ordering::Relaxed) + 1;
-                        inflight.fetch_add(1, Ordering::SeqCst);
-                        let mut reply =
-                            run_command(id, &req, fds, &conn, init, routes, checking, setup);
-                        inflight.fetch_sub(1, Ordering::SeqCst);
-                        let earlier = std::mem::take(&mut *lock(between));
-                        if !earlier.is_empty() {
-                            if let Some(notes) =
-                                reply.get_mut("notes").and_then(Value::as_array_mut)
-                            {
-                                for (i, l) in earlier.into_iter().enumerate() {
-                                    notes.insert(i, json!(l));
-                                }
-                            }
-                        }
-                        let _ = conn.send_json(&reply, &[]);
-                        let _ = nix::sys::socket::shutdown(
-                            conn.0.as_raw_fd(),
-                            nix::sys::socket::Shutdown::Both,
-                        );
-                    }
-                    Some("end") => {
-                        let mut fds = fds.into_iter();
-                        let stderr = fds.next();
-                        let report = match req.get("report").and_then(Value::as_bool) {
-                            Some(true) => fds.next(),
-                            _ => None,
-                        };
-                        if let Ok(mut e) = ended.lock() {
-                            if e.is_none() {
-                                let reply = Arc::try_unwrap(conn).ok();
-                                *e = Some(Ended {
-                                    stderr,
-                                    report,
-                                    reply,
-                                });
-                            }
-                        }
-                        let _ = nix::unistd::write(wake_w, b"e");
-                    }
-                    _ => {
-                        let _ = conn.send_json(
-                            &json!({"type": "error", "message": "unknown request"}),
-                            &[],
-                        );
-                    }
-                }
-            });
+            // A waiting worker takes it; when none waits, one more starts
+            // (a thread started for every command was a good part of its
+            // cost, and commands may run at once).
+            if idle.load(Ordering::SeqCst) == 0 {
+                let (init, routes, ended, ids, checking, wake_w, info, inflight, between) = (
+                    &init, &routes, &ended, &ids, &checking, &wake_w, &info, &inflight, &between,
+                );
+                let (work, idle) = (&work_rx, &idle);
+                idle.fetch_add(1, Ordering::SeqCst);
+                scope.spawn(move || loop {
+                    let next = lock(work).recv();
+                    let Ok(conn) = next else { return };
+                    idle.fetch_sub(1, Ordering::SeqCst);
+                    serve_one(
+                        conn, init, routes, ended, ids, checking, wake_w, info, inflight, between,
+                        setup,
+                    );
+                    idle.fetch_add(1, Ordering::SeqCst);
+                });
+            }
+            if work_tx.send(conn).is_err() {
+                break;
+            }
         }
         // Stop every command: PID 1 kills the whole sandbox; the commands
-        // still waiting hear that the session ended.
+        // still waiting hear that the session ended; the idle workers go.
+        drop(work_tx);
         stop.store(true, Ordering::Relaxed);
         let _ = init.send_json(&json!({"op": "end"}), &[]);
         lock(&routes).clear();
@@ -345,6 +335,79 @@ pub fn serve(listening: Listening, init: Seq, setup: &Setup) -> Result<Ended> {
         reply: None,
     });
     Ok(ended)
+}
+
+/// One client's request, on a worker.
+#[allow(clippy::too_many_arguments)]
+fn serve_one(
+    conn: OwnedFd,
+    init: &Arc<Seq>,
+    routes: &Routes,
+    ended: &Mutex<Option<Ended>>,
+    ids: &AtomicU64,
+    checking: &Mutex<()>,
+    wake_w: &OwnedFd,
+    info: &Value,
+    inflight: &std::sync::atomic::AtomicUsize,
+    between: &Mutex<Vec<String>>,
+    setup: &Setup,
+) {
+    // Only this user's processes outside every sandbox.
+    if let Err(e) = super::peer_outside(&conn) {
+        tracing::warn!("refused a session client: {e:#}");
+        return;
+    }
+    let conn = Arc::new(Seq(conn));
+    let Ok(Some((req, fds))) = conn.recv_json() else {
+        return;
+    };
+    match req.get("op").and_then(Value::as_str) {
+        Some("info") => {
+            let mut v = info.clone();
+            v["workspace"] = json!(setup.workspace);
+            v["commands"] = json!(ids.load(Ordering::Relaxed));
+            let _ = conn.send_json(&v, &[]);
+        }
+        Some("run") => {
+            let id = ids.fetch_add(1, Ordering::Relaxed) + 1;
+            inflight.fetch_add(1, Ordering::SeqCst);
+            let mut reply = run_command(id, &req, fds, &conn, init, routes, checking, setup);
+            inflight.fetch_sub(1, Ordering::SeqCst);
+            let earlier = std::mem::take(&mut *lock(between));
+            if !earlier.is_empty() {
+                if let Some(notes) = reply.get_mut("notes").and_then(Value::as_array_mut) {
+                    for (i, l) in earlier.into_iter().enumerate() {
+                        notes.insert(i, json!(l));
+                    }
+                }
+            }
+            let _ = conn.send_json(&reply, &[]);
+            let _ =
+                nix::sys::socket::shutdown(conn.0.as_raw_fd(), nix::sys::socket::Shutdown::Both);
+        }
+        Some("end") => {
+            let mut fds = fds.into_iter();
+            let stderr = fds.next();
+            let report = match req.get("report").and_then(Value::as_bool) {
+                Some(true) => fds.next(),
+                _ => None,
+            };
+            if let Ok(mut e) = ended.lock() {
+                if e.is_none() {
+                    let reply = Arc::try_unwrap(conn).ok();
+                    *e = Some(Ended {
+                        stderr,
+                        report,
+                        reply,
+                    });
+                }
+            }
+            let _ = nix::unistd::write(wake_w, b"e");
+        }
+        _ => {
+            let _ = conn.send_json(&json!({"type": "error", "message": "unknown request"}), &[]);
+        }
+    }
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -397,25 +460,63 @@ fn run_command(
         crate::linux::fsrefusals::refusals().0,
     );
     let (tx, rx) = mpsc::channel();
-    lock(routes).insert(id, tx.clone());
-    // The caller's later words: a signal to pass on, a kill on its
-    // timeout, or its going away.
-    {
-        let conn = conn.clone();
-        std::thread::spawn(move || loop {
-            match conn.recv_json() {
-                Ok(Some((v, _))) => {
-                    if tx.send(Event::Client(v)).is_err() {
-                        return;
+    let Ok((wake_r, wake_w)) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC) else {
+        return json!({"type": "error", "code": 125, "message": "out of descriptors"});
+    };
+    lock(routes).insert(
+        id,
+        Route {
+            tx,
+            wake: Some(Arc::new(wake_w)),
+        },
+    );
+    // PID 1's words come on `rx` (with a byte on `wake_r`); the caller's
+    // later words (a signal to pass on, a kill on its timeout, or its
+    // going away) on its socket: both are waited for here.
+    let mut client_gone = false;
+    let mut next_event = || -> Option<Event> {
+        loop {
+            if let Ok(e) = rx.try_recv() {
+                return Some(e);
+            }
+            let mut fds = [
+                libc::pollfd {
+                    fd: wake_r.as_raw_fd(),
+                    events: libc::POLLIN,
+                    revents: 0,
+                },
+                libc::pollfd {
+                    fd: if client_gone { -1 } else { conn.0.as_raw_fd() },
+                    events: libc::POLLIN,
+                    revents: 0,
+                },
+            ];
+            // SAFETY: poll on descriptors we own, in an array we own.
+            if unsafe { libc::poll(fds.as_mut_ptr(), 2, -1) } < 0 {
+                continue;
+            }
+            if fds[0].revents != 0 {
+                let mut buf = [0u8; 64];
+                let _ = nix::unistd::read(&wake_r, &mut buf);
+            }
+            if fds[1].revents != 0 {
+                match conn.recv_json() {
+                    Ok(Some((v, _))) => return Some(Event::Client(v)),
+                    _ => {
+                        client_gone = true;
+                        return Some(Event::ClientGone);
                     }
                 }
-                _ => {
-                    let _ = tx.send(Event::ClientGone);
-                    return;
-                }
             }
-        });
-    }
+            if let Ok(e) = rx.try_recv() {
+                return Some(e);
+            }
+            if fds[0].revents & (libc::POLLHUP | libc::POLLERR) != 0 {
+                // The route is gone (the session ends): nothing more comes.
+                return None;
+            }
+        }
+    };
     let raw: Vec<i32> = stdio.iter().map(AsRawFd::as_raw_fd).collect();
     // No command starts while a check holds the sandbox still: it would
     // run unseen by it.
@@ -429,7 +530,7 @@ fn run_command(
     tracing::debug!(id, elapsed = ?started.elapsed(), "command sent to PID 1");
     let mut killed = false;
     let answer = loop {
-        match rx.recv() {
+        match next_event().ok_or(()) {
             Err(_) => {
                 break json!({"type": "error", "code": 125, "message": "the session ended before the command did"})
             }
@@ -548,7 +649,7 @@ fn held_still(init: &Seq, routes: &Routes, setup: &Setup) -> Vec<crate::integrit
         return vec![];
     }
     let (tx, rx) = mpsc::channel();
-    lock(routes).insert(0, tx);
+    lock(routes).insert(0, Route { tx, wake: None });
     let asked = init.send_json(&json!({"op": "freeze"}), &[]).is_ok();
     let frozen = asked
         && matches!(
