@@ -97,6 +97,47 @@ pub fn ca_dir() -> Result<PathBuf> {
     airlock_ca::default_dir().context("neither XDG_DATA_HOME nor HOME is set")
 }
 
+/// `$XDG_STATE_HOME/airlock`, else `~/.local/state/airlock`.
+pub fn state_dir() -> Option<PathBuf> {
+    match std::env::var_os("XDG_STATE_HOME").map(PathBuf::from) {
+        Some(d) if d.is_absolute() => Some(d.join("airlock")),
+        _ => std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".local/state/airlock")),
+    }
+}
+
+/// Whether a notice about `what` in `workspace` is said for the first
+/// time (and is now recorded as said): a harness runs hundreds of
+/// commands there, and a warning on every one of them buries the rest.
+pub fn first_time(what: &str, workspace: &Path) -> bool {
+    use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+    let Some(dir) = state_dir().map(|d| d.join("said")) else {
+        return true;
+    };
+    if std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(&dir)
+        .is_err()
+    {
+        return true;
+    }
+    let digest = ring::digest::digest(
+        &ring::digest::SHA256,
+        workspace.as_os_str().as_encoded_bytes(),
+    );
+    let key: String = digest.as_ref()[..8]
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(dir.join(format!("{what}-{key}")))
+        .is_ok()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -211,10 +211,12 @@ pub fn run(args: &RunArgs, early: Early, log: String, session: Option<&str>) -> 
     for u in &plan.unsupported {
         eprintln!("airlock: warning: {u} cannot be enforced by mounts (only plain paths and a trailing /**)");
     }
-    if plan.deny_read_env_truncated {
+    // Said once per workspace: the search stops at the same place every
+    // time, and a harness runs hundreds of commands there.
+    if plan.deny_read_env_truncated && crate::places::first_time("dotenv-truncated", &workspace) {
         eprintln!(
             "airlock: warning: .env files were looked for in the first {} directories of the writable roots only; \
-             name others in deny_read",
+             name others in deny_read (said once for this workspace)",
             crate::dotenv::MAX_DIRS
         );
     }
