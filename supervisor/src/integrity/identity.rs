@@ -156,11 +156,34 @@ pub fn put_mode_back(path: &Path, before: &Seen) -> bool {
 #[derive(Clone, Default)]
 pub struct Before {
     items: Arc<Mutex<HashMap<PathBuf, Seen>>>,
+    /// The git directories the record walked, and whether it walked them
+    /// all (every root, to its end).
+    dirs: Arc<Mutex<std::collections::HashSet<PathBuf>>>,
+    complete: Arc<AtomicBool>,
     stop: Arc<AtomicBool>,
     done: Arc<(Mutex<bool>, std::sync::Condvar)>,
 }
 
 impl Before {
+    pub fn record_dir(&self, dir: PathBuf) {
+        if let Ok(mut d) = self.dirs.lock() {
+            d.insert(dir);
+        }
+    }
+
+    pub fn mark_complete(&self) {
+        self.complete.store(true, Ordering::SeqCst);
+    }
+
+    /// Whether git directory `dir` was there before the run; `None` when
+    /// the record did not walk everything (it cannot tell).
+    pub fn knew_dir(&self, dir: &Path) -> Option<bool> {
+        if !self.complete.load(Ordering::SeqCst) {
+            return None;
+        }
+        Some(self.dirs.lock().ok()?.contains(dir))
+    }
+
     pub fn record(&self, path: PathBuf, seen: Seen) {
         if let Ok(mut m) = self.items.lock() {
             m.entry(path).or_insert(seen);

@@ -50,6 +50,12 @@ pub struct Judge<'a> {
 }
 
 impl Judge<'_> {
+    /// Whether a past check cleared `path` as it is now (airlock's own
+    /// plain config, an item judged unchanged).
+    fn cleared(&self, path: &Path) -> bool {
+        observe(path).is_some_and(|now| self.cleared.borrow().holds(&now))
+    }
+
     fn sandboxs(&self, path: &Path) -> bool {
         if !written_in(path, self.windows) {
             return false;
@@ -562,6 +568,7 @@ pub fn record_before(roots: Vec<PathBuf>) -> Before {
                     if before.stopped() {
                         break 'roots;
                     }
+                    before.record_dir(found.clone());
                     for abs in items_of(&found, home.as_deref(), &global_hooks, &judge) {
                         let Some(seen) = observe(&abs) else { continue };
                         let users = !windows.covers(&abs, super::identity::ctime_time(seen.ctime))
@@ -571,6 +578,9 @@ pub fn record_before(roots: Vec<PathBuf>) -> Before {
                         }
                     }
                 }
+            }
+            if !before.stopped() {
+                before.mark_complete();
             }
             before.finished();
         });
@@ -736,6 +746,16 @@ pub fn changes_near(
             ));
         }
         for found in walk.found {
+            // A git directory that was not there before the run, put in
+            // place while a sandbox ran (made, or renamed into place: a
+            // rename keeps the ctime of what lies below), is the sandbox's
+            // assembly whatever its files' own ctimes say: they may have
+            // reached the disk through the user's `git checkout` of a
+            // branch the sandbox committed, or an earlier `changes apply`
+            // (red team round 2). Only when the record saw everything: a
+            // repository it did not reach may be the user's.
+            let assembled = judge.before.knew_dir(&found) == Some(false)
+                && written_in(&found, judge.windows);
             for abs in items_of(&found, home.as_deref(), &global_hooks, judge) {
                 // What lies outside every writable root, the sandbox could
                 // not write.
@@ -750,7 +770,7 @@ pub fn changes_near(
                     || out
                         .iter()
                         .any(|c| &c.root == item_root && c.rel.as_path() == rel)
-                    || !judge.sandboxs(&abs)
+                    || !(judge.sandboxs(&abs) || assembled && !judge.cleared(&abs))
                 {
                     continue;
                 }

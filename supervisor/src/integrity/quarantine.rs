@@ -244,6 +244,42 @@ fn quarantine_dir(root: &OwnedFd, run: &str) -> nix::Result<OwnedFd> {
     Ok(fd)
 }
 
+/// Rename, below `dir` (links not followed), every `.git` to `dot-git`
+/// and every `HEAD` to `dot-HEAD`: what git takes for a git directory is
+/// one of those, so nothing kept in the quarantine is one.
+fn neutralise(dir: &Path) {
+    let Ok(meta) = std::fs::symlink_metadata(dir) else {
+        return;
+    };
+    if !meta.is_dir() {
+        return;
+    }
+    let Ok(rd) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for e in rd.flatten() {
+        let path = e.path();
+        let is_dir = e.file_type().is_ok_and(|t| t.is_dir());
+        let to = match e.file_name().to_str() {
+            Some(".git") => Some(dir.join("dot-git")),
+            Some("HEAD") => Some(dir.join("dot-HEAD")),
+            _ => None,
+        };
+        let path = match to {
+            Some(to) if std::fs::symlink_metadata(&to).is_err() => {
+                match std::fs::rename(&path, &to) {
+                    Ok(()) => to,
+                    Err(_) => path,
+                }
+            }
+            _ => path,
+        };
+        if is_dir {
+            neutralise(&path);
+        }
+    }
+}
+
 /// Where `rel` is kept in the quarantine: its path with every `.git`
 /// component renamed, so that nothing git discovers (a repository's
 /// configuration and hooks, reassembled) ever lies there.
@@ -529,6 +565,11 @@ fn act_one(c: &Change, run: &str) -> Outcome {
                     .join(".airlock/quarantine")
                     .join(run)
                     .join(stored(&rel));
+                // A directory set aside whole keeps what it held: no git
+                // directory in it stays one git would use (a `.git`, or a
+                // directory holding `HEAD`), so that a shell prompt or an
+                // IDE looking at the quarantine runs nothing of it.
+                neutralise(&dest);
                 outcome.action = "quarantined".into();
                 outcome.in_place = false;
                 outcome.dest = Some(dest.display().to_string());

@@ -408,7 +408,19 @@ fn apply_cmd(id: &str, paths: &[PathBuf], json: bool) -> Result<ExitCode> {
         );
         return Ok(ExitCode::from(1));
     }
-    let written = apply::write(&cs, &todo).context("applying the changeset")?;
+    // What apply writes is the sandbox's work reaching the host: its ctime
+    // is now, which no run's window covered, and a later run's check would
+    // take it for the user's (a hook written here, completed into a
+    // repository by the next run). The time it takes is a window over the
+    // changeset's roots, as a run's is.
+    let apply_started = crate::integrity::nested::kernel_now();
+    let written = apply::write(&cs, &todo);
+    crate::integrity::windows::record(
+        apply_started,
+        crate::integrity::nested::kernel_now(),
+        &cs.meta.roots,
+    );
+    let written = written.context("applying the changeset")?;
     let already: Vec<PathBuf> = done
         .iter()
         .map(|e| cs.meta.roots[e.root].join(&e.rel))
