@@ -609,6 +609,9 @@ fn run_platform(
     // A moment for the record of nested repositories: what it has not
     // reached when the command changes it is judged by its ctime, as before.
     let recorded = nested_before.wait(NESTED_BEFORE_BUDGET);
+    if !recorded {
+        nested_before.started_late();
+    }
     tracing::debug!(elapsed = ?started.elapsed(), recorded, "nested repositories recorded");
     // Everything that must see the command from its first instruction is
     // in place.
@@ -720,6 +723,23 @@ fn run_platform(
                     &nested_before,
                     only.as_deref(),
                 );
+                // The repositories known now are looked at by identity
+                // between checks too (what a shared mapping writes raises
+                // no inotify event).
+                #[cfg(target_os = "linux")]
+                if let Some(d) = dirty
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .as_mut()
+                {
+                    d.add_repos(
+                        checked
+                            .repos
+                            .iter()
+                            .cloned()
+                            .chain(nested_before.known_dirs()),
+                    );
+                }
                 // Only a clean result moves the baseline: what could not be
                 // moved aside is judged again at the next check and the end.
                 // A check that changed nothing keeps the snapshot it had.
@@ -749,7 +769,7 @@ fn run_platform(
                 dirty
                     .lock()
                     .unwrap_or_else(std::sync::PoisonError::into_inner)
-                    .as_ref()
+                    .as_mut()
                     .is_none_or(|d| d.changed())
             };
             #[cfg(not(target_os = "linux"))]

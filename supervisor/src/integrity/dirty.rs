@@ -14,12 +14,24 @@ use std::path::{Path, PathBuf};
 
 use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify, WatchDescriptor};
 
+/// Device, inode, ctime, mtime and size.
+type Identity = (u64, u64, i64, i64, i64, i64, u64);
+
 pub struct Dirty {
     ino: Inotify,
     paths: HashMap<WatchDescriptor, PathBuf>,
     roots: Vec<PathBuf>,
     /// Some watch could not be added: only a whole search is certain.
     incomplete: bool,
+    /// The git directories known in the roots, whose configuration and
+    /// hooks are looked at by identity on every `changed`: a write through
+    /// a shared mapping raises no inotify event (a process a command left
+    /// running can rewrite a config it mapped), but does change the file's
+    /// ctime.
+    repos: BTreeSet<PathBuf>,
+    seen: HashMap<PathBuf, Option<Identity>>,
+    /// Directories where that look saw a change, for the next `take`.
+    swept: BTreeSet<PathBuf>,
 }
 
 fn mask() -> AddWatchFlags {
@@ -43,6 +55,9 @@ impl Dirty {
             paths: HashMap::new(),
             roots: roots.to_vec(),
             incomplete: false,
+            repos: BTreeSet::new(),
+            seen: HashMap::new(),
+            swept: BTreeSet::new(),
         };
         for r in roots {
             d.add_tree(r);
@@ -53,14 +68,62 @@ impl Dirty {
     /// Whether anything may have changed since the last `take` (an event
     /// waits, or the watch is not whole): when not, there is nothing in
     /// the roots to judge.
-    pub fn changed(&self) -> bool {
+    pub fn changed(&mut self) -> bool {
         let mut p = libc::pollfd {
             fd: self.fd(),
             events: libc::POLLIN,
             revents: 0,
         };
         // SAFETY: poll on our own descriptor, without waiting.
-        self.incomplete || unsafe { libc::poll(&mut p, 1, 0) } != 0
+        let event = self.incomplete || unsafe { libc::poll(&mut p, 1, 0) } != 0;
+        self.sweep() || event || !self.swept.is_empty()
+    }
+
+    /// Git directories to look at by identity from now on (what it is now
+    /// is the baseline).
+    pub fn add_repos(&mut self, dirs: impl IntoIterator<Item = PathBuf>) {
+        for d in dirs {
+            if self.repos.insert(d) {
+                self.sweep();
+            }
+        }
+    }
+
+    /// Look at the known repositories' configuration and hooks by identity
+    /// (device, inode, ctime, mtime, size); whether any changed since the
+    /// last look (their directories are then dirty).
+    fn sweep(&mut self) -> bool {
+        let mut changed = false;
+        let mut items = vec![];
+        for repo in &self.repos {
+            crate::plan::protected::git_dir_surface(repo, 0, &mut items);
+            if let Ok(rd) = std::fs::read_dir(repo.join("hooks")) {
+                items.extend(rd.flatten().map(|e| e.path()));
+            }
+        }
+        for item in items {
+            let now = std::fs::symlink_metadata(&item).ok().map(|m| {
+                (
+                    m.dev(),
+                    m.ino(),
+                    m.ctime(),
+                    m.ctime_nsec(),
+                    m.mtime(),
+                    m.mtime_nsec(),
+                    m.size(),
+                )
+            });
+            match self.seen.insert(item.clone(), now) {
+                Some(before) if before != now => {
+                    changed = true;
+                    if let Some(dir) = item.parent() {
+                        self.swept.insert(dir.to_path_buf());
+                    }
+                }
+                _ => {}
+            }
+        }
+        changed
     }
 
     /// Readable when something changed since the last `take`.
@@ -101,7 +164,8 @@ impl Dirty {
     /// `None` when only a search of every root is certain. Call with the
     /// sandbox held still, so that nothing changes meanwhile.
     pub fn take(&mut self) -> Option<Vec<PathBuf>> {
-        let mut dirty = BTreeSet::new();
+        self.sweep();
+        let mut dirty = std::mem::take(&mut self.swept);
         let mut all = self.incomplete;
         loop {
             let events = match self.ino.read_events() {

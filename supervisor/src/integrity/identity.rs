@@ -160,6 +160,7 @@ pub struct Before {
     /// all (every root, to its end).
     dirs: Arc<Mutex<std::collections::HashSet<PathBuf>>>,
     complete: Arc<AtomicBool>,
+    late: Arc<AtomicBool>,
     stop: Arc<AtomicBool>,
     done: Arc<(Mutex<bool>, std::sync::Condvar)>,
 }
@@ -171,8 +172,27 @@ impl Before {
         }
     }
 
+    /// The git directories the record walked.
+    pub fn known_dirs(&self) -> Vec<PathBuf> {
+        self.dirs
+            .lock()
+            .map(|d| d.iter().cloned().collect())
+            .unwrap_or_default()
+    }
+
+    /// The record walked every root to its end: unless the command
+    /// started before it had (`started_late`), it knows every git
+    /// directory that was there before.
     pub fn mark_complete(&self) {
-        self.complete.store(true, Ordering::SeqCst);
+        if !self.late.load(Ordering::SeqCst) {
+            self.complete.store(true, Ordering::SeqCst);
+        }
+    }
+
+    /// The command started before the record was done: what it walks
+    /// from now on may be the command's work, so it never says "complete".
+    pub fn started_late(&self) {
+        self.late.store(true, Ordering::SeqCst);
     }
 
     /// Whether git directory `dir` was there before the run; `None` when

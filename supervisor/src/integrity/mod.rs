@@ -24,6 +24,8 @@ use std::time::SystemTime;
 pub struct Checked {
     pub outcomes: Vec<Outcome>,
     pub failed: Vec<String>,
+    /// The git directories the search found.
+    pub repos: Vec<PathBuf>,
 }
 
 /// The post-run check (SPEC §4.5): what changed in the protected set, and
@@ -115,8 +117,8 @@ pub fn check_near(
     before.stop();
     // Nothing changed in the roots since the last check (a session's
     // watch says so): no repository there can have changed either.
-    let (found, nested_failed, modes_restored) = if only.is_some_and(|o| o.is_empty()) {
-        (vec![], vec![], vec![])
+    let (found, nested_failed, modes_restored, repos) = if only.is_some_and(|o| o.is_empty()) {
+        (vec![], vec![], vec![], vec![])
     } else {
         let judge = nested::Judge {
             windows: &windows,
@@ -124,9 +126,9 @@ pub fn check_near(
             cleared: std::cell::RefCell::new(identity::Cleared::load()),
             modes_restored: Default::default(),
         };
-        let (found, nested_failed) = nested::changes_near(roots, &judge, &known, only);
+        let (found, nested_failed, repos) = nested::changes_near(roots, &judge, &known, only);
         judge.cleared.borrow().save();
-        (found, nested_failed, judge.modes_restored.take())
+        (found, nested_failed, judge.modes_restored.take(), repos)
     };
     failed.extend(nested_failed);
     tracing::debug!(elapsed = ?t.elapsed(), ?roots, "nested repositories searched");
@@ -188,7 +190,11 @@ pub fn check_near(
     }
     tracing::debug!(elapsed = ?t.elapsed(), "changes acted on");
     windows::record(since, until, roots);
-    Checked { outcomes, failed }
+    Checked {
+        outcomes,
+        failed,
+        repos,
+    }
 }
 
 /// Finish the checks of runs whose airlock was killed before it could.

@@ -50,10 +50,10 @@ pub struct Judge<'a> {
 }
 
 impl Judge<'_> {
-    /// Whether a past check cleared `path` as it is now (airlock's own
-    /// plain config, an item judged unchanged).
-    fn cleared(&self, path: &Path) -> bool {
-        observe(path).is_some_and(|now| self.cleared.borrow().holds(&now))
+    /// Whether `path` is there and no past check cleared it as it is now
+    /// (airlock's own plain config, an item judged unchanged).
+    fn uncleared(&self, path: &Path) -> bool {
+        observe(path).is_some_and(|now| !self.cleared.borrow().holds(&now))
     }
 
     fn sandboxs(&self, path: &Path) -> bool {
@@ -559,10 +559,27 @@ pub fn record_before(roots: Vec<PathBuf>) -> Before {
             let home = std::env::var_os("HOME").map(PathBuf::from);
             let global_hooks = global_hooks_paths(home.as_deref());
             let known = read_found();
-            'roots: for root in &roots {
-                let found = match known.get(root) {
-                    Some(list) => list.clone(),
-                    None => find(root).found,
+            // The repositories the last check found first (their items are
+            // what the user is likely to have), then a fresh walk of each
+            // root, for those made since (on the host, between runs): only
+            // a walk that finished says which git directories were there
+            // before the run (`Before::knew_dir`).
+            let mut lists: Vec<Vec<PathBuf>> =
+                roots.iter().filter_map(|r| known.get(r).cloned()).collect();
+            let mut fresh = roots.iter();
+            'roots: loop {
+                let found = match lists.pop() {
+                    Some(list) => list,
+                    None => match fresh.next() {
+                        Some(root) => {
+                            let w = find(root);
+                            if !w.complete {
+                                before.started_late();
+                            }
+                            w.found
+                        }
+                        None => break,
+                    },
                 };
                 for found in found {
                     if before.stopped() {
@@ -701,12 +718,13 @@ pub fn changes_near(
     judge: &Judge,
     known: &[Protected],
     only: Option<&[PathBuf]>,
-) -> (Vec<Change>, Vec<String>) {
+) -> (Vec<Change>, Vec<String>, Vec<PathBuf>) {
     let home = std::env::var_os("HOME").map(PathBuf::from);
     let global_hooks = global_hooks_paths(home.as_deref());
     let mut out: Vec<Change> = vec![];
     let mut failed = vec![];
     let mut seen: Vec<(PathBuf, Vec<PathBuf>)> = vec![];
+    let mut repos = vec![];
     for root in roots {
         let mut walk = match only {
             None => find(root),
@@ -745,6 +763,7 @@ pub fn changes_near(
                 walk.dirs
             ));
         }
+        repos.extend(walk.found.iter().cloned());
         for found in walk.found {
             // A git directory that was not there before the run, put in
             // place while a sandbox ran (made, or renamed into place: a
@@ -754,8 +773,8 @@ pub fn changes_near(
             // branch the sandbox committed, or an earlier `changes apply`
             // (red team round 2). Only when the record saw everything: a
             // repository it did not reach may be the user's.
-            let assembled = judge.before.knew_dir(&found) == Some(false)
-                && written_in(&found, judge.windows);
+            let assembled =
+                judge.before.knew_dir(&found) == Some(false) && written_in(&found, judge.windows);
             for abs in items_of(&found, home.as_deref(), &global_hooks, judge) {
                 // What lies outside every writable root, the sandbox could
                 // not write.
@@ -770,7 +789,7 @@ pub fn changes_near(
                     || out
                         .iter()
                         .any(|c| &c.root == item_root && c.rel.as_path() == rel)
-                    || !(judge.sandboxs(&abs) || assembled && !judge.cleared(&abs))
+                    || !(judge.sandboxs(&abs) || assembled && judge.uncleared(&abs))
                 {
                     continue;
                 }
@@ -793,7 +812,7 @@ pub fn changes_near(
         }
     }
     save_found(&seen);
-    (out, failed)
+    (out, failed, repos)
 }
 
 #[cfg(test)]

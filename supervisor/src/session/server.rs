@@ -241,9 +241,13 @@ pub fn serve(listening: Listening, init: Seq, setup: &Setup) -> Result<Ended> {
                         revents: 0,
                     };
                     // SAFETY: poll on a descriptor the watch keeps open.
-                    if unsafe { libc::poll(&mut p, 1, 200) } <= 0
-                        || inflight.load(Ordering::SeqCst) > 0
-                    {
+                    let event = unsafe { libc::poll(&mut p, 1, 200) } > 0;
+                    if inflight.load(Ordering::SeqCst) > 0 {
+                        continue;
+                    }
+                    // No event: the known repositories are still looked at
+                    // (a write through a shared mapping raises none).
+                    if !event && !(setup.changed)() {
                         continue;
                     }
                     // A burst of writes settles first.
@@ -301,16 +305,19 @@ pub fn serve(listening: Listening, init: Seq, setup: &Setup) -> Result<Ended> {
             // A waiting worker takes it; when none waits, one more starts
             // (a thread started for every command was a good part of its
             // cost, and commands may run at once).
-            if idle.load(Ordering::SeqCst) == 0 {
+            // A worker is reserved for it here, not when it takes it: two
+            // connections in a row must never wait for one worker.
+            let reserved = idle
+                .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+                .is_ok();
+            if !reserved {
                 let (init, routes, ended, ids, checking, wake_w, info, inflight, between) = (
                     &init, &routes, &ended, &ids, &checking, &wake_w, &info, &inflight, &between,
                 );
                 let (work, idle) = (&work_rx, &idle);
-                idle.fetch_add(1, Ordering::SeqCst);
                 scope.spawn(move || loop {
                     let next = lock(work).recv();
                     let Ok(conn) = next else { return };
-                    idle.fetch_sub(1, Ordering::SeqCst);
                     serve_one(
                         conn, init, routes, ended, ids, checking, wake_w, info, inflight, between,
                         setup,
