@@ -105,6 +105,42 @@ pub fn state_dir() -> Option<PathBuf> {
     }
 }
 
+/// Where sessions keep their sockets and records:
+/// `$XDG_RUNTIME_DIR/airlock` (a tmpfs that every sandbox has hidden
+/// under its own `/run`) when that is a directory, else [`state_dir`].
+pub fn runtime_dir() -> Option<PathBuf> {
+    match std::env::var_os("XDG_RUNTIME_DIR").map(PathBuf::from) {
+        Some(d) if d.is_absolute() && d.is_dir() => Some(d.join("airlock")),
+        _ => state_dir(),
+    }
+}
+
+/// airlock's own state, which a sandbox must never write (SPEC §3.5, §4.5):
+/// held changesets (`changes apply` writes what they hold into the user's
+/// tree), sessions' sockets and records, the notices already said. As
+/// they resolve now ([`make_own_state_dirs`] makes them first).
+pub fn own_state_dirs() -> Vec<PathBuf> {
+    let mut out = vec![];
+    for d in [state_dir(), runtime_dir()].into_iter().flatten() {
+        let d = crate::resolve::canonical(&d).unwrap_or(d);
+        if !out.contains(&d) {
+            out.push(d);
+        }
+    }
+    out
+}
+
+/// Make [`own_state_dirs`] (mode 0700) before a sandbox starts: a
+/// read-only bind needs something to cover, and one made while the
+/// sandbox runs would lie beside it, writable (HOME a writable root).
+pub fn make_own_state_dirs() {
+    for d in [state_dir(), runtime_dir()].into_iter().flatten() {
+        if let Err(e) = crate::paths::own_private_dir(&d) {
+            tracing::warn!("{e:#}");
+        }
+    }
+}
+
 /// Whether a notice about `what` in `workspace` is said for the first
 /// time (and is now recorded as said): a harness runs hundreds of
 /// commands there, and a warning on every one of them buries the rest.

@@ -124,6 +124,7 @@ pub fn run(args: &RunArgs, early: Early, log: String, session: Option<&str>) -> 
         let _ = std::fs::create_dir_all(dir);
     }
     let _ = crate::integrity::journal::make_dir();
+    crate::places::make_own_state_dirs();
     // Likewise the CA's directory: a CA created while this sandbox runs
     // (`airlock ca init`, another inspecting run) must land under the mount
     // that hides it, not beside it.

@@ -365,6 +365,7 @@ fn sandbox_init(
         .into_iter()
         .chain(airlock_ca::default_dir())
         .chain(crate::places::managed_policy_files())
+        .chain(crate::places::own_state_dirs())
         .collect();
     let hidden_write: Vec<PathBuf> = plan
         .deny_read

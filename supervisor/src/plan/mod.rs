@@ -338,6 +338,17 @@ pub fn build(policy: &Policy, o: &Options) -> Plan {
             deny_write.push(real(path));
         }
     }
+    // airlock's own state (held changesets, sessions) is read-only where a
+    // writable root holds it (HOME writable): a sandbox that rewrote a held
+    // changeset would have `changes apply` write its hooks. Kept out of the
+    // protected set: airlock itself writes there while the sandbox runs
+    // (this run's changeset, a session's records), which the post-run
+    // check would take for the sandbox's. Its ancestors are pinned below.
+    for d in crate::places::own_state_dirs() {
+        if write.iter().any(|r| crate::paths::under(&d, r)) {
+            deny_write.push(d);
+        }
+    }
     deny_write.sort();
     deny_write.dedup();
     let pin_targets: Vec<PathBuf> = protected

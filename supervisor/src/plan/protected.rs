@@ -383,6 +383,16 @@ fn git_dir_of(dot_git: &Path) -> Option<PathBuf> {
     std::fs::canonicalize(base.join(target)).ok()
 }
 
+/// The repositories whose work tree holds `root`: the root's own (its
+/// `.git`), then each ancestor's, nearest first, as (top of the work
+/// tree, git directory). Every one counts, not only the nearest: git in an
+/// outer repository reads its own configuration, whatever lies between.
+fn enclosing_repositories(root: &Path) -> Vec<(PathBuf, PathBuf)> {
+    root.ancestors()
+        .filter_map(|top| git_dir_of(&top.join(DOT_GIT)).map(|gd| (top.to_path_buf(), gd)))
+        .collect()
+}
+
 /// The surface of one git directory, with its submodules and worktrees
 /// (which have git directories of their own), to a bounded depth.
 pub fn git_dir_surface(git_dir: &Path, depth: u32, out: &mut Vec<PathBuf>) {
@@ -408,11 +418,15 @@ pub fn git_dir_surface(git_dir: &Path, depth: u32, out: &mut Vec<PathBuf>) {
 /// `core.hooksPath` (husky, `.githooks`) and every `include.path` /
 /// `includeIf.*.path` target, as git itself reads them (all scopes). A
 /// sandbox that rewrites one of them changes what the user's git runs.
-fn git_config_targets(worktree: &Path, home: &Path) -> Vec<PathBuf> {
+/// `top` is the top of the work tree (or any directory, where there is no
+/// repository): git is asked from there, and resolves a relative hooks
+/// path from there, as git does in a non-bare repository; the paths it
+/// shows as origins are relative to it too.
+fn git_config_targets(top: &Path, home: &Path) -> Vec<PathBuf> {
     let child = std::process::Command::new("git")
         .args(["config", "--show-origin", "-z", "--get-regexp"])
         .arg(r"^(core\.hookspath|include\.path|includeif\..+\.path)$")
-        .current_dir(worktree)
+        .current_dir(top)
         .env("GIT_TERMINAL_PROMPT", "0")
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::piped())
@@ -434,10 +448,7 @@ fn git_config_targets(worktree: &Path, home: &Path) -> Vec<PathBuf> {
     let Ok(out_bytes) = rx.recv_timeout(std::time::Duration::from_secs(2)) else {
         let _ = child.kill();
         let _ = child.wait();
-        tracing::warn!(
-            "git config in {} did not answer in time",
-            worktree.display()
-        );
+        tracing::warn!("git config in {} did not answer in time", top.display());
         return vec![];
     };
     let _ = child.wait();
@@ -460,11 +471,11 @@ fn git_config_targets(worktree: &Path, home: &Path) -> Vec<PathBuf> {
         let abs = if target.is_absolute() {
             target
         } else if key.eq_ignore_ascii_case("core.hookspath") {
-            worktree.join(target)
+            top.join(target)
         } else {
             // An include is relative to the file that names it.
             match origin {
-                Some(o) => worktree
+                Some(o) => top
                     .join(o)
                     .parent()
                     .map_or(target.clone(), |d| d.join(&target)),
@@ -544,39 +555,48 @@ pub fn compute(i: &Inputs) -> Vec<Protected> {
             candidates.push((root.join(name), *name == ".git"));
         }
         let dot_git = root.join(".git");
-        match git_dir_of(&dot_git) {
-            Some(gd) => {
-                // Asked of git only when a file it reads here mentions an
-                // include or a hooks path: most name neither, and running
-                // git was most of what a run in a repository cost.
-                if repo_config_mentions_targets(&gd, Some(i.home)) {
-                    candidates.extend(
-                        git_config_targets(root, i.home)
-                            .into_iter()
-                            .map(|p| (p, true)),
-                    );
-                }
-                let mut s = vec![];
-                git_dir_surface(&gd, 3, &mut s);
-                candidates.extend(s.into_iter().map(|p| (p, true)));
+        // The root's own repository, and every repository that encloses
+        // it (a workspace that is a subdirectory of a monorepo): the
+        // configuration of each may name hooks or includes inside the root
+        // (`core.hooksPath = app/githooks` in W, the workspace W/app), and
+        // the user's next git command there runs or obeys them. What lies
+        // outside the roots is dropped below; an enclosing repository's
+        // `.git` outside the root is not writable anyway.
+        let repos = enclosing_repositories(root);
+        let mut asked = false;
+        for (top, gd) in &repos {
+            // Asked of git only when a file it reads here mentions an
+            // include or a hooks path: most name neither, and running
+            // git was most of what a run in a repository cost.
+            if repo_config_mentions_targets(gd, Some(i.home)) {
+                asked = true;
+                candidates.extend(
+                    git_config_targets(top, i.home)
+                        .into_iter()
+                        .map(|p| (p, true)),
+                );
             }
-            None => {
-                // No repository yet: its surface is protected while absent,
-                // so a `git init` inside cannot plant hooks unseen.
-                let mut s = vec![];
-                git_dir_surface(&dot_git, 0, &mut s);
-                candidates.extend(s.into_iter().map(|p| (p, true)));
-                // The user's and the system's includes and hooks path reach
-                // every repository below (an `includeIf "gitdir:…"` naming
-                // a file in this root, red team round 21): asked of git only
-                // when their files mention them.
-                if user_git_config_mentions_targets(Some(i.home)) {
-                    candidates.extend(
-                        git_config_targets(root, i.home)
-                            .into_iter()
-                            .map(|p| (p, true)),
-                    );
-                }
+            let mut s = vec![];
+            git_dir_surface(gd, 3, &mut s);
+            candidates.extend(s.into_iter().map(|p| (p, true)));
+        }
+        if !repos.iter().any(|(top, _)| top == root) {
+            // No repository at the root yet: its surface is protected while
+            // absent, so a `git init` inside cannot plant hooks unseen.
+            let mut s = vec![];
+            git_dir_surface(&dot_git, 0, &mut s);
+            candidates.extend(s.into_iter().map(|p| (p, true)));
+            // The user's and the system's includes and hooks path reach
+            // every repository below (an `includeIf "gitdir:…"` naming
+            // a file in this root, red team round 21): asked of git only
+            // when their files mention them (and not again where an
+            // enclosing repository's answer already held them).
+            if !asked && user_git_config_mentions_targets(Some(i.home)) {
+                candidates.extend(
+                    git_config_targets(root, i.home)
+                        .into_iter()
+                        .map(|p| (p, true)),
+                );
             }
         }
         if root.as_path() == Path::new("/") {

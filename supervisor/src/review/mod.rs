@@ -100,6 +100,9 @@ impl Changeset {
             .with_context(|| format!("no changeset {id} (see `airlock changes list`)"))?;
         let meta: Meta =
             serde_json::from_slice(&text).with_context(|| format!("reading changeset {id}"))?;
+        check_meta(&meta).with_context(|| {
+            format!("changeset {id} is refused: its record is not one airlock wrote")
+        })?;
         Ok(Changeset { dir, meta })
     }
 
@@ -120,6 +123,43 @@ impl Changeset {
     pub fn remove(&self) -> Result<()> {
         remove_tree(&self.dir).with_context(|| format!("removing {}", self.dir.display()))
     }
+}
+
+/// A record a sandbox could have rewritten (its state directory is
+/// read-only to every sandbox, but defence in depth): every root is what a
+/// run layers, an absolute directory of the user's (not a link), never a
+/// git directory or inside one, nor inside `.airlock` or airlock's own
+/// directories, where nothing is ever held for review; every entry names
+/// one of them by index.
+fn check_meta(meta: &Meta) -> Result<()> {
+    use std::path::Component;
+    // SAFETY: getuid cannot fail.
+    let uid = unsafe { libc::getuid() };
+    let own: Vec<PathBuf> = crate::places::own_state_dirs()
+        .into_iter()
+        .chain(crate::places::user_policy_path().and_then(|p| p.parent().map(Path::to_path_buf)))
+        .collect();
+    for r in &meta.roots {
+        let shown = crate::text::shown(r);
+        let m = std::fs::symlink_metadata(r)
+            .with_context(|| format!("its root {shown} cannot be read"))?;
+        if !r.is_absolute() || !m.is_dir() || (uid != 0 && m.uid() != uid) {
+            bail!("its root {shown} is not a directory of yours");
+        }
+        let odd = r.components().any(|c| match c {
+            Component::Normal(n) => n == ".git" || n == ".airlock",
+            Component::RootDir => false,
+            _ => true,
+        });
+        let git_dir = r.join("HEAD").exists() && r.join("objects").is_dir();
+        if odd || git_dir || own.iter().any(|o| crate::paths::under(r, o)) {
+            bail!("its root {shown} is a place no run holds for review");
+        }
+    }
+    if let Some(e) = meta.entries.iter().find(|e| e.root >= meta.roots.len()) {
+        bail!("its entry {} names no root", crate::text::shown(&e.rel));
+    }
+    Ok(())
 }
 
 pub fn remove_tree(p: &Path) -> std::io::Result<()> {

@@ -15,17 +15,11 @@ use std::process::ExitCode;
 
 use anyhow::{bail, Context, Result};
 
-/// Where sessions live: `$XDG_RUNTIME_DIR/airlock/sessions` (a tmpfs that
-/// every sandbox has hidden under its own `/run`), else the user's state
-/// directory. Made 0700 and checked to be ours, not a link.
+/// Where sessions live: `sessions` in [`crate::places::runtime_dir`]
+/// (which every sandbox has read-only or hidden). Made 0700 and checked to
+/// be ours, not a link.
 pub fn dir() -> Result<PathBuf> {
-    let base = match std::env::var_os("XDG_RUNTIME_DIR").map(PathBuf::from) {
-        Some(d) if d.is_absolute() && d.is_dir() => d.join("airlock"),
-        _ => {
-            let home = std::env::var_os("HOME").context("HOME is not set")?;
-            PathBuf::from(home).join(".local/state/airlock")
-        }
-    };
+    let base = crate::places::runtime_dir().context("HOME is not set")?;
     let dir = base.join("sessions");
     crate::paths::own_private_dir(&dir)?;
     Ok(dir)
