@@ -157,13 +157,18 @@ pub fn first_time(what: &str, workspace: &Path) -> bool {
     {
         return true;
     }
-    let digest = ring::digest::digest(
-        &ring::digest::SHA256,
-        workspace.as_os_str().as_encoded_bytes(),
-    );
-    let key: String = digest.as_ref()[..8]
+    let mut ctx = ring::digest::Context::new(&ring::digest::SHA256);
+    ctx.update(what.as_bytes());
+    ctx.update(&[0]);
+    ctx.update(workspace.as_os_str().as_encoded_bytes());
+    let key: String = ctx.finish().as_ref()[..8]
         .iter()
         .map(|b| format!("{b:02x}"))
+        .collect();
+    let what: String = what
+        .chars()
+        .filter(|c| c.is_ascii_alphanumeric() || *c == '-')
+        .take(24)
         .collect();
     std::fs::OpenOptions::new()
         .write(true)

@@ -80,6 +80,9 @@ pub struct Summary {
     pub filesystem: Vec<FsRefusal>,
     pub filesystem_beyond: u64,
     pub withheld_env: Vec<String>,
+    /// The workspace, when the withheld line is said once for it (the
+    /// report file always lists the names).
+    pub withheld_once: Option<PathBuf>,
     /// `[env] inherit = "none"`: everything not on the pass list is withheld.
     pub inherit_none: bool,
 }
@@ -160,7 +163,16 @@ impl Summary {
         lines.extend(blocked_line(&self.blocked, self.blocked_beyond));
         lines.extend(upstream_line(&self.upstream, self.upstream_beyond));
         lines.extend(filesystem_line(&self.filesystem, self.filesystem_beyond));
-        if !self.withheld_env.is_empty() && (failed || !lines.is_empty()) {
+        if !self.withheld_env.is_empty()
+            && (failed || !lines.is_empty())
+            && self.withheld_once.as_deref().is_none_or(|ws| {
+                // Said once per workspace and set of names: a harness
+                // runs hundreds of commands, and the line on every
+                // failed one reads as the cause.
+                let key = format!("withheld-env-{}", self.withheld_env.join(","));
+                crate::places::first_time(&key, ws)
+            })
+        {
             lines.push(self.withheld_line());
         }
         (!lines.is_empty()).then(|| lines.join("\n"))

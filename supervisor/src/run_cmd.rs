@@ -948,6 +948,7 @@ fn run_platform(
         (summary.filesystem, summary.filesystem_beyond) = crate::linux::fsrefusals::refusals();
     }
     summary.withheld_env = std::mem::take(&mut plan.withheld_env);
+    summary.withheld_once = Some(workspace.to_path_buf());
     summary.inherit_none = engine.policy().env_inherit.value == airlock_policy::EnvInherit::None;
     if let Some(block) = summary.stderr_block(code != 0) {
         eprintln!("{block}");

@@ -184,11 +184,23 @@ fn a_harness_runs_a_task_in_one_session() {
             out.stderr
         );
 
-        // So is a refused write, with how to allow it.
+        // So is a refused write, with how to allow it that works in a
+        // session (a new one started with the flag), and never the
+        // system's directories or HOME whole.
+        let out = s.sh(&deep, "mkdir -p \"$HOME/.tool/logs\" 2>/dev/null; true");
+        let tool = f.home.join(".tool");
+        assert!(
+            out.stderr.contains(&format!(
+                "outside the writable roots: create {t} outside the sandbox, then start a session with --write {t}; its directory",
+                t = tool.display()
+            )),
+            "{who:?}: {}",
+            out.stderr
+        );
         let out = s.sh(&deep, "touch /etc/airlock-session-probe 2>/dev/null; true");
         assert!(
             out.stderr.contains(
-                "airlock: the sandbox refused 1 write: /etc/airlock-session-probe (create; outside the writable roots: --write /etc"
+                "airlock: the sandbox refused 1 write: /etc/airlock-session-probe (create; outside the writable roots: /etc/airlock-session-probe is the system's"
             ),
             "{who:?}: {}",
             out.stderr

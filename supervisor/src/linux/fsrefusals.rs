@@ -127,8 +127,51 @@ fn how_to_allow(path: &Path, rule: &str) -> String {
         {
             "airlock's per-project caches: a sandbox writes only its own project's (SPEC §3.4; `airlock cache list`)".into()
         }
-        _ => {
-            let dir = path.parent().unwrap_or(path);
+        _ => outside_roots(path),
+    }
+}
+
+/// Advice for a write outside the writable roots that works when
+/// followed: `--write` takes a path that exists, so a directory that does
+/// not is named with the `mkdir -p` it needs; never HOME or `/` whole
+/// (the one file, made first, instead); and never the system's own
+/// directories, which no sandboxed command should write.
+fn outside_roots(path: &Path) -> String {
+    const SYSTEM: &[&str] = &[
+        "/etc", "/usr", "/bin", "/sbin", "/lib", "/lib64", "/boot", "/opt", "/var/lib", "/root",
+    ];
+    let home = std::env::var_os("HOME").map(std::path::PathBuf::from);
+    let system = SYSTEM.iter().any(|s| path.starts_with(s))
+        && !home.as_deref().is_some_and(|h| path.starts_with(h));
+    if system {
+        return format!(
+            "outside the writable roots: {} is the system's, which a sandboxed command does not write; change it outside the sandbox",
+            crate::text::shown(path)
+        );
+    }
+    let dir = path.parent().unwrap_or(path);
+    // The nearest directory that exists, and the first one below it that
+    // does not (what `mkdir -p` must make).
+    let mut missing = None;
+    let mut at = dir;
+    while std::fs::symlink_metadata(at).is_err() {
+        missing = Some(at);
+        match at.parent() {
+            Some(p) => at = p,
+            None => break,
+        }
+    }
+    let whole = |d: &Path| d == Path::new("/") || home.as_deref() == Some(d);
+    match missing {
+        Some(m) => {
+            let shown = crate::text::shown(m);
+            format!("outside the writable roots: mkdir -p {shown}, then --write {shown} (or add \"{shown}\" to [filesystem].write)")
+        }
+        None if whole(dir) => {
+            let shown = crate::text::shown(path);
+            format!("outside the writable roots: create {shown} outside the sandbox, then --write {shown}; its directory {} is not made writable whole", crate::text::shown(dir))
+        }
+        None => {
             let shown = crate::text::shown(dir);
             format!("outside the writable roots: --write {shown} or add \"{shown}\" to [filesystem].write")
         }

@@ -666,8 +666,14 @@ extern "C" fn exec_session_child(arg: *mut libc::c_void) -> libc::c_int {
         let mut empty: libc::sigset_t = std::mem::zeroed();
         libc::sigemptyset(&mut empty);
         libc::sigprocmask(libc::SIG_SETMASK, &empty, std::ptr::null_mut());
-        for sig in [libc::SIGPIPE, libc::SIGTTOU, libc::SIGTTIN] {
-            libc::signal(sig, libc::SIG_DFL);
+        // Every disposition as the caller's own shell would give a command:
+        // the default. What `session start` inherited (a background job
+        // ignores SIGINT and SIGQUIT) is not the command's, whose caller
+        // forwards them.
+        for sig in 1..libc::SIGRTMAX() {
+            if sig != libc::SIGKILL && sig != libc::SIGSTOP {
+                libc::signal(sig, libc::SIG_DFL);
+            }
         }
         libc::setsid();
         // Above 2 first, so that no dup2 overwrites one still to come.

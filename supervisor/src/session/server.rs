@@ -417,6 +417,28 @@ fn serve_one(
     }
 }
 
+/// Advice as it applies inside a session: a flag that shapes the sandbox
+/// is given to `airlock session start` (a new session), never to `run
+/// --session`, which refuses it.
+fn for_session(advice: &str) -> String {
+    let mut out = advice.to_string();
+    for flag in [
+        "--allow ",
+        "--write ",
+        "--read ",
+        "--publish ",
+        "--allow-private ",
+    ] {
+        for before in ["or ", ": ", "then ", "To allow a host: "] {
+            out = out.replace(
+                &format!("{before}{flag}"),
+                &format!("{before}start a session with {flag}"),
+            );
+        }
+    }
+    out
+}
+
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
@@ -623,8 +645,16 @@ fn run_command(
             ..f.clone()
         },
     );
+    // The session was built when it started: advice that names a flag
+    // says where it goes (`run --session` refuses what shapes the sandbox).
+    for b in &mut summary.blocked {
+        b.how_to_allow = for_session(&b.how_to_allow);
+    }
+    for f in &mut summary.filesystem {
+        f.how_to_allow = for_session(&f.how_to_allow);
+    }
     if let Some(block) = summary.stderr_block(code != 0) {
-        notes.push(block);
+        notes.push(for_session(&block));
     }
     let blocked = &summary.blocked;
     let upstream = &summary.upstream;
