@@ -465,3 +465,49 @@ fn an_open_session_leaves_the_users_repositories_alone_and_checks_do_not_feed_ea
         );
     }
 }
+
+/// A session started from a background job (which ignores SIGINT and
+/// SIGQUIT) gives its commands the default dispositions, so the Ctrl-C a
+/// client passes on reaches them (harness drive: it never did).
+#[test]
+fn a_session_started_in_the_background_still_passes_ctrl_c_on() {
+    let who = Who::Me;
+    let f = Fixture::new_in(&base());
+    let bin = airlock_bin();
+    let out = run(&mut who.host(
+        &f,
+        &f.ws,
+        "sh",
+        &[
+            "-c",
+            &format!(
+                "trap '' INT QUIT; exec {} session start --name bg",
+                bin.display()
+            ),
+        ],
+    ));
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    let s = Session {
+        f: &f,
+        who,
+        name: "bg".into(),
+        pid: serde_json::from_str::<serde_json::Value>(out.stdout.trim()).unwrap()["pid"]
+            .as_u64()
+            .unwrap() as u32,
+    };
+    let out = s.sh(&f.ws, "grep SigIgn /proc/self/status");
+    let ignored = out
+        .stdout
+        .trim()
+        .strip_prefix("SigIgn:")
+        .and_then(|h| u64::from_str_radix(h.trim(), 16).ok())
+        .unwrap_or(u64::MAX);
+    let bit = |sig: i32| 1u64 << (sig - 1);
+    assert_eq!(
+        ignored & (bit(libc::SIGINT) | bit(libc::SIGQUIT)),
+        0,
+        "{}{}",
+        out.stdout,
+        out.stderr
+    );
+}

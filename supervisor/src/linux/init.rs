@@ -494,6 +494,26 @@ pub fn serve_session(
     use std::os::fd::AsRawFd;
     wait_for_go(channel)?;
     let mask = block_signals()?;
+    // Every disposition the default, once, for the commands to inherit as
+    // the caller's own shell would give them: what `session start`
+    // inherited (a background job ignores SIGINT and SIGQUIT) is not
+    // theirs, whose caller forwards them. SIGPIPE stays ignored here (a
+    // write to a client gone must not end PID 1), and the terminal stops
+    // (main.rs); each command gets those three back itself.
+    for sig in 1..libc::SIGRTMAX() {
+        if ![
+            libc::SIGKILL,
+            libc::SIGSTOP,
+            libc::SIGPIPE,
+            libc::SIGTTIN,
+            libc::SIGTTOU,
+        ]
+        .contains(&sig)
+        {
+            // SAFETY: setting a disposition of this single-threaded process.
+            unsafe { libc::signal(sig, libc::SIG_DFL) };
+        }
+    }
     let sfd = nix::sys::signalfd::SignalFd::with_flags(
         &mask,
         nix::sys::signalfd::SfdFlags::SFD_CLOEXEC | nix::sys::signalfd::SfdFlags::SFD_NONBLOCK,
@@ -666,14 +686,10 @@ extern "C" fn exec_session_child(arg: *mut libc::c_void) -> libc::c_int {
         let mut empty: libc::sigset_t = std::mem::zeroed();
         libc::sigemptyset(&mut empty);
         libc::sigprocmask(libc::SIG_SETMASK, &empty, std::ptr::null_mut());
-        // Every disposition as the caller's own shell would give a command:
-        // the default. What `session start` inherited (a background job
-        // ignores SIGINT and SIGQUIT) is not the command's, whose caller
-        // forwards them.
-        for sig in 1..libc::SIGRTMAX() {
-            if sig != libc::SIGKILL && sig != libc::SIGSTOP {
-                libc::signal(sig, libc::SIG_DFL);
-            }
+        // (Every other disposition is already the default: PID 1 set
+        // them so when the session started, see `serve_session`.)
+        for sig in [libc::SIGPIPE, libc::SIGTTOU, libc::SIGTTIN] {
+            libc::signal(sig, libc::SIG_DFL);
         }
         libc::setsid();
         // Above 2 first, so that no dup2 overwrites one still to come.
