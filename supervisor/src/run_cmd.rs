@@ -740,6 +740,9 @@ fn run_platform(
                             .cloned()
                             .chain(nested_before.known_dirs()),
                     );
+                    if !checked.outcomes.is_empty() {
+                        d.forget_own();
+                    }
                 }
                 // Only a clean result moves the baseline: what could not be
                 // moved aside is judged again at the next check and the end.

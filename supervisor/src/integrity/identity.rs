@@ -152,13 +152,23 @@ pub fn put_mode_back(path: &Path, before: &Seen) -> bool {
     }
 }
 
+type DevIno = (u64, u64);
+
+/// Device and inode of the entry at `path` (a link itself, not followed).
+fn dir_identity(path: &Path) -> Option<DevIno> {
+    std::fs::symlink_metadata(path)
+        .ok()
+        .map(|m| (m.dev(), m.ino()))
+}
+
 /// Items as they were before the run, filled by a thread beside it.
 #[derive(Clone, Default)]
 pub struct Before {
     items: Arc<Mutex<HashMap<PathBuf, Seen>>>,
-    /// The git directories the record walked, and whether it walked them
-    /// all (every root, to its end).
-    dirs: Arc<Mutex<std::collections::HashSet<PathBuf>>>,
+    /// The git directories the record walked (by path, with the device
+    /// and inode there then), and whether it walked them all (every root,
+    /// to its end).
+    dirs: Arc<Mutex<HashMap<PathBuf, Option<DevIno>>>>,
     complete: Arc<AtomicBool>,
     late: Arc<AtomicBool>,
     stop: Arc<AtomicBool>,
@@ -167,8 +177,9 @@ pub struct Before {
 
 impl Before {
     pub fn record_dir(&self, dir: PathBuf) {
+        let id = dir_identity(&dir);
         if let Ok(mut d) = self.dirs.lock() {
-            d.insert(dir);
+            d.entry(dir).or_insert(id);
         }
     }
 
@@ -176,7 +187,7 @@ impl Before {
     pub fn known_dirs(&self) -> Vec<PathBuf> {
         self.dirs
             .lock()
-            .map(|d| d.iter().cloned().collect())
+            .map(|d| d.keys().cloned().collect())
             .unwrap_or_default()
     }
 
@@ -197,11 +208,18 @@ impl Before {
 
     /// Whether git directory `dir` was there before the run; `None` when
     /// the record did not walk everything (it cannot tell).
+    /// A directory by that name that is another inode now (the sandbox
+    /// removed the user's, or an empty one it left, and renamed its own
+    /// into place) was not there.
     pub fn knew_dir(&self, dir: &Path) -> Option<bool> {
         if !self.complete.load(Ordering::SeqCst) {
             return None;
         }
-        Some(self.dirs.lock().ok()?.contains(dir))
+        let d = self.dirs.lock().ok()?;
+        Some(
+            d.get(dir)
+                .is_some_and(|then| *then == dir_identity(dir) && then.is_some()),
+        )
     }
 
     pub fn record(&self, path: PathBuf, seen: Seen) {

@@ -260,19 +260,34 @@ fn neutralise(dir: &Path) {
     for e in rd.flatten() {
         let path = e.path();
         let is_dir = e.file_type().is_ok_and(|t| t.is_dir());
-        let to = match e.file_name().to_str() {
-            Some(".git") => Some(dir.join("dot-git")),
-            Some("HEAD") => Some(dir.join("dot-HEAD")),
+        let stem = match e.file_name().to_str() {
+            Some(".git") => Some("dot-git"),
+            Some("HEAD") => Some("dot-HEAD"),
             _ => None,
         };
-        let path = match to {
-            Some(to) if std::fs::symlink_metadata(&to).is_err() => {
-                match std::fs::rename(&path, &to) {
-                    Ok(()) => to,
-                    Err(_) => path,
+        // Under a name nothing holds yet (the sandbox may have made the
+        // plain one): never onto what is there (rename would replace it,
+        // or fail on a directory that is not empty).
+        let path = match stem {
+            Some(stem) => {
+                let free = (0..1000)
+                    .map(|n| match n {
+                        0 => dir.join(stem),
+                        n => dir.join(format!("{stem}.{n}")),
+                    })
+                    .find(|to| std::fs::symlink_metadata(to).is_err());
+                match free.map(|to| (std::fs::rename(&path, &to), to)) {
+                    Some((Ok(()), to)) => to,
+                    _ => {
+                        tracing::warn!(
+                            "{}: could not be renamed in the quarantine; it may still be a git directory",
+                            path.display()
+                        );
+                        path
+                    }
                 }
             }
-            _ => path,
+            None => path,
         };
         if is_dir {
             neutralise(&path);
@@ -688,6 +703,19 @@ pub fn lines(outcomes: &[Outcome]) -> Vec<String> {
                 crate::text::escape(&describe(o))
             )),
         }
+    }
+    // How to get such a change in, said once, after the lines it is about:
+    // the command succeeded, and without it a model retries the write.
+    if outcomes
+        .iter()
+        .any(|o| repo_of(o).is_none() && o.change != "removed")
+    {
+        out.push(
+            "airlock: protected paths (git hooks and config, editor and agent settings, .envrc, ...) are what host tools \
+             run or obey, so no sandbox keeps a change to them (SPEC §4.5): make the change outside the sandbox, or run the \
+             command with --review and apply the path by name (airlock changes apply ID PATH)"
+                .into(),
+        );
     }
     for (repo, n) in new_repos {
         let shown = crate::text::escape(&repo.display().to_string());
