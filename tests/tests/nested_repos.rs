@@ -1036,3 +1036,117 @@ fn a_renamed_git_directory_is_moved_back_in_the_degraded_tier() {
         host_git_runs_nothing(&f, who, &f.ws, &marker);
     }
 }
+
+/// The parts of a git directory reach the disk through the user's own
+/// `git checkout` of a branch a sandbox committed (their ctimes are the
+/// user's), and a later run puts them in place: by a rename to a new
+/// `sub/.git`, over an empty `sub/.git` an earlier run left, or over the
+/// user's own repository's `.git` (red team rounds 2 and 3). The git
+/// directory is new (by its inode), so what it holds is the sandbox's.
+#[test]
+fn a_git_directory_assembled_from_a_checkout_runs_nothing() {
+    if !git_available() {
+        eprintln!("skipped: git is not installed");
+        return;
+    }
+    for who in Who::all() {
+        for way in ["new", "over-empty", "over-users"] {
+            let f = repo(&base(), who);
+            let marker = f.home.join("PWNED");
+            let m = marker.display();
+            if way == "over-users" {
+                std::fs::create_dir_all(f.ws.join("lib")).unwrap();
+                if who == Who::Nobody {
+                    airlock_tests::who::chown(&f.ws);
+                }
+                git_ok(&f, who, &f.ws.join("lib"), &["init", "-q", "."]);
+            }
+            let first = format!(
+                r#"set -e; git checkout -q -b agent
+                   mkdir -p x/hooks x/objects/info x/refs/heads
+                   printf '[core]\n\trepositoryformatversion = 0\n\tbare = false\n\tfsmonitor = "touch {m}; false"\n' > x/config
+                   printf '#!/bin/sh\ntouch {m}\n' > x/hooks/pre-commit; chmod +x x/hooks/pre-commit
+                   touch x/objects/info/.keep x/refs/heads/.keep
+                   git add -A && git {id} commit -qm parts && git checkout -q -
+                   {empty}
+                   echo first"#,
+                id = ID.join(" "),
+                empty = if way == "over-empty" {
+                    "mkdir -p sub/.git"
+                } else {
+                    "true"
+                },
+            );
+            let out = sandboxed(&f, who, &["--network", "none"], &first);
+            assert!(
+                out.stdout.contains("first"),
+                "{who:?} {way}: {}",
+                show(&out)
+            );
+            // The user looks at the agent's branch.
+            git_ok(&f, who, &f.ws, &["checkout", "-q", "agent"]);
+            std::thread::sleep(std::time::Duration::from_millis(20));
+            let (dir, second) = match way {
+                "over-users" => (
+                    "lib",
+                    "echo 'ref: refs/heads/main' > x/HEAD && rm -rf lib/.git && mv x lib/.git && echo second",
+                ),
+                _ => (
+                    "sub",
+                    "mkdir -p sub && echo 'ref: refs/heads/main' > x/HEAD && mv -T x sub/.git && echo second",
+                ),
+            };
+            let out = sandboxed(&f, who, &["--network", "none"], second);
+            assert!(
+                out.stdout.contains("second"),
+                "{who:?} {way}: {}",
+                show(&out)
+            );
+            host_git_runs_nothing(&f, who, &f.ws.join(dir), &marker);
+        }
+    }
+}
+
+/// A whole directory set aside (a `.airlock` the sandbox made) keeps no
+/// live repository, even with decoys holding the names the quarantine
+/// renames to (red team rounds 2 and 3).
+#[test]
+fn a_directory_set_aside_whole_keeps_no_live_repository() {
+    if !git_available() {
+        eprintln!("skipped: git is not installed");
+        return;
+    }
+    for who in Who::all() {
+        let f = repo(&base(), who);
+        let marker = f.home.join("PWNED");
+        let script = format!(
+            r#"set -e; mkdir -p .airlock/x; cd .airlock/x; git init -q
+               printf '[core]\n\tfsmonitor = "touch {m}; false"\n' >> .git/config
+               mkdir dot-git; touch .git/dot-HEAD
+               echo planted"#,
+            m = marker.display()
+        );
+        let out = sandboxed(&f, who, &["--network", "none"], &script);
+        assert!(out.stdout.contains("planted"), "{who:?}: {}", show(&out));
+        let q = f.ws.join(".airlock/quarantine");
+        let found = std::process::Command::new("find")
+            .arg(&q)
+            .args(["-name", ".git", "-o", "-name", "HEAD"])
+            .output()
+            .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+            .unwrap_or_default();
+        assert!(
+            found.trim().is_empty(),
+            "{who:?}: the quarantine holds {found}"
+        );
+        let kept = std::process::Command::new("find")
+            .arg(&q)
+            .args(["-type", "d", "-name", "x"])
+            .output()
+            .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+            .unwrap_or_default();
+        for dir in kept.lines() {
+            host_git_runs_nothing(&f, who, Path::new(dir), &marker);
+        }
+    }
+}

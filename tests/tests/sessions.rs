@@ -511,3 +511,47 @@ fn a_session_started_in_the_background_still_passes_ctrl_c_on() {
         out.stderr
     );
 }
+
+/// A process a command leaves running rewrites a sandbox-made repository's
+/// config through a shared mapping, which raises no inotify event: the
+/// session still sees it between commands (the known repositories' config
+/// and hooks are looked at by identity) and sets it aside before the
+/// host's git runs there (red team round 1).
+#[test]
+fn a_config_rewritten_through_a_mapping_between_commands_runs_nothing() {
+    if std::process::Command::new("python3")
+        .arg("-V")
+        .output()
+        .is_err()
+    {
+        eprintln!("skipped: python3 is not installed");
+        return;
+    }
+    for who in Who::all() {
+        let f = Fixture::new_in(&base());
+        who.prepare(&f);
+        git(&f, who, &f.ws, &["init", "-q", "."]);
+        let mut s = Session::start(&f, who, "mapped", &[]);
+        let out = s.sh(&f.ws, "git init -q sub && echo made");
+        assert!(out.stdout.contains("made"), "{who:?}: {}", out.stderr);
+        let marker = f.home.join("PWNED");
+        let script = format!(
+            r#"nohup python3 -c '
+import mmap, time
+f = open("sub/.git/config", "r+b"); m = mmap.mmap(f.fileno(), 0); f.close()
+time.sleep(1)
+new = b"[core]\n\tfsmonitor = \"touch {m}; false\"\n#"
+m[:len(new)] = new
+time.sleep(60)
+' >/dev/null 2>&1 &
+echo left"#,
+            m = marker.display()
+        );
+        let out = s.sh(&f.ws, &script);
+        assert!(out.stdout.contains("left"), "{who:?}: {}", out.stderr);
+        std::thread::sleep(Duration::from_secs(3));
+        airlock_tests::repos::host_git_runs_nothing(&f, who, &f.ws.join("sub"), &marker);
+        let out = s.end(&[]);
+        assert_eq!(out.code, 0, "{who:?}: {}", out.stderr);
+    }
+}
