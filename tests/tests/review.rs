@@ -122,7 +122,8 @@ fn a_review_run_changes_nothing_until_apply_which_makes_the_tree_a_plain_run_wou
         assert_eq!(tree(&f.ws), before, "{who:?}: the host tree changed");
         let id = held_id(&out);
         assert!(
-            out.stderr.contains("files changed") && out.stderr.contains(&format!("apply {id}")),
+            (out.stderr.contains("files changed") || out.stderr.contains("file changed"))
+                && out.stderr.contains(&format!("apply {id}")),
             "{who:?}: {}",
             show(&out)
         );

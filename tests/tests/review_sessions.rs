@@ -212,7 +212,7 @@ fn a_review_session_holds_every_command_in_one_changeset_applied_after_it_ends()
         assert_eq!(end.code, 0, "{who:?}: session end: {}", show(&end));
         assert!(
             end.stderr
-                .contains(&format!("held for review as {id}: 1 files changed"))
+                .contains(&format!("held for review as {id}: 1 file changed"))
                 && end.stderr.contains(&format!("apply {id}")),
             "{who:?}: {}",
             show(&end)

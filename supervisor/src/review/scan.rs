@@ -519,12 +519,20 @@ pub fn summary(entries: &[Entry]) -> String {
     let created = count(&|e| e.change == Change::Created && e.kind != Kind::Dir) - renamed;
     let deleted = count(&|e| e.change == Change::Deleted) - renamed;
     let dirs = count(&|e| e.change == Change::Created && e.kind == Kind::Dir);
-    let mut s = format!("{changed} files changed, {created} created, {deleted} deleted");
+    let plural =
+        |n: usize, one: &str, many: &str| format!("{n} {}", if n == 1 { one } else { many });
+    let mut s = format!(
+        "{} changed, {created} created, {deleted} deleted",
+        plural(changed, "file", "files")
+    );
     if renamed > 0 {
         s.push_str(&format!(", {renamed} renamed"));
     }
     if dirs > 0 {
-        s.push_str(&format!(", {dirs} directories created"));
+        s.push_str(&format!(
+            ", {} created",
+            plural(dirs, "directory", "directories")
+        ));
     }
     let protected = count(&|e| e.protected);
     if protected > 0 {
@@ -534,7 +542,10 @@ pub fn summary(entries: &[Entry]) -> String {
     }
     let special = count(&|e| e.kind == Kind::Special && e.change == Change::Created);
     if special > 0 {
-        s.push_str(&format!(", {special} special files (never applied)"));
+        s.push_str(&format!(
+            ", {} (never applied)",
+            plural(special, "special file", "special files")
+        ));
     }
     s
 }
