@@ -521,6 +521,7 @@ pub mod githttp;
 pub mod pty;
 pub mod registry;
 pub mod repos;
+pub mod review;
 pub mod squid;
 pub mod tiers;
 pub mod tls;

@@ -13,6 +13,7 @@ use std::sync::Arc;
 use airlock_tests::githttp::GitServer;
 use airlock_tests::registry::Registry;
 use airlock_tests::repos::show;
+use airlock_tests::review::held_id;
 use airlock_tests::tls::TestPki;
 use airlock_tests::who::Who;
 use airlock_tests::*;
@@ -48,14 +49,6 @@ fn airlock_host(f: &Fixture, who: Who, args: &[&str]) -> Out {
     c.env("GIT_TEST_TOKEN", GIT_TOKEN.trim_start_matches("Bearer "))
         .env("REG_TOKEN", REG_TOKEN);
     run(&mut c)
-}
-
-fn held_id(out: &Out) -> String {
-    let at = out
-        .stderr
-        .find("held for review as ")
-        .unwrap_or_else(|| panic!("nothing held: {}", show(out)));
-    out.stderr[at + 19..at + 27].to_string()
 }
 
 struct Setup {

@@ -3,11 +3,11 @@
 //! produces exactly the tree a run without --review would have. Every case
 //! runs as root and as an ordinary user.
 
-use std::collections::BTreeMap;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use airlock_tests::repos::{host, sandboxed, show};
+use airlock_tests::review::{held_id, tree};
 use airlock_tests::who::Who;
 use airlock_tests::*;
 
@@ -15,37 +15,6 @@ fn base() -> PathBuf {
     std::env::var_os("AIRLOCK_TEST_DIR")
         .map(PathBuf::from)
         .unwrap_or_else(|| PathBuf::from("/var/tmp/airlock-review"))
-}
-
-/// Each path below `dir`: its kind, mode and content (or link target).
-fn tree(dir: &Path) -> BTreeMap<PathBuf, String> {
-    fn walk(root: &Path, dir: &Path, out: &mut BTreeMap<PathBuf, String>) {
-        let mut names: Vec<_> = std::fs::read_dir(dir).unwrap().flatten().collect();
-        names.sort_by_key(|e| e.file_name());
-        for e in names {
-            let p = e.path();
-            let m = std::fs::symlink_metadata(&p).unwrap();
-            let rel = p.strip_prefix(root).unwrap().to_path_buf();
-            let mode = m.mode() & 0o7777;
-            let what = if m.file_type().is_symlink() {
-                format!("link {}", std::fs::read_link(&p).unwrap().display())
-            } else if m.is_dir() {
-                walk(root, &p, out);
-                format!("dir {mode:o}")
-            } else if m.is_file() {
-                format!(
-                    "file {mode:o} {}",
-                    String::from_utf8_lossy(&std::fs::read(&p).unwrap())
-                )
-            } else {
-                format!("special {mode:o}")
-            };
-            out.insert(rel, what);
-        }
-    }
-    let mut out = BTreeMap::new();
-    walk(dir, dir, &mut out);
-    out
 }
 
 /// A workspace with a bit of everything, owned by `who`.
@@ -83,15 +52,6 @@ echo inside-ok
 fn airlock_on_host(f: &Fixture, who: Who, args: &[&str]) -> Out {
     let bin = airlock_bin();
     host(f, who, &f.ws, bin.to_str().unwrap(), args)
-}
-
-/// The id in `held for review as <id>:`.
-fn held_id(out: &Out) -> String {
-    let at = out
-        .stderr
-        .find("held for review as ")
-        .unwrap_or_else(|| panic!("nothing held: {}", show(out)));
-    out.stderr[at + 19..at + 27].to_string()
 }
 
 fn changes_dir(f: &Fixture) -> PathBuf {

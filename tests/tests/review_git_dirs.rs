@@ -10,6 +10,7 @@
 use std::path::{Path, PathBuf};
 
 use airlock_tests::repos::{git_available, host, host_git_runs_nothing, repo, sandboxed, show};
+use airlock_tests::review::held_id;
 use airlock_tests::who::Who;
 use airlock_tests::*;
 
@@ -22,14 +23,6 @@ fn base() -> PathBuf {
 fn airlock_on_host(f: &Fixture, who: Who, args: &[&str]) -> Out {
     let bin = airlock_bin();
     host(f, who, &f.ws, bin.to_str().unwrap(), args)
-}
-
-fn held_id(out: &Out) -> String {
-    let at = out
-        .stderr
-        .find("held for review as ")
-        .unwrap_or_else(|| panic!("nothing held: {}", show(out)));
-    out.stderr[at + 19..at + 27].to_string()
 }
 
 /// Shell that makes `dir` a git directory whose configuration runs

@@ -5,13 +5,13 @@
 //! Each is applied and compared with the same command run without review.
 //! As root and as an ordinary user.
 
-use std::collections::BTreeMap;
 use std::ffi::CString;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 use airlock_tests::repos::{host, sandboxed, show};
+use airlock_tests::review::{held_id, tree_with_xattrs as tree, xattrs};
 use airlock_tests::who::Who;
 use airlock_tests::*;
 
@@ -19,28 +19,6 @@ fn base() -> PathBuf {
     std::env::var_os("AIRLOCK_TEST_DIR")
         .map(PathBuf::from)
         .unwrap_or_else(|| PathBuf::from("/var/tmp/airlock-review-overlay"))
-}
-
-/// Every extended attribute of `p`, of every namespace (links not
-/// followed): the tests run as root, which lists `trusted.*` too.
-fn xattrs(p: &Path) -> BTreeMap<String, Vec<u8>> {
-    let c = CString::new(p.as_os_str().as_bytes()).unwrap();
-    let mut names = vec![0u8; 4096];
-    // SAFETY: a NUL-terminated path and a buffer of the size given.
-    let n = unsafe { libc::llistxattr(c.as_ptr(), names.as_mut_ptr().cast(), names.len()) };
-    assert!(n >= 0, "listxattr {}", p.display());
-    names.truncate(n as usize);
-    let mut out = BTreeMap::new();
-    for name in names.split(|b| *b == 0).filter(|n| !n.is_empty()) {
-        let cn = CString::new(name).unwrap();
-        let mut v = vec![0u8; 4096];
-        // SAFETY: NUL-terminated path and name, a buffer of the size given.
-        let m = unsafe { libc::lgetxattr(c.as_ptr(), cn.as_ptr(), v.as_mut_ptr().cast(), v.len()) };
-        assert!(m >= 0, "getxattr {}", p.display());
-        v.truncate(m as usize);
-        out.insert(String::from_utf8_lossy(name).into_owned(), v);
-    }
-    out
 }
 
 fn set_xattr(p: &Path, name: &str, value: &str) {
@@ -59,37 +37,6 @@ fn set_xattr(p: &Path, name: &str, value: &str) {
     assert_eq!(r, 0, "setxattr {}", p.display());
 }
 
-/// Each path below `dir`: its kind, mode, content (or link target) and
-/// extended attributes.
-fn tree(dir: &Path) -> BTreeMap<PathBuf, String> {
-    fn walk(root: &Path, dir: &Path, out: &mut BTreeMap<PathBuf, String>) {
-        let mut names: Vec<_> = std::fs::read_dir(dir).unwrap().flatten().collect();
-        names.sort_by_key(|e| e.file_name());
-        for e in names {
-            let p = e.path();
-            let m = std::fs::symlink_metadata(&p).unwrap();
-            let rel = p.strip_prefix(root).unwrap().to_path_buf();
-            let mode = m.mode() & 0o7777;
-            let what = if m.file_type().is_symlink() {
-                format!("link {}", std::fs::read_link(&p).unwrap().display())
-            } else if m.is_dir() {
-                walk(root, &p, out);
-                format!("dir {mode:o} {:?}", xattrs(&p))
-            } else {
-                format!(
-                    "file {mode:o} {} {:?}",
-                    String::from_utf8_lossy(&std::fs::read(&p).unwrap()),
-                    xattrs(&p)
-                )
-            };
-            out.insert(rel, what);
-        }
-    }
-    let mut out = BTreeMap::new();
-    walk(dir, dir, &mut out);
-    out
-}
-
 fn fixture(who: Who) -> Fixture {
     let f = Fixture::new_in(&base());
     f.write("a.txt", "a\n");
@@ -105,14 +52,6 @@ fn fixture(who: Who) -> Fixture {
     // A host change in the start's own clock tick counts as a conflict.
     std::thread::sleep(std::time::Duration::from_millis(50));
     f
-}
-
-fn held_id(out: &Out) -> String {
-    let at = out
-        .stderr
-        .find("held for review as ")
-        .unwrap_or_else(|| panic!("nothing held: {}", show(out)));
-    out.stderr[at + 19..at + 27].to_string()
 }
 
 fn changes(f: &Fixture, who: Who, args: &[&str]) -> Out {

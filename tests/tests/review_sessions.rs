@@ -4,12 +4,11 @@
 //! after `session end`, and apply then gives exactly what the same
 //! commands give without review. As root and as an ordinary user.
 
-use std::collections::BTreeMap;
-use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use airlock_tests::repos::{sandboxed, show};
+use airlock_tests::review::tree;
 use airlock_tests::who::Who;
 use airlock_tests::*;
 
@@ -17,35 +16,6 @@ fn base() -> PathBuf {
     std::env::var_os("AIRLOCK_TEST_DIR")
         .map(PathBuf::from)
         .unwrap_or_else(|| PathBuf::from("/var/tmp/airlock-review-sessions"))
-}
-
-/// Each path below `dir`: its kind, mode and content (or link target).
-fn tree(dir: &Path) -> BTreeMap<PathBuf, String> {
-    fn walk(root: &Path, dir: &Path, out: &mut BTreeMap<PathBuf, String>) {
-        let mut names: Vec<_> = std::fs::read_dir(dir).unwrap().flatten().collect();
-        names.sort_by_key(|e| e.file_name());
-        for e in names {
-            let p = e.path();
-            let m = std::fs::symlink_metadata(&p).unwrap();
-            let rel = p.strip_prefix(root).unwrap().to_path_buf();
-            let mode = m.mode() & 0o7777;
-            let what = if m.file_type().is_symlink() {
-                format!("link {}", std::fs::read_link(&p).unwrap().display())
-            } else if m.is_dir() {
-                walk(root, &p, out);
-                format!("dir {mode:o}")
-            } else {
-                format!(
-                    "file {mode:o} {}",
-                    String::from_utf8_lossy(&std::fs::read(&p).unwrap())
-                )
-            };
-            out.insert(rel, what);
-        }
-    }
-    let mut out = BTreeMap::new();
-    walk(dir, dir, &mut out);
-    out
 }
 
 fn fixture(who: Who) -> Fixture {

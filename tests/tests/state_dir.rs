@@ -8,6 +8,7 @@
 use std::path::{Path, PathBuf};
 
 use airlock_tests::repos::{host, host_git_runs_nothing, repo, sandboxed, show};
+use airlock_tests::review::held_id;
 use airlock_tests::who::Who;
 use airlock_tests::*;
 
@@ -15,14 +16,6 @@ fn base() -> PathBuf {
     std::env::var_os("AIRLOCK_TEST_DIR")
         .map(PathBuf::from)
         .unwrap_or_else(|| PathBuf::from("/var/tmp/airlock-statedir"))
-}
-
-fn held_id(out: &Out) -> String {
-    let at = out
-        .stderr
-        .find("held for review as ")
-        .unwrap_or_else(|| panic!("nothing held: {}", show(out)));
-    out.stderr[at + 19..at + 27].to_string()
 }
 
 fn changes(f: &Fixture, who: Who, args: &[&str]) -> Out {

@@ -240,15 +240,18 @@ struct Prepared {
 /// In init, before the command's process exists: enter its directory (the
 /// process inherits it; a relative program or PATH entry is looked up
 /// from there, as a shell would) and build what execve takes.
-fn prepare(plan: &Plan) -> Result<Prepared> {
-    std::env::set_current_dir(&plan.cwd)
-        .with_context(|| format!("cannot enter {}", plan.cwd.display()))?;
-    let name = plan.argv.first().context("no command given")?;
-    let prog = find_program(name, plan.env.get("PATH").map(String::as_str))
+fn prepare(
+    cwd: &Path,
+    argv: &[String],
+    env: &std::collections::BTreeMap<String, String>,
+) -> Result<Prepared> {
+    std::env::set_current_dir(cwd).with_context(|| format!("cannot enter {}", cwd.display()))?;
+    let name = argv.first().context("no command given")?;
+    let prog = find_program(name, env.get("PATH").map(String::as_str))
         .with_context(|| format!("command not found: {name}"))?;
     let path = CString::new(prog.as_os_str().as_encoded_bytes()).context("program path")?;
-    let argv = cstrings(plan.argv.iter().cloned())?;
-    let envp = cstrings(plan.env.iter().map(|(k, v)| format!("{k}={v}")))?;
+    let argv = cstrings(argv.iter().cloned())?;
+    let envp = cstrings(env.iter().map(|(k, v)| format!("{k}={v}")))?;
     let ptrs = |v: &[CString]| {
         v.iter()
             .map(|c| c.as_ptr())
@@ -265,6 +268,33 @@ fn prepare(plan: &Plan) -> Result<Prepared> {
         failed: std::sync::atomic::AtomicI32::new(0),
         scope: None,
     })
+}
+
+/// Start `child(arg)` as a process that shares init's memory until it
+/// execs or exits (`CLONE_VM | CLONE_VFORK`: no copy of init's page
+/// tables, init waiting meanwhile), on a stack of its own.
+fn start_sharing_memory<T>(
+    child: extern "C" fn(*mut libc::c_void) -> libc::c_int,
+    arg: &T,
+) -> Result<Pid> {
+    let mut stack = vec![0u8; 64 * 1024];
+    // The stack grows down: its top, 16-byte aligned.
+    let top = (stack.as_mut_ptr() as usize + stack.len()) & !15;
+    // SAFETY: the child runs on `stack`, which outlives it (CLONE_VFORK
+    // returns only once it has exec'd or exited), and only reads `arg`,
+    // which the caller holds until then.
+    let pid = unsafe {
+        libc::clone(
+            child,
+            top as *mut libc::c_void,
+            libc::CLONE_VM | libc::CLONE_VFORK | libc::SIGCHLD,
+            arg as *const T as *mut libc::c_void,
+        )
+    };
+    if pid < 0 {
+        return Err(std::io::Error::last_os_error()).context("starting the command");
+    }
+    Ok(Pid::from_raw(pid))
 }
 
 /// The command's process until execve: take the terminal, restore the
@@ -333,34 +363,18 @@ fn spawn_command(
             ForkResult::Parent { child } => Ok(child),
         }
     };
-    let prepared = match prepare(plan) {
+    let prepared = match prepare(&plan.cwd, &plan.argv, &plan.env) {
         Ok(p) => Prepared { scope, ..p },
         Err(e) => return failed(channel, e),
     };
-    let mut stack = vec![0u8; 64 * 1024];
-    // The stack grows down: its top, 16-byte aligned.
-    let top = (stack.as_mut_ptr() as usize + stack.len()) & !15;
-    // SAFETY: the child runs `exec_child` on `stack`, which outlives it
-    // (CLONE_VFORK returns only once it has exec'd or exited), and only
-    // reads `prepared`, which we hold until then.
-    let pid = unsafe {
-        libc::clone(
-            exec_child,
-            top as *mut libc::c_void,
-            libc::CLONE_VM | libc::CLONE_VFORK | libc::SIGCHLD,
-            &prepared as *const Prepared as *mut libc::c_void,
-        )
-    };
-    if pid < 0 {
-        return Err(std::io::Error::last_os_error()).context("starting the command");
-    }
+    let pid = start_sharing_memory(exec_child, &prepared)?;
     let errno = prepared.failed.load(std::sync::atomic::Ordering::SeqCst);
     if errno != 0 {
         let e = anyhow::Error::new(nix::errno::Errno::from_raw(errno))
             .context(format!("cannot run {}", prepared.shown.display()));
         super::channel::send_line(channel, "exec-error", &format!("{e:#}"));
     }
-    Ok(Pid::from_raw(pid))
+    Ok(pid)
 }
 
 fn exit_code(status: WaitStatus) -> Option<i32> {
@@ -736,52 +750,12 @@ fn spawn_session_command(cmd: &SessionCommand, stdio: &[std::os::fd::OwnedFd]) -
     let [i, o, e] = stdio else {
         anyhow::bail!("a command needs exactly stdin, stdout and stderr");
     };
-    std::env::set_current_dir(&cmd.cwd)
-        .with_context(|| format!("cannot enter {}", cmd.cwd.display()))?;
-    let name = cmd.argv.first().context("no command given")?;
-    let prog = find_program(name, cmd.env.get("PATH").map(String::as_str))
-        .with_context(|| format!("command not found: {name}"))?;
-    let path = CString::new(prog.as_os_str().as_encoded_bytes()).context("program path")?;
-    let argv = cstrings(cmd.argv.iter().cloned())?;
-    let envp = cstrings(cmd.env.iter().map(|(k, v)| format!("{k}={v}")))?;
-    let ptrs = |v: &[CString]| {
-        v.iter()
-            .map(|c| c.as_ptr())
-            .chain(std::iter::once(std::ptr::null()))
-            .collect::<Vec<_>>()
-    };
     let p = SessionPrepared {
-        prepared: Prepared {
-            path,
-            shown: prog,
-            argv: ptrs(&argv),
-            envp: ptrs(&envp),
-            _argv: argv,
-            _envp: envp,
-            failed: std::sync::atomic::AtomicI32::new(0),
-            scope: None,
-        },
+        prepared: prepare(&cmd.cwd, &cmd.argv, &cmd.env)?,
         stdio: [i.as_raw_fd(), o.as_raw_fd(), e.as_raw_fd()],
         step: std::sync::atomic::AtomicU8::new(0),
     };
-    let mut stack = vec![0u8; 64 * 1024];
-    // The stack grows down: its top, 16-byte aligned.
-    let top = (stack.as_mut_ptr() as usize + stack.len()) & !15;
-    // SAFETY: the child runs `exec_session_child` on `stack`, which
-    // outlives it (CLONE_VFORK returns only once it has exec'd or exited),
-    // and only reads `p`, which we hold until then.
-    let pid = unsafe {
-        libc::clone(
-            exec_session_child,
-            top as *mut libc::c_void,
-            libc::CLONE_VM | libc::CLONE_VFORK | libc::SIGCHLD,
-            &p as *const SessionPrepared as *mut libc::c_void,
-        )
-    };
-    if pid < 0 {
-        return Err(std::io::Error::last_os_error()).context("starting the command");
-    }
-    let child = Pid::from_raw(pid);
+    let child = start_sharing_memory(exec_session_child, &p)?;
     let errno = p.prepared.failed.load(std::sync::atomic::Ordering::SeqCst);
     if errno != 0 {
         // It has exited (127): its exit is not reported, the error is.
