@@ -24,6 +24,16 @@ fn git_ok(f: &Fixture, who: Who, dir: &Path, args: &[&str]) {
     assert_eq!(o.code, 0, "git {args:?} in {}: {}", dir.display(), show(&o));
 }
 
+/// What `find DIR EXPR...` prints (nothing when it cannot run).
+fn find(dir: &Path, expr: &[&str]) -> String {
+    std::process::Command::new("find")
+        .arg(dir)
+        .args(expr)
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+        .unwrap_or_default()
+}
+
 const ID: [&str; 4] = ["-c", "user.email=t@t", "-c", "user.name=t"];
 
 /// A git directory assembled from parts (red team round 19): `HEAD` and a
@@ -759,12 +769,7 @@ fn the_quarantine_never_holds_a_working_repository() {
         let out = sandboxed(&f, who, &["--network", "none"], &script);
         assert!(out.stdout.contains("planted"), "{who:?}: {}", show(&out));
         let q = f.ws.join(".airlock/quarantine");
-        let found = std::process::Command::new("find")
-            .arg(&q)
-            .args(["-name", ".git", "-o", "-name", "HEAD"])
-            .output()
-            .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
-            .unwrap_or_default();
+        let found = find(&q, &["-name", ".git", "-o", "-name", "HEAD"]);
         assert!(
             found.trim().is_empty(),
             "{who:?}: the quarantine holds {found}"
@@ -1129,22 +1134,12 @@ fn a_directory_set_aside_whole_keeps_no_live_repository() {
         let out = sandboxed(&f, who, &["--network", "none"], &script);
         assert!(out.stdout.contains("planted"), "{who:?}: {}", show(&out));
         let q = f.ws.join(".airlock/quarantine");
-        let found = std::process::Command::new("find")
-            .arg(&q)
-            .args(["-name", ".git", "-o", "-name", "HEAD"])
-            .output()
-            .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
-            .unwrap_or_default();
+        let found = find(&q, &["-name", ".git", "-o", "-name", "HEAD"]);
         assert!(
             found.trim().is_empty(),
             "{who:?}: the quarantine holds {found}"
         );
-        let kept = std::process::Command::new("find")
-            .arg(&q)
-            .args(["-type", "d", "-name", "x"])
-            .output()
-            .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
-            .unwrap_or_default();
+        let kept = find(&q, &["-type", "d", "-name", "x"]);
         for dir in kept.lines() {
             host_git_runs_nothing(&f, who, Path::new(dir), &marker);
         }
