@@ -1055,11 +1055,11 @@ fn a_git_directory_assembled_from_a_checkout_runs_nothing() {
         return;
     }
     for who in Who::all() {
-        for way in ["new", "over-empty", "over-users"] {
+        for way in ["new", "over-empty", "over-users", "hooks-into-users"] {
             let f = repo(&base(), who);
             let marker = f.home.join("PWNED");
             let m = marker.display();
-            if way == "over-users" {
+            if way == "over-users" || way == "hooks-into-users" {
                 std::fs::create_dir_all(f.ws.join("lib")).unwrap();
                 if who == Who::Nobody {
                     airlock_tests::who::chown(&f.ws);
@@ -1072,7 +1072,7 @@ fn a_git_directory_assembled_from_a_checkout_runs_nothing() {
                    printf '[core]\n\trepositoryformatversion = 0\n\tbare = false\n\tfsmonitor = "touch {m}; false"\n' > x/config
                    printf '#!/bin/sh\ntouch {m}\n' > x/hooks/pre-commit; chmod +x x/hooks/pre-commit
                    touch x/objects/info/.keep x/refs/heads/.keep
-                   git add -A && git {id} commit -qm parts && git checkout -q -
+                   git add x && git {id} commit -qm parts && git checkout -q -
                    {empty}
                    echo first"#,
                 id = ID.join(" "),
@@ -1088,10 +1088,18 @@ fn a_git_directory_assembled_from_a_checkout_runs_nothing() {
                 "{who:?} {way}: {}",
                 show(&out)
             );
-            // The user looks at the agent's branch.
+            // The user looks at the agent's branch, a moment later (past
+            // the coarse clock's tick that ends the run's window).
+            std::thread::sleep(std::time::Duration::from_millis(50));
             git_ok(&f, who, &f.ws, &["checkout", "-q", "agent"]);
             std::thread::sleep(std::time::Duration::from_millis(20));
             let (dir, second) = match way {
+                // The user's git directory stays; a directory moved into
+                // it brings what the checkout wrote (round 4).
+                "hooks-into-users" => (
+                    "lib",
+                    "rm -rf lib/.git/hooks && mv x/hooks lib/.git/hooks && echo second",
+                ),
                 "over-users" => (
                     "lib",
                     "echo 'ref: refs/heads/main' > x/HEAD && rm -rf lib/.git && mv x lib/.git && echo second",

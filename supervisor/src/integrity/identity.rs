@@ -176,7 +176,12 @@ pub struct Before {
 }
 
 impl Before {
+    /// A git directory the walk found, with its device and inode; not once
+    /// the command has started (what is found then may be its work).
     pub fn record_dir(&self, dir: PathBuf) {
+        if self.late.load(Ordering::SeqCst) {
+            return;
+        }
         let id = dir_identity(&dir);
         if let Ok(mut d) = self.dirs.lock() {
             d.entry(dir).or_insert(id);
@@ -206,20 +211,18 @@ impl Before {
         self.late.store(true, Ordering::SeqCst);
     }
 
-    /// Whether git directory `dir` was there before the run; `None` when
-    /// the record did not walk everything (it cannot tell).
-    /// A directory by that name that is another inode now (the sandbox
-    /// removed the user's, or an empty one it left, and renamed its own
-    /// into place) was not there.
-    pub fn knew_dir(&self, dir: &Path) -> Option<bool> {
-        if !self.complete.load(Ordering::SeqCst) {
-            return None;
-        }
-        let d = self.dirs.lock().ok()?;
-        Some(
+    /// Whether git directory `dir` was there before the run. A directory
+    /// by that name that is another inode now (the sandbox removed the
+    /// user's, or an empty one it left, and renamed its own into place)
+    /// was not there. One the record did not reach before the command
+    /// started (a tree too large for the wait) is not known either: the
+    /// check fails closed there, and may set aside what the user made in
+    /// it since the last run (kept in the quarantine).
+    pub fn knew_dir(&self, dir: &Path) -> bool {
+        self.dirs.lock().is_ok_and(|d| {
             d.get(dir)
-                .is_some_and(|then| *then == dir_identity(dir) && then.is_some()),
-        )
+                .is_some_and(|then| then.is_some() && *then == dir_identity(dir))
+        })
     }
 
     pub fn record(&self, path: PathBuf, seen: Seen) {

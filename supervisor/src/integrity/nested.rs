@@ -50,6 +50,25 @@ pub struct Judge<'a> {
 }
 
 impl Judge<'_> {
+    /// Whether `path` arrived with a directory the sandbox moved into a git
+    /// directory's surface (a `hooks` or `info`, a hooks manager's
+    /// directory): a rename changes that directory's ctime only, and what
+    /// it holds keeps the ctimes it had (the user's checkout of the
+    /// sandbox's branch, say: red team round 4). What was there before the
+    /// run, unchanged, is the user's.
+    fn moved_in(&self, path: &Path, git_dir: &Path) -> bool {
+        let Some(parent) = path.parent() else {
+            return false;
+        };
+        parent != git_dir
+            && written_in(parent, self.windows)
+            && self.uncleared(path)
+            && !self
+                .before
+                .get(path)
+                .is_some_and(|b| observe(path).is_some_and(|now| same(&b, &now)))
+    }
+
     /// Whether `path` is there and no past check cleared it as it is now
     /// (airlock's own plain config, an item judged unchanged).
     fn uncleared(&self, path: &Path) -> bool {
@@ -773,8 +792,7 @@ pub fn changes_near(
             // branch the sandbox committed, or an earlier `changes apply`
             // (red team round 2). Only when the record saw everything: a
             // repository it did not reach may be the user's.
-            let assembled =
-                judge.before.knew_dir(&found) == Some(false) && written_in(&found, judge.windows);
+            let assembled = !judge.before.knew_dir(&found) && written_in(&found, judge.windows);
             for abs in items_of(&found, home.as_deref(), &global_hooks, judge) {
                 // What lies outside every writable root, the sandbox could
                 // not write.
@@ -789,7 +807,9 @@ pub fn changes_near(
                     || out
                         .iter()
                         .any(|c| &c.root == item_root && c.rel.as_path() == rel)
-                    || !(judge.sandboxs(&abs) || assembled && judge.uncleared(&abs))
+                    || !(judge.sandboxs(&abs)
+                        || assembled && judge.uncleared(&abs)
+                        || judge.moved_in(&abs, &found))
                 {
                     continue;
                 }

@@ -265,26 +265,31 @@ fn neutralise(dir: &Path) {
             Some("HEAD") => Some("dot-HEAD"),
             _ => None,
         };
-        // Under a name nothing holds yet (the sandbox may have made the
-        // plain one): never onto what is there (rename would replace it,
-        // or fail on a directory that is not empty).
+        // Under a name the sandbox cannot have taken (a random suffix: it
+        // may have made `dot-git` and every name after it), and never onto
+        // what is there. What cannot be renamed is removed from the copy:
+        // a live repository never stays in the quarantine.
         let path = match stem {
             Some(stem) => {
-                let free = (0..1000)
-                    .map(|n| match n {
-                        0 => dir.join(stem),
-                        n => dir.join(format!("{stem}.{n}")),
-                    })
-                    .find(|to| std::fs::symlink_metadata(to).is_err());
-                match free.map(|to| (std::fs::rename(&path, &to), to)) {
-                    Some((Ok(()), to)) => to,
-                    _ => {
-                        tracing::warn!(
-                            "{}: could not be renamed in the quarantine; it may still be a git directory",
-                            path.display()
-                        );
-                        path
-                    }
+                let mut b = [0u8; 8];
+                let _ = ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut b);
+                let suffix: String = b.iter().map(|x| format!("{x:02x}")).collect();
+                let to = dir.join(format!("{stem}-{suffix}"));
+                let renamed =
+                    std::fs::symlink_metadata(&to).is_err() && std::fs::rename(&path, &to).is_ok();
+                if renamed {
+                    to
+                } else {
+                    tracing::warn!(
+                        "{}: could not be renamed in the quarantine; removed from it",
+                        path.display()
+                    );
+                    let _ = if is_dir {
+                        std::fs::remove_dir_all(&path)
+                    } else {
+                        std::fs::remove_file(&path)
+                    };
+                    continue;
                 }
             }
             None => path,
