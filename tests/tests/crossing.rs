@@ -378,8 +378,14 @@ fn the_pids_limit_caps_a_fork_loop() {
             ));
             let ctx = format!("{tier:?} as_user={user}\n{}", show(&out));
             let forked = forked(&out, &ctx);
+            // In the degraded tier the limit counts the user's processes
+            // when airlock starts, which other tests running as the same
+            // user change between this count and then (and by exiting
+            // during the run): a margin for them, well below the loop's
+            // own 200.
+            let margin = if tier == Tier::Degraded { 24 } else { 0 };
             assert!(
-                forked > 0 && forked <= 50 + others,
+                forked > 0 && forked <= 50 + others + margin,
                 "forked {forked} (others {others})\n{ctx}"
             );
             assert_eq!(out.code, 0, "{ctx}");
