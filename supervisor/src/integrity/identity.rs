@@ -165,11 +165,9 @@ fn dir_identity(path: &Path) -> Option<DevIno> {
 #[derive(Clone, Default)]
 pub struct Before {
     items: Arc<Mutex<HashMap<PathBuf, Seen>>>,
-    /// The git directories the record walked (by path, with the device
-    /// and inode there then), and whether it walked them all (every root,
-    /// to its end).
+    /// The git directories the record walked before the command started
+    /// (by path, with the device and inode there then).
     dirs: Arc<Mutex<HashMap<PathBuf, Option<DevIno>>>>,
-    complete: Arc<AtomicBool>,
     late: Arc<AtomicBool>,
     stop: Arc<AtomicBool>,
     done: Arc<(Mutex<bool>, std::sync::Condvar)>,
@@ -196,17 +194,9 @@ impl Before {
             .unwrap_or_default()
     }
 
-    /// The record walked every root to its end: unless the command
-    /// started before it had (`started_late`), it knows every git
-    /// directory that was there before.
-    pub fn mark_complete(&self) {
-        if !self.late.load(Ordering::SeqCst) {
-            self.complete.store(true, Ordering::SeqCst);
-        }
-    }
-
     /// The command started before the record was done: what it walks
-    /// from now on may be the command's work, so it never says "complete".
+    /// from now on may be the command's work, so no git directory found then
+    /// is known from before (`knew_dir`).
     pub fn started_late(&self) {
         self.late.store(true, Ordering::SeqCst);
     }

@@ -615,9 +615,6 @@ pub fn record_before(roots: Vec<PathBuf>) -> Before {
                     }
                 }
             }
-            if !before.stopped() {
-                before.mark_complete();
-            }
             before.finished();
         });
     if let Err(e) = spawned {

@@ -24,12 +24,12 @@ fn cpath(p: &Path) -> std::io::Result<CString> {
         .map_err(|_| std::io::Error::from(std::io::ErrorKind::InvalidInput))
 }
 
-/// Every attribute name of `p` (links not followed).
-fn names(p: &CString) -> std::io::Result<Vec<Vec<u8>>> {
+/// Attribute names as `list` fills them into a buffer (growing it while
+/// the kernel says ERANGE); none where the file system keeps none.
+fn listed(list: impl Fn(&mut [u8]) -> isize) -> std::io::Result<Vec<Vec<u8>>> {
     let mut buf = vec![0u8; 1024];
     loop {
-        // SAFETY: a NUL-terminated path and a buffer of the size given.
-        let n = unsafe { libc::llistxattr(p.as_ptr(), buf.as_mut_ptr().cast(), buf.len()) };
+        let n = list(&mut buf);
         if n >= 0 {
             buf.truncate(n as usize);
             break;
@@ -46,6 +46,12 @@ fn names(p: &CString) -> std::io::Result<Vec<Vec<u8>>> {
         .filter(|n| !n.is_empty())
         .map(<[u8]>::to_vec)
         .collect())
+}
+
+/// Every attribute name of `p` (links not followed).
+fn names(p: &CString) -> std::io::Result<Vec<Vec<u8>>> {
+    // SAFETY: a NUL-terminated path and a buffer of the size given.
+    listed(|buf| unsafe { libc::llistxattr(p.as_ptr(), buf.as_mut_ptr().cast(), buf.len()) })
 }
 
 fn value(p: &CString, name: &[u8]) -> std::io::Result<Vec<u8>> {
@@ -103,26 +109,8 @@ pub fn differ(upper: &Path, host: &Path) -> bool {
 }
 
 fn fd_names(fd: BorrowedFd) -> std::io::Result<Vec<Vec<u8>>> {
-    let mut buf = vec![0u8; 1024];
-    loop {
-        // SAFETY: an open descriptor and a buffer of the size given.
-        let n = unsafe { libc::flistxattr(fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) };
-        if n >= 0 {
-            buf.truncate(n as usize);
-            break;
-        }
-        let e = std::io::Error::last_os_error();
-        match e.raw_os_error() {
-            Some(libc::ERANGE) if buf.len() < 1 << 20 => buf.resize(buf.len() * 4, 0),
-            Some(libc::ENOTSUP) => return Ok(vec![]),
-            _ => return Err(e),
-        }
-    }
-    Ok(buf
-        .split(|b| *b == 0)
-        .filter(|n| !n.is_empty())
-        .map(<[u8]>::to_vec)
-        .collect())
+    // SAFETY: an open descriptor and a buffer of the size given.
+    listed(|buf| unsafe { libc::flistxattr(fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) })
 }
 
 /// Make the open file's `user.*` attributes exactly `want` (overlayfs's
