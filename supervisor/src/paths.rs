@@ -239,6 +239,44 @@ pub fn read_no_follow(path: &Path) -> std::io::Result<Vec<u8>> {
     Ok(buf)
 }
 
+/// The soft limit on open files raised to the hard one while this lives,
+/// then put back: a search that keeps a descriptor per directory on its
+/// path must not fail where the user's shell limit (often 1024) is low,
+/// and what airlock starts later keeps the limit the user gave it.
+pub struct OpenFilesRaised(Option<libc::rlimit>);
+
+pub fn raise_open_files_limit() -> OpenFilesRaised {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit and setrlimit on a struct we own.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) != 0 || lim.rlim_cur >= lim.rlim_max {
+            return OpenFilesRaised(None);
+        }
+        let raised = libc::rlimit {
+            rlim_cur: lim.rlim_max,
+            rlim_max: lim.rlim_max,
+        };
+        if libc::setrlimit(libc::RLIMIT_NOFILE, &raised) != 0 {
+            return OpenFilesRaised(None);
+        }
+    }
+    OpenFilesRaised(Some(lim))
+}
+
+impl Drop for OpenFilesRaised {
+    fn drop(&mut self) {
+        if let Some(lim) = self.0 {
+            // SAFETY: setrlimit with the values getrlimit gave.
+            unsafe {
+                libc::setrlimit(libc::RLIMIT_NOFILE, &lim);
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

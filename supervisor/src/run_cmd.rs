@@ -761,7 +761,7 @@ fn run_platform(
                 if let Ok(mut all) = session_changes.lock() {
                     all.extend(checked.outcomes.iter().cloned());
                 }
-                checked.outcomes
+                (checked.outcomes, checked.failed)
             };
             #[cfg(target_os = "linux")]
             let activity = dirty

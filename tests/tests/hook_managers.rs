@@ -150,13 +150,16 @@ fn hook_manager_files_planted_in_a_nested_repository_are_quarantined() {
 /// `yarnPath`, pnpm's `.pnpmfile.cjs`) and coding agents' settings (hooks,
 /// MCP servers). The user's own files stay theirs and readable; what the
 /// sandbox plants is moved to the quarantine; the rest of `.claude/`
-/// (not commands, hooks or settings) stays writable.
+/// (not commands, hooks or settings) stays writable. Also what names the
+/// program a host tool runs on any use (rustup's `rust-toolchain`,
+/// cargo's config, a devcontainer, mise).
 #[test]
 fn package_manager_and_agent_files_cannot_be_changed_or_planted() {
     const USERS: &[(&str, &str)] = &[
         (".npmrc", "fund=false\n"),
         (".claude/settings.json", "{\"permissions\":{}}\n"),
         (".yarnrc.yml", "nodeLinker: node-modules\n"),
+        ("rust-toolchain.toml", "[toolchain]\nchannel = \"stable\"\n"),
     ];
     const PLANTED: &[&str] = &[
         "commitlint.config.js",
@@ -174,6 +177,12 @@ fn package_manager_and_agent_files_cannot_be_changed_or_planted() {
         ".yarnrc",
         "bunfig.toml",
         "opencode.json",
+        // Red team round 5: files that name the program a host tool runs.
+        "rust-toolchain",
+        ".cargo/config.toml",
+        ".devcontainer.json",
+        "mise.toml",
+        ".config/mise.toml",
     ];
     for tier in TIERS {
         for who in Who::all() {

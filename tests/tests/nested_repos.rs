@@ -1153,3 +1153,74 @@ fn a_directory_set_aside_whole_keeps_no_live_repository() {
         }
     }
 }
+
+/// `airlock run` with the open-files soft limit a user's shell often has
+/// lowered to `n`.
+fn with_open_files(f: &Fixture, who: Who, n: u32, args: &[&str], script: &str) -> Out {
+    let inner = f.command(args, script);
+    let mut c = std::process::Command::new("sh");
+    c.arg("-c")
+        .arg(format!("ulimit -Sn {n} && exec \"$0\" \"$@\""))
+        .arg(inner.get_program())
+        .args(inner.get_args())
+        .env_clear()
+        .envs(inner.get_envs().filter_map(|(k, v)| Some((k, v?))))
+        .current_dir(&f.ws);
+    run(&mut who.wrap(c))
+}
+
+/// A directory with more subdirectories than airlock may open files, and
+/// a directory left unreadable to its owner, hide nothing from the search
+/// (red team round 5): the repository below is judged, the run is clean,
+/// and the user's git there runs nothing. The tree is made elsewhere and
+/// renamed into place.
+#[test]
+fn wide_and_unreadable_directories_hide_no_repository() {
+    if !git_available() {
+        eprintln!("skipped: git is not installed");
+        return;
+    }
+    for who in Who::all() {
+        for (name, shape) in [
+            ("wide", "seq 1 300 | xargs mkdir; cd 150"),
+            ("unreadable", "mkdir d; cd d"),
+        ] {
+            let f = repo(&base(), who);
+            let marker = f.home.join("PWNED");
+            let script = format!(
+                r#"set -e; mkdir stage; cd stage; {shape}
+                   git init -q sub
+                   git -C sub config core.fsmonitor "touch {m}; false"
+                   cd "$OLDPWD" 2>/dev/null || cd {ws}/stage
+                   cd {ws}; chmod 111 stage/d 2>/dev/null || true; mv stage w; echo planted"#,
+                m = marker.display(),
+                ws = f.ws.display()
+            );
+            let out = with_open_files(&f, who, 256, &["--network", "none"], &script);
+            assert!(
+                out.stdout.contains("planted"),
+                "{who:?} {name}: {}",
+                show(&out)
+            );
+            assert_eq!(
+                out.code,
+                0,
+                "{who:?} {name}: the search finished: {}",
+                show(&out)
+            );
+            assert!(
+                out.stderr.contains("new git repository"),
+                "{who:?} {name}: the plant was judged: {}",
+                show(&out)
+            );
+            let sub = match name {
+                "wide" => f.ws.join("w/150/sub"),
+                _ => f.ws.join("w/d/sub"),
+            };
+            host_git_runs_nothing(&f, who, &sub, &marker);
+            // The allowed thing still works: the tree is there, and a
+            // directory of the user's own keeps its mode when not written.
+            assert!(sub.is_dir(), "{who:?} {name}");
+        }
+    }
+}

@@ -39,9 +39,31 @@ impl<'a> Session<'a> {
     }
 
     fn start_in(f: &'a Fixture, who: Who, dir: &Path, name: &str, extra: &[&str]) -> Session<'a> {
+        Session::start_limited(f, who, dir, name, extra, None)
+    }
+
+    /// With the open-files soft limit lowered to `open_files` first (as a
+    /// user's shell often has it).
+    fn start_limited(
+        f: &'a Fixture,
+        who: Who,
+        dir: &Path,
+        name: &str,
+        extra: &[&str],
+        open_files: Option<u32>,
+    ) -> Session<'a> {
         let mut args = vec!["session", "start", "--name", name];
         args.extend_from_slice(extra);
-        let out = run(&mut airlock_in(f, who, dir, &args));
+        let out = match open_files {
+            None => run(&mut airlock_in(f, who, dir, &args)),
+            Some(n) => {
+                let bin = airlock_bin();
+                let limit = format!("ulimit -Sn {n} && exec \"$0\" \"$@\"");
+                let mut all = vec!["-c", &limit, bin.to_str().expect("a UTF-8 path")];
+                all.extend_from_slice(&args);
+                run(&mut who.host(f, dir, "sh", &all))
+            }
+        };
         assert_eq!(out.code, 0, "{who:?}: session start: {}", out.stderr);
         let info: serde_json::Value =
             serde_json::from_str(out.stdout.trim()).expect("session start prints JSON");
@@ -554,4 +576,93 @@ echo left"#,
         let out = s.end(&[]);
         assert_eq!(out.code, 0, "{who:?}: {}", out.stderr);
     }
+}
+
+/// A session's check that cannot search everything fails the command, as
+/// a one-shot run fails (red team round 5: it used to say nothing and
+/// exit 0): here a directory of the user's own that they cannot list, with
+/// a repository the sandbox plants below it. Root reads through the mode,
+/// and the plant is set aside. A wide tree, renamed into place, with the
+/// open-files limit low, is searched whole.
+#[test]
+fn a_check_that_cannot_search_everything_fails_the_command() {
+    if !repos_git() {
+        return;
+    }
+    for who in Who::all() {
+        let f = Fixture::new_in(&base());
+        who.prepare(&f);
+        git(&f, who, &f.ws, &["init", "-q", "."]);
+        // The user's own: writable and searchable, not listable.
+        let own = f.ws.join("u/x");
+        std::fs::create_dir_all(&own).unwrap();
+        if who == Who::Nobody {
+            who::chown(&f.ws);
+        }
+        let st = who
+            .host(&f, &f.ws, "chmod", &["311", "u"])
+            .status()
+            .expect("chmod");
+        assert!(st.success());
+        let marker = f.home.join("PWNED");
+        let mut s =
+            Session::start_limited(&f, who, &f.ws, "blind", &["--network", "none"], Some(256));
+        let out = s.sh(
+            &f.ws,
+            &format!(
+                "git init -q u/x/r && git -C u/x/r config core.fsmonitor 'touch {m}; false' && echo planted",
+                m = marker.display()
+            ),
+        );
+        assert!(out.stdout.contains("planted"), "{who:?}: {}", out.stderr);
+        let reads_through = is_root() && who == Who::Me;
+        if reads_through {
+            assert_eq!(out.code, 0, "{who:?}: {}", out.stderr);
+            assert!(
+                out.stderr.contains("new git repository"),
+                "{who:?}: {}",
+                out.stderr
+            );
+        } else {
+            assert_eq!(out.code, 125, "{who:?}: the command fails: {}", out.stderr);
+            assert!(
+                out.stderr.contains("could not finish"),
+                "{who:?}: and says why: {}",
+                out.stderr
+            );
+        }
+        // A wide tree made elsewhere and renamed into place (more
+        // directories than the supervisor's open-files limit): its
+        // repository is found.
+        let _ = who.host(&f, &f.ws, "chmod", &["755", "u"]).status();
+        let out = s.sh(
+            &f.ws,
+            &format!(
+                "mkdir stage && cd stage && seq 1 1200 | xargs mkdir && git init -q 600/sub && \
+                 git -C 600/sub config core.fsmonitor 'touch {m}; false' && cd .. && mv stage w && echo planted",
+                m = marker.display()
+            ),
+        );
+        assert!(out.stdout.contains("planted"), "{who:?}: {}", out.stderr);
+        assert_eq!(out.code, 0, "{who:?}: {}", out.stderr);
+        assert!(
+            out.stderr.contains("new git repository"),
+            "{who:?}: {}",
+            out.stderr
+        );
+        let _ = run(&mut who.host(&f, &f.ws.join("w/600/sub"), "git", &["status"]));
+        assert!(!marker.exists(), "{who:?}: the user's git ran the plant");
+        s.end(&[]);
+    }
+}
+
+fn repos_git() -> bool {
+    let ok = std::process::Command::new("git")
+        .arg("--version")
+        .output()
+        .is_ok();
+    if !ok {
+        eprintln!("skipped: git is not installed");
+    }
+    ok
 }

@@ -21,13 +21,13 @@
 //! (identity.rs).
 
 use std::ffi::{OsStr, OsString};
-use std::os::fd::OwnedFd;
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
 use nix::dir::{Dir, Type};
-use nix::fcntl::AtFlags;
+use nix::fcntl::{openat, AtFlags, OFlag};
 use nix::sys::stat::fstatat;
 
 use super::identity::{observe, only_exec_changed, put_mode_back, same, Before, Cleared};
@@ -154,17 +154,64 @@ fn pseudo_filesystem(_: &OwnedFd) -> bool {
 /// `.git` included (a submodule's git directory made in
 /// `.git/modules/<any/depth>` is the user's next `git submodule update`).
 pub fn find(root: &Path) -> Walk {
+    find_opening(root, &|_: &Path, _: &nix::sys::stat::FileStat| false)
+}
+
+/// [`find`], where a directory the search may not list (an ordinary
+/// user's directory left without read or search permission: the user's
+/// `cd` and git need only search permission below it) is given back its
+/// owner's read and search bits when `open_up` says so (it was written
+/// while a sandbox ran), and walked; else the walk is incomplete.
+///
+/// A directory is opened only when its turn comes, from its parent's
+/// descriptor (kept while a child waits): a directory with more
+/// subdirectories than the process may open files used to run the search
+/// out of descriptors, and hide what lay below (red team round 5).
+pub fn find_opening(
+    root: &Path,
+    open_up: &dyn Fn(&Path, &nix::sys::stat::FileStat) -> bool,
+) -> Walk {
+    use std::rc::Rc;
     let mut walk = Walk {
         found: vec![],
         dirs: 0,
         complete: true,
     };
+    let _raised = crate::paths::raise_open_files_limit();
     let Ok(fd) = super::snapshot::open_root(root) else {
         walk.complete = false;
         return walk;
     };
-    let mut stack: Vec<(OwnedFd, PathBuf)> = vec![(fd, root.to_path_buf())];
-    while let Some((fd, path)) = stack.pop() {
+    // (the parent's descriptor and the name in it, or the root's own)
+    enum At {
+        Root(OwnedFd),
+        In(Rc<Dir>, OsString),
+    }
+    let mut stack: Vec<(At, PathBuf)> = vec![(At::Root(fd), root.to_path_buf())];
+    while let Some((at, path)) = stack.pop() {
+        let fd = match at {
+            At::Root(fd) => fd,
+            At::In(parent, name) => match open_dir(parent.as_fd(), Path::new(&name)) {
+                Ok(sub) if pseudo_filesystem(&sub) => continue,
+                Ok(sub) => sub,
+                Err(
+                    nix::errno::Errno::ENOTDIR
+                    | nix::errno::Errno::ELOOP
+                    | nix::errno::Errno::ENOENT,
+                ) => continue,
+                Err(nix::errno::Errno::EACCES) => match opened_up(&parent, &name, &path, open_up) {
+                    Some(sub) => sub,
+                    None => {
+                        walk.complete = false;
+                        continue;
+                    }
+                },
+                Err(_) => {
+                    walk.complete = false;
+                    continue;
+                }
+            },
+        };
         walk.dirs += 1;
         if walk.dirs > MAX_DIRS {
             walk.complete = false;
@@ -199,21 +246,58 @@ pub fn find(root: &Path) -> Walk {
             // and must not hide what lies underneath.
             walk.found.push(path.clone());
         }
+        if subdirs.is_empty() {
+            continue;
+        }
+        // Not following links: a link to elsewhere is not walked (each
+        // child is opened with O_NOFOLLOW from this descriptor).
+        let own = Rc::new(dir);
         for name in subdirs {
-            // Not following links: a link to elsewhere is not walked.
-            match open_dir(std::os::fd::AsFd::as_fd(&dir), Path::new(&name)) {
-                Ok(sub) if pseudo_filesystem(&sub) => {}
-                Ok(sub) => stack.push((sub, path.join(&name))),
-                Err(
-                    nix::errno::Errno::ENOTDIR
-                    | nix::errno::Errno::ELOOP
-                    | nix::errno::Errno::ENOENT,
-                ) => {}
-                Err(_) => walk.complete = false,
-            }
+            let p = path.join(&name);
+            stack.push((At::In(own.clone(), name), p));
         }
     }
     walk
+}
+
+/// A directory below `parent` that the search may not list, given back
+/// its owner's read and search bits when it is ours and `open_up` agrees,
+/// then opened. Reached by `O_PATH` without following links, and changed
+/// through that handle: the name cannot be swapped for a link meanwhile.
+fn opened_up(
+    parent: &Dir,
+    name: &OsStr,
+    path: &Path,
+    open_up: &dyn Fn(&Path, &nix::sys::stat::FileStat) -> bool,
+) -> Option<OwnedFd> {
+    let handle = openat(
+        parent.as_fd(),
+        Path::new(name),
+        OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+        nix::sys::stat::Mode::empty(),
+    )
+    .ok()?;
+    let st = nix::sys::stat::fstat(&handle).ok()?;
+    if st.st_uid != nix::unistd::geteuid().as_raw() || !open_up(path, &st) {
+        return None;
+    }
+    let via = PathBuf::from(format!("/proc/self/fd/{}", handle.as_raw_fd()));
+    let mode = nix::sys::stat::Mode::from_bits_truncate(st.st_mode | 0o500);
+    nix::sys::stat::fchmodat(
+        nix::fcntl::AT_FDCWD,
+        &via,
+        mode,
+        nix::sys::stat::FchmodatFlags::FollowSymlink,
+    )
+    .ok()?;
+    tracing::info!(dir = %path.display(), "a directory the sandbox left unreadable was given back its owner's read and search permission, to be searched");
+    openat(
+        handle.as_fd(),
+        Path::new("."),
+        OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
+        nix::sys::stat::Mode::empty(),
+    )
+    .ok()
 }
 
 /// Entries git never runs or obeys as code: sample hooks and the exclude list.
@@ -698,8 +782,12 @@ fn known_item(known: &[Protected], root: &Path, rel: &Path) -> bool {
 /// The repositories a change in directory `dir` (under `root`) could have
 /// touched: those below it, and each enclosing one whose git directory,
 /// work tree or hooks path it lies in.
-fn near(dir: &Path, root: &Path) -> Walk {
-    let mut walk = find(dir);
+fn near(
+    dir: &Path,
+    root: &Path,
+    open_up: &dyn Fn(&Path, &nix::sys::stat::FileStat) -> bool,
+) -> Walk {
+    let mut walk = find_opening(dir, open_up);
     if std::fs::symlink_metadata(dir).is_err() {
         // Gone since: nothing left to judge there.
         walk.complete = true;
@@ -741,9 +829,13 @@ pub fn changes_near(
     let mut failed = vec![];
     let mut seen: Vec<(PathBuf, Vec<PathBuf>)> = vec![];
     let mut repos = vec![];
+    // A directory a sandbox left unreadable to its owner is opened up to
+    // be searched (an ordinary user's check cannot list it, yet the
+    // user's `cd` below it and git work); one it did not write is not.
+    let open_up = |p: &Path, st: &nix::sys::stat::FileStat| judge.windows.covers(p, ctime_of(st));
     for root in roots {
         let mut walk = match only {
-            None => find(root),
+            None => find_opening(root, &open_up),
             Some(dirs) => {
                 let mut all = Walk {
                     found: vec![],
@@ -751,7 +843,7 @@ pub fn changes_near(
                     complete: true,
                 };
                 for d in dirs.iter().filter(|d| d.starts_with(root)) {
-                    let w = near(d, root);
+                    let w = near(d, root, &open_up);
                     all.found.extend(w.found);
                     all.dirs += w.dirs;
                     all.complete &= w.complete;

@@ -201,6 +201,28 @@ pub const PACKAGE_MANAGER_CODE: &[&str] = &[
     "bunfig.toml",
 ];
 
+/// Files that name the program a host tool runs in place of its own, on
+/// any use in the project, not only a build the user asks for: rustup's
+/// toolchain `path` (every `cargo`/`rustc`, a shell prompt's `rustc
+/// --version`, rust-analyzer opening the folder), cargo's `rustc-wrapper`,
+/// `rustc` and `runner` keys, a devcontainer's `initializeCommand` (run on
+/// the host), mise's `hooks` and `env._.source` (run on `cd`, like
+/// direnv's `.envrc`). Red team round 5.
+pub const TOOL_REDIRECTS: &[&str] = &[
+    "rust-toolchain.toml",
+    "rust-toolchain",
+    ".cargo/config.toml",
+    ".cargo/config",
+    ".devcontainer.json",
+    ".mise.toml",
+    "mise.toml",
+    ".mise.local.toml",
+    "mise.local.toml",
+    ".mise",
+    ".config/mise.toml",
+    ".config/mise",
+];
+
 /// Project settings of coding agents (and the editors they live in) that
 /// make the agent, when the user next starts it on the host, run commands:
 /// hooks, MCP servers (each a command), status lines, credential helpers,
@@ -243,6 +265,7 @@ pub fn project_surface() -> impl Iterator<Item = &'static &'static str> {
     HOOK_MANAGERS
         .iter()
         .chain(PACKAGE_MANAGER_CODE)
+        .chain(TOOL_REDIRECTS)
         .chain(AGENT_CONFIGS)
 }
 

@@ -139,7 +139,9 @@ pub struct Setup<'a> {
     pub changed: &'a (dyn Fn() -> bool + Sync),
     /// The post-run check of one command: what it planted, judged when it
     /// ends (SPEC §4.7), with the sandbox held still meanwhile.
-    pub check: &'a (dyn Fn() -> Vec<crate::integrity::Outcome> + Sync),
+    /// With the roots it could not fully search (the command then fails:
+    /// what lies there was not judged).
+    pub check: &'a (dyn Fn() -> (Vec<crate::integrity::Outcome>, Vec<String>) + Sync),
     /// The changeset every command's file changes are held in
     /// (`session start --review`), released once the session has ended.
     pub review: Option<String>,
@@ -256,7 +258,12 @@ pub fn serve(listening: Listening, init: Seq, setup: &Setup) -> Result<Ended> {
                     if inflight.load(Ordering::SeqCst) > 0 || stop.load(Ordering::Relaxed) {
                         continue;
                     }
-                    let found = held_still(init, routes, setup);
+                    let (found, failed) = held_still(init, routes, setup);
+                    for f in &failed {
+                        let line = format!("airlock: error: between commands: {f}; inspect them before running git there");
+                        eprintln!("{line}");
+                        lock(between).push(line);
+                    }
                     for o in &found {
                         if let Some(log) = setup.engine.audit() {
                             log.protected(&o.path, o.change, &o.action, o.dest.as_deref());
@@ -596,18 +603,28 @@ fn run_command(
     drop(starting);
     lock(routes).remove(&id);
     // What this command planted, judged now that it ended (SPEC §4.7).
-    let changes = {
+    let (changes, failed) = {
         let _one_at_a_time = lock(checking);
         held_still(init, routes, setup)
     };
     notes.extend(crate::integrity::quarantine::lines(&changes));
+    // Fail closed, as a one-shot run does: the caller must not take this
+    // command as clean while something it may have planted was not judged.
+    for f in &failed {
+        notes.push(format!(
+            "airlock: error: {f}; inspect them before running git there"
+        ));
+    }
     for o in &changes {
         if let Some(log) = setup.engine.audit() {
             log.protected(&o.path, o.change, &o.action, o.dest.as_deref());
         }
     }
     tracing::debug!(id, elapsed = ?started.elapsed(), "command checked");
-    let code = answer.get("code").and_then(Value::as_i64).unwrap_or(125);
+    let mut code = answer.get("code").and_then(Value::as_i64).unwrap_or(125);
+    if !failed.is_empty() {
+        code = 125;
+    }
     // What the proxy refused, or could not reach, while it ran (with
     // commands running at once, theirs too: the proxy cannot tell them
     // apart by more than the process).
@@ -669,9 +686,13 @@ fn run_command(
         "upstream_failures": upstream,
         "filesystem_refusals": summary.filesystem,
         "protected_changes": changes,
+        "check_failed": failed,
         "killed": killed,
     });
     let mut answer = answer;
+    if !failed.is_empty() {
+        answer["code"] = json!(code);
+    }
     answer["notes"] = json!(notes);
     answer["report"] = report;
     answer
@@ -679,11 +700,15 @@ fn run_command(
 
 /// The check, with every process of the sandbox stopped by its PID 1
 /// meanwhile, and let go after. Call holding the check lock.
-fn held_still(init: &Seq, routes: &Routes, setup: &Setup) -> Vec<crate::integrity::Outcome> {
+fn held_still(
+    init: &Seq,
+    routes: &Routes,
+    setup: &Setup,
+) -> (Vec<crate::integrity::Outcome>, Vec<String>) {
     // Nothing the sandbox can write changed: the protected set outside the
     // roots is read-only inside, and the roots are watched whole.
     if !(setup.changed)() {
-        return vec![];
+        return (vec![], vec![]);
     }
     let (tx, rx) = mpsc::channel();
     lock(routes).insert(0, Route { tx, wake: None });
