@@ -147,12 +147,24 @@ impl Dirty {
                     continue;
                 }
             }
-            let Ok(rd) = std::fs::read_dir(&dir) else {
-                continue;
+            // What cannot be listed is not watched below: only a whole
+            // search is certain then (a check searches each directory named
+            // here alone, not what lies below it).
+            let rd = match std::fs::read_dir(&dir) {
+                Ok(rd) => rd,
+                Err(e) if matches!(e.raw_os_error(), Some(libc::ENOENT | libc::ENOTDIR)) => {
+                    continue
+                }
+                Err(_) => {
+                    self.incomplete = true;
+                    continue;
+                }
             };
-            for e in rd.flatten() {
-                if e.file_type().is_ok_and(|t| t.is_dir()) {
-                    stack.push(e.path());
+            for e in rd {
+                match e {
+                    Ok(e) if e.file_type().is_ok_and(|t| t.is_dir()) => stack.push(e.path()),
+                    Ok(_) => {}
+                    Err(_) => self.incomplete = true,
                 }
             }
             added.push(dir);
@@ -259,6 +271,8 @@ impl Dirty {
                 }
             }
         }
+        // A directory made since that could not be watched whole.
+        all |= self.incomplete;
         if all {
             // Start afresh, paths and all (on the same instance, whose
             // descriptor others poll): the next check can be narrow again.

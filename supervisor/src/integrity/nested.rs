@@ -171,6 +171,15 @@ pub fn find_opening(
     root: &Path,
     open_up: &dyn Fn(&Path, &nix::sys::stat::FileStat) -> bool,
 ) -> Walk {
+    walk_below(root, open_up, true)
+}
+
+/// `deep`: every directory below `root`; else `root` alone (its entries).
+fn walk_below(
+    root: &Path,
+    open_up: &dyn Fn(&Path, &nix::sys::stat::FileStat) -> bool,
+    deep: bool,
+) -> Walk {
     use std::rc::Rc;
     let mut walk = Walk {
         found: vec![],
@@ -246,7 +255,7 @@ pub fn find_opening(
             // and must not hide what lies underneath.
             walk.found.push(path.clone());
         }
-        if subdirs.is_empty() {
+        if subdirs.is_empty() || !deep {
             continue;
         }
         // Not following links: a link to elsewhere is not walked (each
@@ -780,14 +789,19 @@ fn known_item(known: &[Protected], root: &Path, rel: &Path) -> bool {
 /// ctime in one of `windows`). Returns them, and the roots whose walk
 /// could not finish (the caller fails the run loudly for those).
 /// The repositories a change in directory `dir` (under `root`) could have
-/// touched: those below it, and each enclosing one whose git directory,
+/// touched: those in it, and each enclosing one whose git directory,
 /// work tree or hooks path it lies in.
 fn near(
     dir: &Path,
     root: &Path,
     open_up: &dyn Fn(&Path, &nix::sys::stat::FileStat) -> bool,
 ) -> Walk {
-    let mut walk = find_opening(dir, open_up);
+    // `dir` alone: the session's watch names every directory that changed
+    // on its own, and every directory below one made or moved in (or says
+    // "everything": a whole search), so what lies below an unchanged
+    // directory is not looked at again. A `git status` rewrote `.git`'s
+    // index, and each check walked the whole git directory.
+    let mut walk = walk_below(dir, open_up, false);
     if std::fs::symlink_metadata(dir).is_err() {
         // Gone since: nothing left to judge there.
         walk.complete = true;
