@@ -183,6 +183,11 @@ fn package_manager_and_agent_files_cannot_be_changed_or_planted() {
         ".devcontainer.json",
         "mise.toml",
         ".config/mise.toml",
+        // ... at any depth: rustup, cargo and mise read them from every
+        // directory above the one a command runs in (red team round 6).
+        "crates/app/rust-toolchain.toml",
+        "crates/lib/.cargo/config.toml",
+        "pkg/deep/mise.local.toml",
     ];
     for tier in TIERS {
         for who in Who::all() {

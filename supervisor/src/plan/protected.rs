@@ -258,6 +258,23 @@ pub const AGENT_CONFIGS: &[&str] = &[
 ];
 
 /// What a host tool obeys at the top of a project's tree, besides
+/// Whether `name` in a directory named `dir` is a file rustup, cargo or
+/// mise reads from the directory a command runs in and from every one
+/// above it (so a crate's own, deep in a workspace, counts): rustup's
+/// toolchain `path`, cargo's `rustc-wrapper`/`runner`, mise's hooks. At
+/// the top of a root they are in the protected set too ([`TOOL_REDIRECTS`]); below it the post-run search judges them (integrity/nested.rs) and review marks them (red team round 6).
+pub fn redirects_tool(dir: &std::ffi::OsStr, name: &std::ffi::OsStr) -> bool {
+    use std::os::unix::ffi::OsStrExt;
+    let n = name.as_bytes();
+    let mise_file =
+        |n: &[u8]| (n.starts_with(b"mise.") || n.starts_with(b".mise.")) && n.ends_with(b".toml");
+    matches!(n, b"rust-toolchain" | b"rust-toolchain.toml" | b".rtx.toml")
+        || mise_file(n)
+        || (dir == ".cargo" && matches!(n, b"config" | b"config.toml"))
+        || (matches!(dir.as_bytes(), b".mise" | b"mise") && n == b"config.toml")
+        || (dir == ".config" && n.starts_with(b"mise"))
+}
+
 /// [`ROOT_SURFACE`]: hook managers', package managers' and agents' files.
 /// At the top of every writable root, and of every nested repository's
 /// work tree (nested.rs); review marks them at any depth (review/scan.rs).

@@ -333,6 +333,11 @@ pub fn is_protected(path: &Path, protected: &[PathBuf], home: &Path) -> bool {
             }
         }
     }
+    if let (Some(dir), Some(name)) = (path.parent().and_then(Path::file_name), path.file_name()) {
+        if crate::plan::protected::redirects_tool(dir, name) {
+            return true;
+        }
+    }
     match path.strip_prefix(home) {
         Ok(rel) => HOME_SURFACE.iter().any(|s| rel.starts_with(s)),
         Err(_) => false,

@@ -236,6 +236,10 @@ pub fn serve(listening: Listening, init: Seq, setup: &Setup) -> Result<Ended> {
             let (init, routes, checking, inflight, between, stop) =
                 (&init, &routes, &checking, &inflight, &between, &stop);
             scope.spawn(move || {
+                // A check that cannot finish is said once until what it
+                // says changes, and tried again only after a pause: it
+                // stops the whole sandbox each time (red team round 6).
+                let mut last_failed: Vec<String> = vec![];
                 while !stop.load(Ordering::Relaxed) {
                     let mut p = libc::pollfd {
                         fd,
@@ -259,11 +263,17 @@ pub fn serve(listening: Listening, init: Seq, setup: &Setup) -> Result<Ended> {
                         continue;
                     }
                     let (found, failed) = held_still(init, routes, setup);
-                    for f in &failed {
-                        let line = format!("airlock: error: between commands: {f}; inspect them before running git there");
-                        eprintln!("{line}");
-                        lock(between).push(line);
+                    if failed != last_failed {
+                        for f in &failed {
+                            let line = format!("airlock: error: between commands: {f}; inspect them before running git there");
+                            eprintln!("{line}");
+                            lock(between).push(line);
+                        }
                     }
+                    if !failed.is_empty() {
+                        std::thread::sleep(std::time::Duration::from_secs(2));
+                    }
+                    last_failed = failed;
                     for o in &found {
                         if let Some(log) = setup.engine.audit() {
                             log.protected(&o.path, o.change, &o.action, o.dest.as_deref());
