@@ -1154,19 +1154,24 @@ fn a_directory_set_aside_whole_keeps_no_live_repository() {
     }
 }
 
-/// `airlock run` with the open-files soft limit a user's shell often has
-/// lowered to `n`.
-fn with_open_files(f: &Fixture, who: Who, n: u32, args: &[&str], script: &str) -> Out {
+/// `airlock run [args] -- sh -c script`, as `who`, started by `wrapper`
+/// (a program and its first arguments: a limit set before airlock starts).
+fn run_under(f: &Fixture, who: Who, wrapper: &[&str], args: &[&str], script: &str) -> Out {
     let inner = f.command(args, script);
-    let mut c = std::process::Command::new("sh");
-    c.arg("-c")
-        .arg(format!("ulimit -Sn {n} && exec \"$0\" \"$@\""))
+    let mut c = std::process::Command::new(wrapper[0]);
+    c.args(&wrapper[1..])
         .arg(inner.get_program())
         .args(inner.get_args())
         .env_clear()
         .envs(inner.get_envs().filter_map(|(k, v)| Some((k, v?))))
         .current_dir(&f.ws);
     run(&mut who.wrap(c))
+}
+
+/// With the open-files soft limit a user's shell often has lowered to `n`.
+fn with_open_files(f: &Fixture, who: Who, n: u32, args: &[&str], script: &str) -> Out {
+    let limit = format!("ulimit -Sn {n} && exec \"$0\" \"$@\"");
+    run_under(f, who, &["sh", "-c", &limit], args, script)
 }
 
 /// A directory with more subdirectories than airlock may open files, and
@@ -1226,8 +1231,9 @@ fn wide_and_unreadable_directories_hide_no_repository() {
 }
 
 /// A tree thousands of levels deep, with long names and siblings at
-/// every level (some wait their turn whatever order the listing gives), costs the search memory in proportion to its size, not
-/// its depth squared: under a 2 GiB address-space limit the supervisor
+/// every level (some wait their turn whatever order the listing gives),
+/// costs the search memory in proportion to its size, not its depth
+/// squared: under a 2 GiB address-space limit the supervisor
 /// finishes its check and the repository planted beside it is judged (red
 /// team round 6: it grew to gigabytes and died before judging anything).
 #[test]
@@ -1251,16 +1257,14 @@ for i in range(3500):
             m = marker.display(),
             long = &long[..254]
         );
-        let inner = f.command(&["--network", "none"], &script);
-        let mut c = std::process::Command::new("prlimit");
-        c.arg(format!("--as={}", 2u64 << 30))
-            .arg("--")
-            .arg(inner.get_program())
-            .args(inner.get_args())
-            .env_clear()
-            .envs(inner.get_envs().filter_map(|(k, v)| Some((k, v?))))
-            .current_dir(&f.ws);
-        let out = run(&mut who.wrap(c));
+        let limit = format!("--as={}", 2u64 << 30);
+        let out = run_under(
+            &f,
+            who,
+            &["prlimit", &limit, "--"],
+            &["--network", "none"],
+            &script,
+        );
         assert!(out.stdout.contains("planted"), "{who:?}: {}", show(&out));
         assert_eq!(out.code, 0, "{who:?}: {}", show(&out));
         assert!(
