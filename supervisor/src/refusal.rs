@@ -9,9 +9,9 @@ use serde::Serialize;
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct FsRefusal {
     pub path: String,
-    /// write | create | mkdir | rename | link | chmod
+    /// write | create | mkdir | rename | link | chmod | read
     pub op: &'static str,
-    /// outside-writable-roots | protected
+    /// outside-writable-roots | protected | deny_read
     pub rule: &'static str,
     pub count: u64,
     pub how_to_allow: String,

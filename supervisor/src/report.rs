@@ -271,8 +271,16 @@ fn filesystem_line(refused: &[FsRefusal], beyond: u64) -> Option<String> {
         .collect::<Vec<_>>()
         .join(", ");
     let unlisted = total - shown.iter().map(|f| f.count).sum::<u64>();
+    // Reads of hidden files (deny_read) beside refused writes.
+    let reads = refused.iter().all(|f| f.op == "read");
+    let writes = refused.iter().all(|f| f.op != "read");
+    let noun = match (reads, writes) {
+        (true, _) => "read",
+        (_, true) => "write",
+        _ => "operation",
+    };
     Some(format!(
-        "airlock: the sandbox refused {} write{}: {list}{}.",
+        "airlock: the sandbox refused {} {noun}{}: {list}{}.",
         thousands(total),
         if total == 1 { "" } else { "s" },
         more(unlisted)

@@ -359,6 +359,11 @@ fn begin(plan: &mut plan::Plan, early: Early) -> Result<Pending> {
         }
         plan.degraded = Some(port);
     }
+    if !degraded {
+        // Reads of hidden files are reported (SPEC §7): each gets a
+        // watched cover of its own, which the mounts put in place.
+        crate::linux::readwatch::prepare(plan);
+    }
     let wanted = match degraded {
         true => Ahead::Nothing,
         false => Ahead::Namespaces {
@@ -951,6 +956,8 @@ fn run_platform(
     summary.approvals = engine.approvals();
     #[cfg(target_os = "linux")]
     {
+        // The sandbox is gone: its reads of hidden files are all in.
+        crate::linux::readwatch::finish();
         (summary.filesystem, summary.filesystem_beyond) = crate::linux::fsrefusals::refusals();
     }
     summary.withheld_env = std::mem::take(&mut plan.withheld_env);

@@ -85,3 +85,79 @@ fn refused_writes_are_named_with_how_to_allow_them() {
         );
     }
 }
+
+/// A read of a hidden file (`deny_read`: a `.env`, a secret in HOME) is
+/// reported as such, on stderr and in the report, with why it cannot be
+/// allowed; the secret itself never shows; a write to it is refused and
+/// reported too; an ordinary file still reads. In one-shot runs and in a
+/// session's command.
+#[test]
+fn reads_of_hidden_files_are_reported() {
+    for who in Who::all() {
+        let f = Fixture::new_in(&base());
+        f.write(".env", "API_KEY=SECRET-IN-DOTENV\n");
+        f.write("~/.netrc", "machine x login u password SECRET-IN-NETRC\n");
+        f.write("notes.txt", "plain\n");
+        who.prepare(&f);
+        if who == Who::Nobody {
+            airlock_tests::who::chown(&f.home);
+        }
+        let report = f.home.join("report.json");
+        let netrc = f.home.join(".netrc");
+        let script = format!(
+            "cat .env; cat .env; cat {n}; cat notes.txt; echo more >> .env; exit 0",
+            n = netrc.display()
+        );
+        let out = run(&mut who.wrap(f.command(
+            &["--network", "none", "--report", report.to_str().unwrap()],
+            &script,
+        )));
+        assert_eq!(out.code, 0, "{who:?}: {}", out.stderr);
+        assert!(!out.stdout.contains("SECRET"), "{who:?}: {}", out.stdout);
+        assert!(out.stdout.contains("plain"), "{who:?}: {}", out.stdout);
+        let env = f.ws.join(".env");
+        let line = out
+            .stderr
+            .lines()
+            .find(|l| l.starts_with("airlock: the sandbox refused"))
+            .unwrap_or_else(|| panic!("{who:?}: no refusal line: {}", out.stderr))
+            .to_string();
+        assert!(
+            line.contains(&format!("{} (read x2; hidden (deny_read)", env.display())),
+            "{who:?}: {line}"
+        );
+        assert!(
+            line.contains(&format!("{} (read; hidden (deny_read)", netrc.display())),
+            "{who:?}: {line}"
+        );
+        assert!(
+            line.contains(&format!("{} (write; hidden (deny_read)", env.display())),
+            "{who:?}: {line}"
+        );
+        assert_eq!(
+            std::fs::read_to_string(&env).unwrap(),
+            "API_KEY=SECRET-IN-DOTENV\n",
+            "{who:?}: the hidden file is untouched"
+        );
+        let r: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
+        let reads: Vec<&serde_json::Value> = r["filesystem_refusals"]
+            .as_array()
+            .expect("filesystem_refusals")
+            .iter()
+            .filter(|x| x["rule"] == "deny_read" && x["op"] == "read")
+            .collect();
+        assert_eq!(reads.len(), 2, "{who:?}: {r}");
+        // Nothing of airlock's covers is left behind.
+        let state = f.home.join(".local/state/airlock");
+        let left: Vec<_> = std::fs::read_dir(&state)
+            .map(|d| {
+                d.flatten()
+                    .filter(|e| e.file_name().to_string_lossy().starts_with("masks-"))
+                    .map(|e| e.path())
+                    .collect()
+            })
+            .unwrap_or_default();
+        assert!(left.is_empty(), "{who:?}: {left:?}");
+    }
+}

@@ -36,6 +36,10 @@ static TALLY: Mutex<Option<Tally>> = Mutex::new(None);
 pub struct Rules {
     write: Vec<PathBuf>,
     protected: Vec<PathBuf>,
+    /// Hidden files covered read-only (linux/readwatch.rs).
+    hidden: Vec<PathBuf>,
+    /// What is bound back over the private /tmp (a workspace there).
+    tmp_binds: Vec<PathBuf>,
 }
 
 impl Rules {
@@ -52,15 +56,32 @@ impl Rules {
         Rules {
             write: plan.write.clone(),
             protected,
+            hidden: plan
+                .deny_read_masks
+                .iter()
+                .map(|(h, _)| h.clone())
+                .collect(),
+            tmp_binds: plan
+                .tmp_binds
+                .iter()
+                .chain(&plan.tmp_read_binds)
+                .cloned()
+                .collect(),
         }
     }
 
     /// Why a write to `path` is refused, if it is.
     fn judge(&self, path: &Path) -> Option<&'static str> {
-        // The sandbox's own: private /tmp and /dev/shm, its /dev and /proc.
+        // A hidden file is covered read-only wherever it lies.
+        if self.hidden.iter().any(|p| path == p) {
+            return Some("deny_read");
+        }
+        // The sandbox's own: private /tmp and /dev/shm, its /dev and /proc
+        // (but for what is bound back there from the host).
         if ["/tmp", "/dev", "/proc", "/dev/shm", "/run", "/var/run"]
             .iter()
             .any(|p| path.starts_with(p))
+            && !self.tmp_binds.iter().any(|b| path.starts_with(b))
         {
             return None;
         }
@@ -82,21 +103,28 @@ fn lock() -> std::sync::MutexGuard<'static, Option<Tally>> {
 
 /// Record one refused attempt.
 fn record(path: PathBuf, op: &'static str, rule: &'static str) {
+    record_n(path, op, rule, 1);
+}
+
+/// Record `n` refused attempts alike.
+pub fn record_n(path: PathBuf, op: &'static str, rule: &'static str, n: u64) {
     let mut g = lock();
     let t = g.get_or_insert_with(Tally::default);
     let key = (path, op);
     if let Some(e) = t.seen.get_mut(&key) {
-        e.1 += 1;
+        e.1 += n;
     } else if t.seen.len() < CAP {
-        t.seen.insert(key, (rule, 1));
+        t.seen.insert(key, (rule, n));
     } else {
-        t.beyond += 1;
+        t.beyond += n;
     }
 }
 
 /// Everything recorded so far, most frequent first, and the count of
 /// those past the cap.
 pub fn refusals() -> (Vec<FsRefusal>, u64) {
+    // The reads of hidden files the kernel told of since.
+    super::readwatch::drain();
     let g = lock();
     let Some(t) = g.as_ref() else {
         return (vec![], 0);
@@ -118,6 +146,10 @@ pub fn refusals() -> (Vec<FsRefusal>, u64) {
 
 fn how_to_allow(path: &Path, rule: &str) -> String {
     match rule {
+        "deny_read" => format!(
+            "hidden (deny_read): the command sees an empty, read-only file in its place; a secret stays outside every sandbox (SPEC §3.3): pass what the command needs another way (--pass-env NAME for a variable), or read it outside the sandbox; `airlock policy explain --path {}` names the rule",
+            crate::text::shown(path)
+        ),
         "protected" => "protected: host tools run or obey it, so no sandbox may write it (SPEC §4.5); change it outside the sandbox".into(),
         // Not a path to widen to: it is another project's cache (or this
         // project's record of itself), and making it writable would carry

@@ -271,6 +271,11 @@ fn build_and_run(channel: &mut UnixStream, supervisor: libc::pid_t, ahead: Ahead
                         .map(std::path::PathBuf::from)
                         .chain(plan.review.iter().map(|l| l.root.clone()))
                         .collect::<Vec<_>>(),
+                    &plan
+                        .deny_read_masks
+                        .iter()
+                        .map(|(_, cover)| cover.clone())
+                        .collect::<Vec<_>>(),
                 )?,
                 None => landlock::Later::default(),
             };

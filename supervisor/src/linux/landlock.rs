@@ -242,6 +242,7 @@ impl Shared {
         deny_read: &[PathBuf],
         deny_read_names: &[PathBuf],
         fresh: &[PathBuf],
+        covers: &[PathBuf],
     ) -> Result<Later> {
         let started = std::time::Instant::now();
         let abi = self.abi;
@@ -262,13 +263,24 @@ impl Shared {
         }
         let guard = guarded(&denied, &listable);
         let created = add_carved(created, &read, &listable, abi, &guard)?;
-        add(
+        let created = add(
             created,
             &write,
             AccessFs::from_all(abi),
             abi,
             &guard,
             "write",
+        )?;
+        // The empty files that cover hidden ones (readwatch.rs) are read
+        // where they are mounted, inside a split directory (a hidden file
+        // in HOME): else the read fails before it opens, and is not seen.
+        add(
+            created,
+            covers,
+            AccessFs::from_read(abi),
+            abi,
+            &HashSet::new(),
+            "cover",
         )?;
         tracing::debug!(
             read = read.len(),

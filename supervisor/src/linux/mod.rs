@@ -16,6 +16,7 @@ pub mod mounts;
 pub mod netlink;
 pub mod netns;
 pub mod publish;
+pub mod readwatch;
 pub mod scope;
 pub mod seccomp;
 pub mod sockets;

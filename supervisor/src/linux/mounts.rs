@@ -174,6 +174,13 @@ pub fn setup(plan: &Plan) -> Result<()> {
         .iter()
         .filter_map(|p| handle(p).ok().map(|fd| (p.clone(), fd, p.is_dir())))
         .collect();
+    // The covers of hidden files watched for reads (linux/readwatch.rs),
+    // which may lie under the host's /tmp (HOME there).
+    let covers: Vec<(&PathBuf, OwnedFd)> = plan
+        .deny_read_masks
+        .iter()
+        .filter_map(|(hidden, cover)| handle(cover).ok().map(|fd| (hidden, fd)))
+        .collect();
     let sockets = super::sockets::keep(plan);
     let devices: Vec<(&str, OwnedFd)> = DEVICES
         .iter()
@@ -267,13 +274,23 @@ pub fn setup(plan: &Plan) -> Result<()> {
         let p = &p;
         match fs::symlink_metadata(p) {
             Ok(m) if m.is_dir() => tmpfs(p, "mode=0000", MsFlags::MS_RDONLY | MsFlags::MS_NOEXEC)?,
-            Ok(_) => do_mount(
-                Some(Path::new("/dev/null")),
-                p,
-                None,
-                MsFlags::MS_BIND,
-                None,
-            )?,
+            Ok(_) => {
+                // Its own empty file where reads are watched for the
+                // report (linux/readwatch.rs), read-only; else /dev/null.
+                let cover = covers.iter().find(|(hidden, _)| *hidden == p);
+                match cover {
+                    Some((_, fd)) if bind_handle(fd, p, false).is_ok() => {
+                        remount_readonly(p)?;
+                    }
+                    _ => do_mount(
+                        Some(Path::new("/dev/null")),
+                        p,
+                        None,
+                        MsFlags::MS_BIND,
+                        None,
+                    )?,
+                }
+            }
             Err(_) => {}
         }
     }

@@ -79,6 +79,10 @@ pub struct Plan {
     /// without taking the root's own write access.
     #[serde(default)]
     pub deny_read_env: Vec<PathBuf>,
+    /// Hidden files watched for reads (linux/readwatch.rs): each covered
+    /// by its own empty file instead of `/dev/null`: (hidden, cover).
+    #[serde(default)]
+    pub deny_read_masks: Vec<(PathBuf, PathBuf)>,
     /// The search for them stopped at its budget.
     #[serde(default)]
     pub deny_read_env_truncated: bool,
@@ -412,6 +416,7 @@ pub fn build(policy: &Policy, o: &Options) -> Plan {
         deny_read_names,
         deny_read_env: env_found.files,
         deny_read_env_truncated: env_found.truncated,
+        deny_read_masks: vec![],
         unsupported,
         allow_degraded: o.allow_degraded,
         degraded: None,
