@@ -191,7 +191,7 @@ pub struct Engine {
     lend_to: crate::lend::LendTo,
     upstream_proxy: Option<crate::parent::UpstreamProxy>,
     /// (target, method, credential) that `allow-session` lent for the run.
-    lent: Mutex<HashSet<(Target, String, String)>>,
+    lent: Mutex<HashSet<(Target, String, String, String)>>,
     next_conn: AtomicU64,
     open_conns: Arc<std::sync::atomic::AtomicUsize>,
     tunnels: Arc<Semaphore>,
@@ -627,12 +627,17 @@ impl Engine {
     /// (SPEC §3.4): ask the approver, naming the method, URL and
     /// credential. With nobody to ask it is refused (`credential-write`).
     pub async fn lend(&self, conn: &Conn, target: &Target, write: CredentialWrite) -> Lend {
+        // A session's answer covers this method on this URL with this
+        // credential, never a request that asks to be taken as another
+        // method (red team round 7: one answer for a PUT covered an
+        // overridden PUT elsewhere on the host).
         let key = (
             target.clone(),
             write.method.clone(),
             write.credential.clone(),
+            write.url.clone(),
         );
-        if lock(&self.lent).contains(&key) {
+        if write.overridden.is_none() && lock(&self.lent).contains(&key) {
             return Lend::Lend;
         }
         let refuse = |detail: String| {
@@ -687,7 +692,9 @@ impl Engine {
         });
         match answer {
             Answer::AllowSession | Answer::AllowAlways => {
-                lock(&self.lent).insert(key);
+                if write.overridden.is_none() {
+                    lock(&self.lent).insert(key);
+                }
                 Lend::Lend
             }
             Answer::AllowOnce => Lend::Lend,

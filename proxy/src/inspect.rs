@@ -425,6 +425,8 @@ async fn handle(
     // what would carry a credential beyond reads, instead of sending it.
     let mut held = crate::hold::named(&engine, &target, method.as_str(), &path, req.headers());
     if !carried.is_empty() {
+        // Named in the question: the answer is for what the origin runs.
+        let overridden = crate::rules::method_override(req.headers(), &path);
         // The origin gets the path that was judged a read, not a spelling
         // it could read as another one.
         if let Ok(norm) = airlock_policy::request::normalize_path(&path) {
@@ -453,6 +455,7 @@ async fn handle(
                 method: method.to_string(),
                 url: format!("https://{}{}", authority_of(&target), path),
                 credential: unlent.join(", "),
+                overridden,
             };
             if let crate::engine::Lend::Refuse(r) = engine.lend(&conn, &target, write).await {
                 drain(req.body_mut()).await;

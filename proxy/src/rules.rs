@@ -76,8 +76,13 @@ const METHOD_OVERRIDE: [&str; 3] = [
 /// by Rails, Laravel, Symfony and others). A rule that allows `POST` must
 /// not let through what the origin runs as `DELETE`.
 pub(crate) fn method_override(headers: &http::HeaderMap, path_and_query: &str) -> Option<String> {
-    if let Some(h) = METHOD_OVERRIDE.iter().find(|h| headers.contains_key(**h)) {
-        return Some(format!("a {h} header"));
+    // CGI, Rack and WSGI servers read `X_HTTP_METHOD_OVERRIDE` as the
+    // same header: `_` is taken for `-` (red team round 7).
+    for name in headers.keys() {
+        let n = name.as_str().replace('_', "-");
+        if let Some(h) = METHOD_OVERRIDE.iter().find(|h| **h == n) {
+            return Some(format!("a {h} header"));
+        }
     }
     let query = path_and_query.split_once('?')?.1;
     // Each key as frameworks read it: `&` or `;` between pairs (Rack), `+`
@@ -197,5 +202,8 @@ mod tests {
             http::HeaderValue::from_static("DELETE"),
         );
         assert!(method_override(&h, "/a").is_some());
+        let mut u = http::HeaderMap::new();
+        u.insert("x_http_method_override", "DELETE".parse().unwrap());
+        assert!(method_override(&u, "/a").is_some());
     }
 }

@@ -150,6 +150,12 @@ fn a_discovered_token_reads_but_never_publishes_unasked() {
                 &s.url("/victim-pkg"),
             ),
             curl_line("query", "", &s.url("/victim-pkg?_method=DELETE")),
+            // The same header as CGI, Rack and WSGI servers read it.
+            curl_line(
+                "underscore",
+                "-H 'X_HTTP_METHOD_OVERRIDE: DELETE'",
+                &s.url("/victim-pkg"),
+            ),
         ]
         .concat();
         let out = run(&mut s.command(tier, as_user, "deny", &script));
@@ -164,7 +170,14 @@ fn a_discovered_token_reads_but_never_publishes_unasked() {
             "{who:?}: npm's advisory lookup lost its token\n{}",
             show(&out)
         );
-        for w in ["publish", "token", "unpublish", "override", "query"] {
+        for w in [
+            "publish",
+            "token",
+            "unpublish",
+            "override",
+            "query",
+            "underscore",
+        ] {
             assert!(
                 o.contains(&format!("{w}=403 reason=credential-write")),
                 "{who:?}: {w} was not refused as a credential write\n{}",
@@ -278,6 +291,80 @@ fn an_approved_npm_publish_carries_the_token_and_a_denied_one_never_leaves() {
                 assert!(out.stderr.contains("credential-write"), "{}", show(&out));
             }
         }
+    }
+}
+
+/// A write that asks the origin to take it as another method is asked
+/// about as such, and an answer for the session never covers it (red team
+/// round 7: one "session" answer for a PUT let a later overridden PUT out,
+/// unasked): the second overridden request is asked again.
+#[test]
+fn an_overridden_write_is_named_and_never_covered_by_a_session_answer() {
+    for who in Who::all() {
+        let s = setup(who);
+        let sock = s.f.home.join("approve.sock");
+        let ask = format!("socket:{}", sock.display());
+        let script = [
+            curl_line(
+                "first",
+                "-X PUT -H 'X-HTTP-Method-Override: DELETE' -d x",
+                &s.url("/pkg-a"),
+            ),
+            curl_line(
+                "second",
+                "-X PUT -H 'X-HTTP-Method-Override: DELETE' -d x",
+                &s.url("/pkg-a"),
+            ),
+        ]
+        .concat();
+        // A question not answered within 3 s is refused (the client reads
+        // no answer typed before a question shows).
+        let policy = s.f.home.join("ask.toml");
+        std::fs::write(&policy, "[network]\nask_timeout = \"3s\"\n").unwrap();
+        let ca = s.pki.ca_pem.to_str().unwrap().to_string();
+        let args = [
+            "-p",
+            policy.to_str().unwrap(),
+            "--upstream-ca",
+            &ca,
+            "--resolve",
+            "registry.test=127.0.0.1",
+            "--allow-private",
+            "127.0.0.0/8",
+            "--preset",
+            "npm",
+            "--ask",
+            &ask,
+        ];
+        let run_child = spawn_piped(&mut tiers::command(
+            &s.f,
+            Tier::Full,
+            who == Who::Nobody,
+            &args,
+            &script,
+        ));
+        // "session" to the first question; the second goes unanswered.
+        let mut client = approver(who, &s.f, &sock, "s");
+        let out = output_of(run_child);
+        let _ = client.kill();
+        let asked = output_of(client);
+        let q = &asked.stderr;
+        assert!(
+            q.contains("taken by the origin as another method: a x-http-method-override header"),
+            "{who:?}: the question must name the override:\n{q}\n{}",
+            show(&out)
+        );
+        assert!(
+            out.stdout.contains("first=") && !out.stdout.contains("first=403"),
+            "{who:?}: the approved write went out: {}",
+            show(&out)
+        );
+        assert!(
+            out.stdout.contains("second=403 reason=credential-write"),
+            "{who:?}: a session answer covered an overridden write:\n{q}\n{}",
+            show(&out)
+        );
+        assert_eq!(q.matches("lend the credential").count(), 2, "{who:?}: {q}");
     }
 }
 

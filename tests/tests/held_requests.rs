@@ -229,9 +229,29 @@ fn a_git_push_in_review_is_held_and_apply_pushes_exactly_the_commit() {
             "{who:?}: {}",
             show(&diff)
         );
+        // The whole diff shows what apply would send besides the method
+        // and URL: the headers kept and the start of the body.
+        let full = airlock_host(&s.f, who, &["changes", "diff", &id]);
+        assert!(
+            full.stdout.contains("--- request 1: ")
+                && full
+                    .stdout
+                    .to_ascii_lowercase()
+                    .contains("    content-type: application/x-git-receive-pack-request")
+                && full.stdout.contains("    | "),
+            "{who:?}: {}",
+            show(&full)
+        );
         let json = airlock_host(&s.f, who, &["changes", "diff", &id, "--json"]);
         let v: serde_json::Value = serde_json::from_str(&json.stdout).expect("json");
         assert_eq!(v["requests"][0]["method"], "POST", "{who:?}: {v}");
+        assert!(
+            v["requests"][0]["headers"]
+                .as_array()
+                .is_some_and(|h| !h.is_empty())
+                && v["requests"][0]["body_preview"].is_string(),
+            "{who:?}: {v}"
+        );
         assert!(v["requests"][0]["size"].as_u64().unwrap_or(0) > 0, "{v}");
         // No credential was kept in the changeset.
         let dir = s.f.home.join(".local/state/airlock/changes").join(&id);

@@ -173,8 +173,40 @@ fn entry_json(cs: &Changeset, e: &Entry, conflict: Option<&str>) -> serde_json::
     })
 }
 
-fn request_json(e: &requests::Entry) -> serde_json::Value {
+/// Up to this much of a held request's body is shown by `diff`.
+const BODY_SHOWN: usize = 4096;
+
+/// What apply would send besides the method and URL: the headers kept
+/// (never the lent credential, which apply adds) and the start of the
+/// body (red team round 7: only method and URL were shown, and all of it
+/// was replayed).
+fn request_detail(cs: &super::Changeset, e: &requests::Entry) -> (Vec<(String, String)>, String) {
+    match requests::read(&cs.dir, e) {
+        Ok(r) => {
+            let body = &r.body[..r.body.len().min(BODY_SHOWN)];
+            let text = match std::str::from_utf8(body) {
+                Ok(t) => t.to_string(),
+                Err(_) if body.iter().take(512).any(|b| *b == 0) => {
+                    format!("({} bytes of binary)", r.body.len())
+                }
+                Err(_) => String::from_utf8_lossy(body).into_owned(),
+            };
+            let more = if r.body.len() > BODY_SHOWN {
+                format!("\n… ({} bytes more)", r.body.len() - BODY_SHOWN)
+            } else {
+                String::new()
+            };
+            (r.headers, format!("{text}{more}"))
+        }
+        Err(err) => (vec![], format!("(cannot be read: {err:#})")),
+    }
+}
+
+fn request_json(cs: &super::Changeset, e: &requests::Entry) -> serde_json::Value {
+    let (headers, body) = request_detail(cs, e);
     json!({
+        "headers": headers,
+        "body_preview": body,
         "seq": e.seq,
         "method": e.method,
         "url": e.url,
@@ -245,7 +277,7 @@ fn diff(id: &str, stat: bool, json: bool) -> Result<ExitCode> {
             "workspace": cs.meta.workspace,
             "summary": super::summary(&cs),
             "entries": v,
-            "requests": held_requests.iter().map(request_json).collect::<Vec<_>>(),
+            "requests": held_requests.iter().map(|r| request_json(&cs, r)).collect::<Vec<_>>(),
         }));
         return Ok(ExitCode::SUCCESS);
     }
@@ -287,6 +319,19 @@ fn diff(id: &str, stat: bool, json: bool) -> Result<ExitCode> {
     }
     if stat {
         return Ok(ExitCode::SUCCESS);
+    }
+    for r in &held_requests {
+        let (headers, body) = request_detail(&cs, r);
+        say!("--- request {}: {}", r.seq, request_line(r));
+        for (k, v) in headers {
+            say!(
+                "    {}",
+                airlock_proxy::escape::line(&format!("{k}: {v}"), 1000)
+            );
+        }
+        for l in body.lines() {
+            say!("    | {}", airlock_proxy::escape::line(l, 1000));
+        }
     }
     for e in &shown_entries {
         if e.kind != Kind::File || e.change == Change::Deleted || e.link_of.is_some() {
