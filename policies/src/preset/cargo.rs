@@ -78,6 +78,8 @@ pub(super) fn resolve(p: &dyn Probe, r: &mut Resolved) {
             if let Some(regs) = t.get("registries").and_then(|v| v.as_table()) {
                 for (name, reg) in regs {
                     if let Some(i) = reg.get("index").and_then(|v| v.as_str()) {
+                        // Also where the line scan misses it (an inline table).
+                        r.add_url(i, format!("{} (registries.{name})", file.display()));
                         indexes.push((env_name(name), i.to_string()));
                     }
                 }

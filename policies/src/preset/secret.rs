@@ -81,7 +81,9 @@ pub fn scrub_urls(text: &str, mut found: impl FnMut(UrlSecret<'_>)) -> (String, 
                     None
                 };
                 found(UrlSecret { url, credential });
-                out.push_str(&url[..auth_at]);
+                // Schemes are case-insensitive; written as tools expect.
+                out.push_str(&scheme);
+                out.push_str("://");
                 out.push_str(&url[auth_at + at + 1..authority_end]);
             }
             _ => out.push_str(&url[..authority_end]),
@@ -206,7 +208,7 @@ mod tests {
         assert_eq!(clean("a https://u:p@h.test/x b"), "a https://h.test/x b");
         assert_eq!(clean("socks5://u:p@h.test:1080"), "socks5://h.test:1080");
         assert_eq!(clean("ssh://git@h.test/r"), "ssh://git@h.test/r");
-        assert_eq!(clean("HTTPS://tok@h.test/"), "HTTPS://h.test/");
+        assert_eq!(clean("HTTPS://tok@h.test/"), "https://h.test/");
         assert_eq!(
             clean("sparse+https://u:p@h.test/i/"),
             "sparse+https://h.test/i/"
