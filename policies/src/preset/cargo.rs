@@ -221,9 +221,16 @@ fn own_home(p: &dyn Probe, r: &mut Resolved, host_home: &Path, indexes: &[(Strin
     let legacy = host_home.join("config");
     if let Some(text) = p.read(&legacy) {
         let found = registry_tokens(&text, &legacy);
-        if !found.is_empty() {
+        // Another spelling of a secret, or a URL's password, hides it too.
+        let mut scratch = Resolved::empty("cargo");
+        let other =
+            without_secrets(&mut scratch, &text, &legacy).map_or(true, |(_, removed)| removed);
+        if !found.is_empty() || other {
             tokens.extend(found);
-            r.hide(&legacy, "holds registry tokens; the proxy adds them".into());
+            r.hide(
+                &legacy,
+                "holds registry secrets; the proxy adds the tokens".into(),
+            );
         }
     }
     for (k, v) in p.env_vars() {
