@@ -5,7 +5,7 @@
 
 use std::path::{Path, PathBuf};
 
-use super::{ini_values, ConfigCopy, Probe, Resolved};
+use super::{ini_values, scrub_urls, ConfigCopy, Probe, Resolved};
 
 /// What cargo reads in place of a token it does not hold: the proxy
 /// replaces the whole `Authorization` header on the registry's host, so
@@ -78,6 +78,8 @@ pub(super) fn resolve(p: &dyn Probe, r: &mut Resolved) {
             if let Some(regs) = t.get("registries").and_then(|v| v.as_table()) {
                 for (name, reg) in regs {
                     if let Some(i) = reg.get("index").and_then(|v| v.as_str()) {
+                        // Also where the line scan misses it (an inline table).
+                        r.add_url(i, format!("{} (registries.{name})", file.display()));
                         indexes.push((env_name(name), i.to_string()));
                     }
                 }
@@ -136,9 +138,14 @@ pub(super) fn secrets_only(p: &dyn Probe, r: &mut Resolved) {
     // cargo still reads the legacy `config` beside `config.toml`.
     for name in ["config.toml", "config"] {
         let config = home.join(name);
-        if p.read(&config)
-            .is_some_and(|t| !registry_tokens(&t, &config).is_empty())
-        {
+        // A token in any spelling, a URL's password, or a file that cannot
+        // be shown to hold neither.
+        let secret = |t: &str| {
+            let mut scratch = Resolved::empty("cargo");
+            !registry_tokens(t, &config).is_empty()
+                || without_secrets(&mut scratch, t, &config).map_or(true, |(_, removed)| removed)
+        };
+        if p.read(&config).is_some_and(|t| secret(&t)) {
             r.hide(
                 &config,
                 "holds registry tokens (--preset cargo adds them)".into(),
@@ -176,19 +183,24 @@ fn own_home(p: &dyn Probe, r: &mut Resolved, host_home: &Path, indexes: &[(Strin
     let mut copy = String::new();
     if let Some(text) = p.read(&user_config) {
         tokens.extend(registry_tokens(&text, &user_config));
-        for line in text.lines() {
-            let key = line.split_once('=').map(|(k, _)| k.trim());
-            if matches!(key, Some("token" | "secret-key")) {
-                continue;
+        match without_secrets(r, &text, &user_config) {
+            Ok((clean, had_secret)) => {
+                copy = clean;
+                if had_secret || !tokens.is_empty() {
+                    r.hide(
+                        &user_config,
+                        "holds registry secrets; the proxy adds the tokens".into(),
+                    );
+                }
             }
-            copy.push_str(line);
-            copy.push('\n');
-        }
-        if !tokens.is_empty() {
-            r.hide(
-                &user_config,
-                "holds registry tokens; the proxy adds them".into(),
-            );
+            Err(why) => {
+                // Fail closed: neither the original nor a copy of it.
+                r.hide(&user_config, why.clone());
+                r.warnings.push(format!(
+                    "cargo: {}: {why}; the sandbox's cargo reads no copy of it",
+                    user_config.display()
+                ));
+            }
         }
     }
     // Written even when empty, so nothing a sandbox left there is read.
@@ -209,9 +221,16 @@ fn own_home(p: &dyn Probe, r: &mut Resolved, host_home: &Path, indexes: &[(Strin
     let legacy = host_home.join("config");
     if let Some(text) = p.read(&legacy) {
         let found = registry_tokens(&text, &legacy);
-        if !found.is_empty() {
+        // Another spelling of a secret, or a URL's password, hides it too.
+        let mut scratch = Resolved::empty("cargo");
+        let other =
+            without_secrets(&mut scratch, &text, &legacy).map_or(true, |(_, removed)| removed);
+        if !found.is_empty() || other {
             tokens.extend(found);
-            r.hide(&legacy, "holds registry tokens; the proxy adds them".into());
+            r.hide(
+                &legacy,
+                "holds registry secrets; the proxy adds the tokens".into(),
+            );
         }
     }
     for (k, v) in p.env_vars() {
@@ -253,6 +272,114 @@ fn own_home(p: &dyn Probe, r: &mut Resolved, host_home: &Path, indexes: &[(Strin
             "cargo:token".into(),
             "so cargo sends the placeholder the proxy replaces".into(),
         );
+    }
+}
+
+/// What cargo reads a registry secret from in `[registry]` and
+/// `[registries.NAME]`: left out of the sandbox's copy, however the TOML
+/// spells the key (dotted, quoted, in an inline table).
+const SECRET_KEYS: &[&str] = &[
+    "token",
+    "secret-key",
+    "secret-key-subject",
+    "credential-provider",
+];
+
+/// The user's `config.toml` as the sandbox's cargo reads it: parsed and
+/// written back (no comment survives, and no spelling of a key escapes)
+/// without the registries' secrets, and without the password of any URL
+/// in it (a registry's is lent on its host; a proxy's is not). Whether
+/// anything was removed comes with it. `Err` when the result cannot be
+/// shown to be free of them (the file does not parse, or a token is
+/// still found): then nothing is copied.
+fn without_secrets(r: &mut Resolved, text: &str, file: &Path) -> Result<(String, bool), String> {
+    let mut t: toml::Table = text
+        .parse()
+        .map_err(|_| "cannot be parsed as TOML, so it is not copied".to_string())?;
+    let mut removed = false;
+    let mut strip = |table: &mut toml::Table| {
+        for key in SECRET_KEYS {
+            removed |= table.remove(*key).is_some();
+        }
+    };
+    if let Some(reg) = t.get_mut("registry").and_then(|v| v.as_table_mut()) {
+        strip(reg);
+    }
+    if let Some(regs) = t.get_mut("registries").and_then(|v| v.as_table_mut()) {
+        for (_, reg) in regs.iter_mut() {
+            if let Some(reg) = reg.as_table_mut() {
+                strip(reg);
+            }
+        }
+    }
+    let from = file.display().to_string();
+    scrub_values(r, &mut t, &from, &mut removed);
+    let out = toml::to_string(&t).map_err(|e| format!("cannot be written back ({e})"))?;
+    // Checked again on what is written, as cargo will read it.
+    let again: toml::Table = out
+        .parse()
+        .map_err(|_| "cannot be read back after cleaning, so it is not copied".to_string())?;
+    let left = |t: Option<&toml::Value>| {
+        t.and_then(|v| v.as_table())
+            .is_some_and(|t| SECRET_KEYS.iter().any(|k| t.contains_key(*k)))
+    };
+    let left_in_registries = again
+        .get("registries")
+        .and_then(|v| v.as_table())
+        .is_some_and(|regs| regs.values().any(|reg| left(Some(reg))));
+    if !registry_tokens(&out, file).is_empty()
+        || left(again.get("registry"))
+        || left_in_registries
+        || scrub_urls(&out, |_| {}).1
+    {
+        return Err("still holds a secret after cleaning, so it is not copied".into());
+    }
+    Ok((out, removed))
+}
+
+/// Every string in `t`, at any depth, without the password of a URL; a
+/// `proxy` value without a scheme loses its `user:password@` too (libcurl
+/// reads one there).
+fn scrub_values(r: &mut Resolved, t: &mut toml::Table, from: &str, removed: &mut bool) {
+    fn walk(r: &mut Resolved, key: &str, v: &mut toml::Value, from: &str, removed: &mut bool) {
+        match v {
+            toml::Value::String(s) => {
+                let (mut clean, any) = scrub_urls(s, |u| {
+                    if key == "proxy" {
+                        r.warnings.push(format!(
+                            "{from}: the password of cargo's proxy is left out of the sandbox's copy, and nothing adds it"
+                        ));
+                    } else {
+                        super::lend_or_say(r, u, from);
+                    }
+                });
+                *removed |= any;
+                if key == "proxy" {
+                    if let Some(bare) = super::strip_bare_userinfo(&clean) {
+                        *removed = true;
+                        r.warnings.push(format!(
+                            "{from}: the password of cargo's proxy is left out of the sandbox's copy, and nothing adds it"
+                        ));
+                        clean = bare;
+                    }
+                }
+                *s = clean;
+            }
+            toml::Value::Array(a) => {
+                for v in a {
+                    walk(r, key, v, from, removed);
+                }
+            }
+            toml::Value::Table(t) => {
+                for (k, v) in t.iter_mut() {
+                    walk(r, k, v, from, removed);
+                }
+            }
+            _ => {}
+        }
+    }
+    for (k, v) in t.iter_mut() {
+        walk(r, k, v, from, removed);
     }
 }
 
@@ -396,6 +523,101 @@ mod tests {
         );
         assert!(copy.text.contains("retry = 3") && !copy.text.contains("t2"));
         assert!(r.notes.iter().any(|n| n.contains("publishing")));
+    }
+
+    /// Every spelling TOML allows for a registry's secret, and a proxy's
+    /// password, stay out of the copy; the tokens are still lent.
+    #[test]
+    fn the_copy_holds_no_secret_however_spelled() {
+        let mut p = FakeProbe::default();
+        p.files.insert(
+            "/home/u/.cargo/config.toml".into(),
+            concat!(
+                "registry.token = \"DOTTED1\"\n",
+                "# token = \"COMMENT2\"\n",
+                "[registries]\n",
+                "corp = { index = \"sparse+https://cargo.corp.test/index/\", token = \"INLINE3\" }\n",
+                "[registries.other]\n",
+                "index = \"sparse+https://me:URLPW4@cargo.other.test/index/\"\n",
+                "\"token\" = \"QUOTED5\"\n",
+                "'secret-key' = \"KEY6\"\n",
+                "credential-provider = \"cargo:token\"\n",
+                "[http]\n",
+                "proxy = \"http://u:PROXYPW7@proxy.corp.test:3128\"\n",
+                "[https]\n",
+                "proxy = \"u:BAREPW8@proxy.corp.test:3128\"\n",
+                "[net]\nretry = 3\n",
+            )
+            .into(),
+        );
+        let r = find("cargo").unwrap().resolve(&p);
+        let copy = &r.files[0].text;
+        for s in [
+            "DOTTED1",
+            "COMMENT2",
+            "INLINE3",
+            "URLPW4",
+            "QUOTED5",
+            "KEY6",
+            "PROXYPW7",
+            "BAREPW8",
+            "credential-provider",
+        ] {
+            assert!(!copy.contains(s), "{s} in the copy:\n{copy}");
+        }
+        let t: toml::Table = copy.parse().unwrap();
+        assert_eq!(t["net"]["retry"].as_integer(), Some(3));
+        assert_eq!(
+            t["registries"]["corp"]["index"].as_str(),
+            Some("sparse+https://cargo.corp.test/index/")
+        );
+        assert_eq!(
+            t["registries"]["other"]["index"].as_str(),
+            Some("sparse+https://cargo.other.test/index/")
+        );
+        assert_eq!(
+            t["http"]["proxy"].as_str(),
+            Some("http://proxy.corp.test:3128")
+        );
+        assert_eq!(t["https"]["proxy"].as_str(), Some("proxy.corp.test:3128"));
+        let cred = |h: &str| {
+            r.credentials
+                .iter()
+                .filter(|c| c.host == h)
+                .map(|c| c.value.clone())
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(cred("cargo.corp.test"), ["INLINE3"]);
+        assert_eq!(cred("cargo.other.test"), ["QUOTED5"]);
+        assert!(cred("proxy.corp.test").is_empty());
+        assert!(r
+            .hide
+            .iter()
+            .any(|(h, _)| h == "/home/u/.cargo/config.toml"));
+        assert!(r.warnings.iter().any(|w| w.contains("proxy")));
+    }
+
+    /// A configuration that does not parse is neither copied nor left
+    /// readable.
+    #[test]
+    fn an_unparsable_config_is_not_copied() {
+        let mut p = FakeProbe::default();
+        p.files.insert(
+            "/home/u/.cargo/config.toml".into(),
+            "[registry]\ntoken = \"BROKEN1\"\n[registry]\nx = 1\n".into(),
+        );
+        let r = find("cargo").unwrap().resolve(&p);
+        assert_eq!(r.files[0].text, "");
+        assert!(r
+            .hide
+            .iter()
+            .any(|(h, _)| h == "/home/u/.cargo/config.toml"));
+        assert!(r.warnings.iter().any(|w| w.contains("cannot be parsed")));
+        let s = super::super::secrets_outside(&p, &[]);
+        assert!(s
+            .hide
+            .iter()
+            .any(|(h, _)| h == "/home/u/.cargo/config.toml"));
     }
 
     #[test]

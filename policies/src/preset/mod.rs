@@ -21,7 +21,8 @@ use crate::fragment::Rule;
 use crate::pattern::{Pattern, PatternList};
 use crate::source::{Layer, Located, Origin};
 
-pub use secret::{basic, strip_url_secret};
+pub use secret::{basic, strip_bare_userinfo, strip_url_secret};
+use secret::{scrub_urls, UrlSecret};
 
 /// The machine, as presets see it.
 pub trait Probe {
@@ -148,6 +149,10 @@ pub struct Resolved {
     /// What the user must hear at every run start, whatever else the
     /// preset allows (a password found but not lent).
     pub warnings: Vec<String>,
+    /// Host variables a credential was read from (npm's `${NAME}` in a
+    /// token): withheld from the sandbox whatever their names, as the
+    /// variables a `[[network.credential]]` reads are.
+    pub withheld_env: Vec<String>,
 }
 
 impl Resolved {
@@ -164,6 +169,7 @@ impl Resolved {
             files: vec![],
             notes: vec![],
             warnings: vec![],
+            withheld_env: vec![],
         }
     }
 
@@ -258,6 +264,14 @@ impl Resolved {
         }
         self.set_env(name, value.clone(), from);
         Some(value)
+    }
+
+    fn withhold_env(&mut self, names: Vec<String>) {
+        for n in names {
+            if !self.withheld_env.contains(&n) {
+                self.withheld_env.push(n);
+            }
+        }
     }
 
     fn hide(&mut self, path: &Path, why: String) {
@@ -366,6 +380,18 @@ impl Resolved {
                     .map(|pat| Located::new(pat, layer, self.origin(from)))
             })
             .collect()
+    }
+}
+
+/// A password found in a URL of a configuration file: lent when it is an
+/// http(s) URL's (see `url_credential`), otherwise said aloud: it is
+/// removed from the copy and nothing adds it.
+fn lend_or_say(r: &mut Resolved, s: UrlSecret<'_>, from: &str) {
+    match s.credential {
+        Some(c) => r.url_credential(s.url, c, from.to_string()),
+        None => r.warnings.push(format!(
+            "{from}: a password in a URL is left out of the sandbox's copy, and nothing adds it"
+        )),
     }
 }
 

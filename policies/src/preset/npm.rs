@@ -6,7 +6,7 @@
 use std::path::PathBuf;
 
 use super::secret::{base64_decode, basic};
-use super::{config_copy_dir, ini_values, ConfigCopy, Probe, Resolved};
+use super::{config_copy_dir, ini_values, scrub_urls, ConfigCopy, Probe, Resolved};
 
 /// What the sanitised copy says instead of a token: the proxy sets the
 /// real one on the way out.
@@ -156,8 +156,12 @@ pub(super) fn yarn_secrets(p: &dyn Probe, r: &mut Resolved) {
     }
 }
 
-/// The user's `.npmrc` with its tokens: hidden inside, replaced by a copy
-/// without them, and each token added by the proxy on its registry host.
+/// The user's `.npmrc` with its secrets: hidden inside, replaced by a copy
+/// without them, and each token or registry password added by the proxy
+/// on its registry host. Besides tokens, the copy leaves out comments (an
+/// old token commented out may still be valid), the client certificate
+/// and key (not lent: the key file is hidden) and the password of every
+/// URL (a registry's is lent; a proxy's is not).
 fn keep_tokens_outside(
     p: &dyn Probe,
     r: &mut Resolved,
@@ -167,12 +171,27 @@ fn keep_tokens_outside(
     let Some(text) = p.read(file) else { return };
     let mut kept = String::new();
     let mut users: Vec<(String, String)> = vec![];
-    let mut passwords: Vec<(String, String, String)> = vec![];
+    let mut passwords: Vec<(String, String, String, Vec<String>)> = vec![];
     let mut secret = false;
     for (i, line) in text.lines().enumerate() {
         let from = format!("{}:{}", file.display(), i + 1);
-        let Some((key, value)) = line.trim().split_once('=') else {
-            kept.push_str(line);
+        let trimmed = line.trim();
+        // npm's ini reads `#` and `;` lines as comments.
+        if trimmed.starts_with(['#', ';']) {
+            let lower = trimmed.to_ascii_lowercase();
+            if ["_auth", "_password", "token", "key", "@"]
+                .iter()
+                .any(|w| lower.contains(w))
+            {
+                secret = true;
+            }
+            continue;
+        }
+        let Some((key, value)) = trimmed.split_once('=') else {
+            // A bare key is `key=true`; a URL in it loses its password all the same.
+            let (clean, any) = scrub_urls(line, |s| super::lend_or_say(r, s, &from));
+            secret |= any;
+            kept.push_str(&clean);
             kept.push('\n');
             continue;
         };
@@ -183,7 +202,9 @@ fn keep_tokens_outside(
             .and_then(|k| k.strip_suffix('"'))
             .or_else(|| key.strip_prefix('\'').and_then(|k| k.strip_suffix('\'')))
             .unwrap_or(key);
-        let value = expand(p, value.trim());
+        let raw = value.trim();
+        let mut names = vec![];
+        let value = expand(p, raw, &mut names);
         // `//host/path/:_authToken` is scoped to a registry; a bare
         // `_authToken` belongs to the default registry.
         let (scope, field) = match key.strip_prefix("//").and_then(|k| k.rsplit_once(':')) {
@@ -216,14 +237,33 @@ fn keep_tokens_outside(
                 match field {
                     "_authToken" => {
                         r.credential(host, "Authorization", format!("Bearer {value}"), from);
+                        r.withhold_env(names);
                         kept.push_str(&format!("{key}={PLACEHOLDER_TOKEN}\n"));
                     }
                     "_auth" => {
                         r.credential(host, "Authorization", format!("Basic {value}"), from);
+                        r.withhold_env(names);
                         kept.push_str(&format!("{key}={PLACEHOLDER_AUTH}\n"));
                     }
-                    _ => passwords.push((host, value, from)),
+                    _ => passwords.push((host, value, from, names)),
                 }
+            }
+            // A client certificate is not lent (the proxy cannot present
+            // it for the sandbox): its key, inline or in a file, stays
+            // outside.
+            "keyfile" | "certfile" | "key" | "cert" => {
+                secret = true;
+                if field == "keyfile" {
+                    if let Some(path) = value.as_deref().and_then(|v| key_path(p, v)) {
+                        r.hide(
+                            &path,
+                            "an npm client key; client certificates are not lent".into(),
+                        );
+                    }
+                }
+                r.warnings.push(format!(
+                    "{from}: npm's client certificate ({field}) is left out of the sandbox: client certificates are not lent"
+                ));
             }
             "username" => {
                 if let (Some(h), Some(v)) = (host, value) {
@@ -233,12 +273,38 @@ fn keep_tokens_outside(
                 kept.push('\n');
             }
             _ => {
-                kept.push_str(line);
-                kept.push('\n');
+                // A password in a URL: a registry's is lent on its host,
+                // any other (a proxy's) is left out. The URL is read as npm
+                // reads it, variables expanded.
+                let registry = field == "registry" || field.ends_with(":registry");
+                // A variable unset: the value as written is scrubbed.
+                let expanded = value.unwrap_or_else(|| raw.to_string());
+                let mut lent = false;
+                let (clean, any) = scrub_urls(&expanded, |s| {
+                    if registry && s.credential.is_some() {
+                        lent = true;
+                        super::lend_or_say(r, s, &from);
+                    } else {
+                        r.warnings.push(format!(
+                            "{from}: the password in {key} is left out of the sandbox's copy, and nothing adds it"
+                        ));
+                    }
+                });
+                if any {
+                    secret = true;
+                    if lent {
+                        r.withhold_env(names);
+                    }
+                    kept.push_str(&format!("{key}={clean}\n"));
+                } else {
+                    // Nothing secret: as written, variables and all.
+                    kept.push_str(line);
+                    kept.push('\n');
+                }
             }
         }
     }
-    for (host, pass, from) in passwords {
+    for (host, pass, from, names) in passwords {
         // `_password` is base64 of the password; the username sits beside it.
         let user = users
             .iter()
@@ -248,6 +314,7 @@ fn keep_tokens_outside(
             (Some(u), Some(pw)) => {
                 let value = basic(&u, &String::from_utf8_lossy(&pw));
                 r.credential(host, "Authorization", value, from);
+                r.withhold_env(names);
             }
             _ => r.notes.push(format!(
                 "{from}: a password without its username was left out"
@@ -261,7 +328,7 @@ fn keep_tokens_outside(
         return;
     };
     let copy = dir.join("npmrc");
-    r.hide(file, "holds registry tokens; the proxy adds them".into());
+    r.hide(file, "holds registry secrets; the proxy adds them".into());
     r.files.push(ConfigCopy {
         path: copy.clone(),
         text: kept,
@@ -274,9 +341,19 @@ fn keep_tokens_outside(
     );
 }
 
+/// The client key a `keyfile` names, as npm finds it (`~/` is the home).
+fn key_path(p: &dyn Probe, value: &str) -> Option<PathBuf> {
+    let v = value.trim();
+    if let Some(rest) = v.strip_prefix("~/") {
+        return p.home().map(|h| h.join(rest));
+    }
+    let path = PathBuf::from(v);
+    path.is_absolute().then_some(path)
+}
+
 /// npm expands `${NAME}` in `.npmrc` values; `None` when a named variable
-/// is unset.
-fn expand(p: &dyn Probe, value: &str) -> Option<String> {
+/// is unset. The names expanded are added to `names`.
+fn expand(p: &dyn Probe, value: &str, names: &mut Vec<String>) -> Option<String> {
     let value = value.trim_matches(['"', '\'']);
     let mut out = String::new();
     let mut rest = value;
@@ -284,7 +361,9 @@ fn expand(p: &dyn Probe, value: &str) -> Option<String> {
         out.push_str(&rest[..start]);
         let after = &rest[start + 2..];
         let end = after.find('}')?;
-        out.push_str(&p.env(&after[..end])?);
+        let name = &after[..end];
+        names.push(name.to_string());
+        out.push_str(&p.env(name)?);
         rest = &after[end + 1..];
     }
     out.push_str(rest);
@@ -362,6 +441,85 @@ mod tests {
             !format!("{r:?}").contains("tok-from-env"),
             "Debug must hide values"
         );
+    }
+
+    /// Besides tokens, the copy leaves out URL passwords, comments and
+    /// the client key; a registry's URL password is lent, a proxy's is
+    /// not; the variables a token was read from are withheld.
+    #[test]
+    fn the_copy_holds_no_other_secret() {
+        let mut p = FakeProbe::default();
+        p.env.insert("JFROG_REF".into(), "cmVmdGtu-REF1".into());
+        p.env.insert("CORP_PW".into(), "ENVPW2".into());
+        p.files.insert(
+            "/home/u/.npmrc".into(),
+            concat!(
+                "registry=https://reg.test:8443/\n",
+                "//reg.test:8443/:_authToken=${JFROG_REF}\n",
+                "https-proxy=http://corpuser:PROXYPW3@proxy.corp.test:3128\n",
+                "@corp:registry=https://ci:${CORP_PW}@npm.corp.test/\n",
+                "# old: //reg.test:8443/:_authToken=OLD4\n",
+                "; also OLD5\n",
+                "//npm.corp.test/:keyfile=~/.npm-certs/client.key\n",
+                "//npm.corp.test/:certfile=/etc/c.crt\n",
+                "fund=false\n",
+            )
+            .into(),
+        );
+        let r = find("npm").unwrap().resolve(&p);
+        let copy = &r.files[0].text;
+        for s in [
+            "REF1", "ENVPW2", "PROXYPW3", "OLD4", "OLD5", "keyfile", "certfile", "CORP_PW",
+        ] {
+            assert!(!copy.contains(s), "{s} in the copy:\n{copy}");
+        }
+        assert!(
+            copy.contains("https-proxy=http://proxy.corp.test:3128"),
+            "{copy}"
+        );
+        assert!(
+            copy.contains("@corp:registry=https://npm.corp.test/"),
+            "{copy}"
+        );
+        assert!(copy.contains("fund=false"));
+        let cred = |h: &str| {
+            r.credentials
+                .iter()
+                .filter(|c| c.host == h)
+                .map(|c| c.value.clone())
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(cred("reg.test:8443"), ["Bearer cmVmdGtu-REF1"]);
+        assert_eq!(cred("npm.corp.test"), [super::basic("ci", "ENVPW2")]);
+        assert!(cred("proxy.corp.test").is_empty());
+        assert_eq!(r.withheld_env, ["JFROG_REF", "CORP_PW"]);
+        assert!(r
+            .hide
+            .iter()
+            .any(|(h, _)| h == "/home/u/.npm-certs/client.key"));
+        assert!(r
+            .warnings
+            .iter()
+            .any(|w| w.contains("client certificates are not lent")));
+        // Without the preset: the same copy, the same variables withheld,
+        // nothing lent.
+        let s = super::super::secrets_outside(&p, &[]);
+        assert!(s.credentials.is_empty());
+        assert_eq!(s.withheld_env, ["JFROG_REF", "CORP_PW"]);
+        assert!(!s.files[0].text.contains("PROXYPW3"));
+    }
+
+    /// A password in a URL is secret enough for a copy on its own.
+    #[test]
+    fn a_url_password_alone_is_kept_outside() {
+        let mut p = FakeProbe::default();
+        p.files.insert(
+            "/home/u/.npmrc".into(),
+            "registry=https://u:PW1@r.test/\n".into(),
+        );
+        let s = super::super::secrets_outside(&p, &[]);
+        assert!(s.hide.iter().any(|(h, _)| h == "/home/u/.npmrc"));
+        assert_eq!(s.files[0].text, "registry=https://r.test/\n");
     }
 
     #[test]

@@ -4,7 +4,7 @@
 
 use std::path::{Path, PathBuf};
 
-use super::{config_copy_dir, ini_values, strip_url_secret, ConfigCopy, Probe, Resolved};
+use super::{config_copy_dir, ini_values, lend_or_say, scrub_urls, ConfigCopy, Probe, Resolved};
 
 /// Variables pip and uv read for their index and TLS, passed when set.
 const PASS: &[&str] = &[
@@ -180,34 +180,10 @@ fn without_url_secrets(r: &mut Resolved, file: &Path, text: &str) -> Option<Stri
     let mut out = String::with_capacity(text.len());
     let mut found = false;
     for (i, line) in text.lines().enumerate() {
-        let mut rest = line;
-        // Schemes are case-insensitive (`HTTPS://u:pw@host` is a URL too);
-        // lowercasing ASCII keeps every byte offset.
-        let scheme_at = |s: &str| {
-            let lower = s.to_ascii_lowercase();
-            [lower.find("http://"), lower.find("https://")]
-                .into_iter()
-                .flatten()
-                .min()
-        };
-        while let Some(at) = scheme_at(rest) {
-            out.push_str(&rest[..at]);
-            let tail = &rest[at..];
-            let end = tail
-                .find(|c: char| c.is_whitespace() || c == '"' || c == '\'')
-                .unwrap_or(tail.len());
-            match strip_url_secret(&tail[..end]) {
-                Some((clean, Some(c))) => {
-                    found = true;
-                    let from = format!("{}:{}", file.display(), i + 1);
-                    r.url_credential(&tail[..end], c, from);
-                    out.push_str(&clean);
-                }
-                _ => out.push_str(&tail[..end]),
-            }
-            rest = &tail[end..];
-        }
-        out.push_str(rest);
+        let from = format!("{}:{}", file.display(), i + 1);
+        let (clean, any) = scrub_urls(line, |s| lend_or_say(r, s, &from));
+        found |= any;
+        out.push_str(&clean);
         out.push('\n');
     }
     found.then_some(out)

@@ -377,7 +377,13 @@ pub fn build(policy: &Policy, o: &Options) -> Plan {
             Some(String::new())
         });
     }
-    let credential_vars = credential_vars.into_inner();
+    let mut credential_vars = credential_vars.into_inner();
+    // And those a preset read a credential from (npm's `${NAME}` in a
+    // token), with the preset on or not: the token never enters the
+    // sandbox, whichever way it is spelled.
+    for r in policy.presets.iter().chain([&policy.secrets]) {
+        credential_vars.extend(r.withheld_env.iter().cloned());
+    }
     let env_rule = crate::env::Rule {
         inherit: policy.env_inherit.value,
         pass: policy.env_pass.clone(),
