@@ -270,6 +270,38 @@ pub const DEFAULT_DENY_READ: &[&str] = &[
     "~/Library/Application Support/Google/Chrome",
     "~/Library/Application Support/Firefox",
     "~/Library/Safari",
+    // Red team round 7: more registries' and tools' logins (not the
+    // configurations the tools need to work: `.condarc`, cabal's config
+    // and `~/.gitconfig` stay readable; see docs/src/security.md).
+    "~/.bunfig.toml",
+    "~/.config/pypoetry/auth.toml",
+    "~/Library/Application Support/pypoetry/auth.toml",
+    "~/.local/share/uv/credentials",
+    "~/.sbt/.credentials",
+    "~/.ivy2/.credentials",
+    "~/.hex/hex.config",
+    "~/.config/dart/pub-tokens.json",
+    "~/.pub-cache/credentials.json",
+    "~/.dockercfg",
+    "~/.cloudflared",
+    "~/.config/ngrok",
+    "~/.ngrok2",
+    "~/Library/Application Support/ngrok",
+    "~/.dbt/profiles.yml",
+    "~/.config/sops",
+    "~/.age",
+    "~/.config/age",
+    "~/.zhistory",
+    "~/.local/share/atuin",
+    "~/.config/nushell/history.txt",
+    "~/.config/nushell/history.sqlite3",
+    "~/.pki/nssdb",
+    "~/.config/Slack",
+    "~/.config/discord",
+    "~/.thunderbird",
+    "~/.config/filezilla",
+    "~/.local/share/remmina",
+    "~/.config/remmina",
 ];
 
 /// [`DEFAULT_DENY_READ`] and what only this machine's environment names:

@@ -52,11 +52,12 @@ const SECRET_STEMS: &[&str] = &[".env", ".dev.vars"];
 /// name is as often a directory or a marker.
 const SECRET_PREFIXES: &[&str] = &[".secrets"];
 /// Names hidden only inside a directory of this name: (directory, file).
-const SECRET_IN_DIR: &[(&str, &str)] = &[(".streamlit", "secrets.toml")];
+/// Rails' master key too (its per-environment keys: [`is_secret_path`]).
+const SECRET_IN_DIR: &[(&str, &str)] = &[(".streamlit", "secrets.toml"), ("config", "master.key")];
 
 /// The rule's name in messages and `policy explain --path`.
 pub const RULE: &str =
-    "built-in default: .env and .env.* files (and .dev.vars, .secrets.*, .streamlit/secrets.toml) in every writable root (not templates such as .env.example)";
+    "built-in default: .env, .env.*, .env-* and .env_* files (and .dev.vars, .secrets.*, .streamlit/secrets.toml, Rails' config/master.key and config/credentials/*.key) in every writable root (not templates such as .env.example)";
 
 /// Whether a file name is one the rule hides: `.env`, `.dev.vars`, or one
 /// of those or `.secrets` followed by `.<x>` where no dotted part of `<x>`
@@ -68,10 +69,16 @@ pub fn is_secret_name(name: &OsStr) -> bool {
     if SECRET_STEMS.contains(&name) {
         return true;
     }
+    // `.env-local`, `.env_prod`: the same store by another spelling.
+    let other_sep = |stem: &&str| {
+        let rest = name.strip_prefix(*stem)?;
+        rest.strip_prefix('-').or_else(|| rest.strip_prefix('_'))
+    };
     SECRET_STEMS
         .iter()
         .chain(SECRET_PREFIXES)
         .filter_map(|stem| name.strip_prefix(stem)?.strip_prefix('.'))
+        .chain(SECRET_STEMS.iter().filter_map(other_sep))
         .any(|rest| {
             !rest.is_empty()
                 && !rest
@@ -90,9 +97,17 @@ pub fn is_secret_path(path: &Path) -> bool {
         return true;
     }
     let dir = path.parent().and_then(Path::file_name);
-    SECRET_IN_DIR
+    if SECRET_IN_DIR
         .iter()
         .any(|(d, f)| name == *f && dir == Some(OsStr::new(d)))
+    {
+        return true;
+    }
+    // Rails' per-environment keys: config/credentials/<env>.key.
+    let above = path.parent().and_then(Path::parent).and_then(Path::file_name);
+    dir == Some(OsStr::new("credentials"))
+        && above == Some(OsStr::new("config"))
+        && name.to_str().is_some_and(|n| n.ends_with(".key"))
 }
 
 /// What the search found.
@@ -210,8 +225,16 @@ mod tests {
             ".secrets.toml",
             ".secrets.local.yaml",
             ".secrets.json",
+            ".env-local",
+            ".env_prod",
         ] {
             assert!(is_secret_name(OsStr::new(n)), "{n}");
+        }
+        for p in ["app/config/master.key", "config/credentials/production.key"] {
+            assert!(is_secret_path(Path::new(p)), "{p}");
+        }
+        for p in ["app/master.key", "credentials/production.key", "config/app.key"] {
+            assert!(!is_secret_path(Path::new(p)), "{p}");
         }
         for n in [
             ".env.example",
@@ -220,6 +243,8 @@ mod tests {
             ".env.local.example",
             ".env.EXAMPLE",
             ".env.",
+            ".env-example",
+            ".env_sample",
             ".envrc",
             ".flaskenv",
             ".secrets",

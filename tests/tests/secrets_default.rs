@@ -68,6 +68,20 @@ const HOME_SECRETS: &[&str] = &[
     ".ansible-vault-pass",
     ".config/helm/repositories.yaml",
     "ops/pw.txt",
+    // Red team round 7.
+    ".config/pypoetry/auth.toml",
+    ".local/share/uv/credentials/credentials.toml",
+    ".sbt/.credentials",
+    ".config/dart/pub-tokens.json",
+    ".dockercfg",
+    ".cloudflared/cert.pem",
+    ".config/ngrok/ngrok.yml",
+    ".dbt/profiles.yml",
+    ".config/sops/age/keys.txt",
+    ".zhistory",
+    ".local/share/atuin/history.db",
+    ".pki/nssdb/key4.db",
+    ".thunderbird/profiles.ini",
 ];
 
 /// Beside the secrets, what the same tools need and is no secret stays
@@ -102,6 +116,13 @@ const WS_FILES: &[(&str, bool)] = &[
     (".streamlit/config.toml", false),
     // Flask's convention: public settings, committed; secrets go to .env.
     (".flaskenv", false),
+    // Red team round 7: other spellings, Rails' keys.
+    (".env-local", true),
+    (".env_prod", true),
+    (".env-example", false),
+    ("config/master.key", true),
+    ("config/credentials/production.key", true),
+    ("config/credentials/production.yml.enc", false),
 ];
 
 fn secret(rel: &str) -> String {
@@ -211,7 +232,7 @@ fn policy_explain_path_names_the_rule() {
     };
     let out = explain(".env");
     assert!(
-        out.contains("read:     no") && out.contains(".env and .env.* files"),
+        out.contains("read:     no") && out.contains(".env, .env.*"),
         "{out}"
     );
     let out = explain(".env.example");
