@@ -23,10 +23,6 @@ pub struct CredentialWrite {
     pub url: String,
     /// Which credential: its header and where it came from, never its value.
     pub credential: String,
-    /// How the request asks the origin to take it as another method (a
-    /// header or a `_method` parameter), which the question names: the
-    /// answer is for what the origin runs.
-    pub overridden: Option<String>,
 }
 
 impl std::fmt::Display for CredentialWrite {
@@ -35,11 +31,7 @@ impl std::fmt::Display for CredentialWrite {
             f,
             "{} {} with the credential {}",
             self.method, self.url, self.credential
-        )?;
-        match &self.overridden {
-            Some(how) => write!(f, " (taken as another method by {how})"),
-            None => Ok(()),
-        }
+        )
     }
 }
 

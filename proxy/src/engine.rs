@@ -628,16 +628,15 @@ impl Engine {
     /// credential. With nobody to ask it is refused (`credential-write`).
     pub async fn lend(&self, conn: &Conn, target: &Target, write: CredentialWrite) -> Lend {
         // A session's answer covers this method on this URL with this
-        // credential, never a request that asks to be taken as another
-        // method (red team round 7: one answer for a PUT covered an
-        // overridden PUT elsewhere on the host).
+        // credential (red team round 7: one answer for a PUT covered a PUT
+        // elsewhere on the host).
         let key = (
             target.clone(),
             write.method.clone(),
             write.credential.clone(),
             write.url.clone(),
         );
-        if write.overridden.is_none() && lock(&self.lent).contains(&key) {
+        if lock(&self.lent).contains(&key) {
             return Lend::Lend;
         }
         let refuse = |detail: String| {
@@ -692,9 +691,7 @@ impl Engine {
         });
         match answer {
             Answer::AllowSession | Answer::AllowAlways => {
-                if write.overridden.is_none() {
-                    lock(&self.lent).insert(key);
-                }
+                lock(&self.lent).insert(key);
                 Lend::Lend
             }
             Answer::AllowOnce => Lend::Lend,

@@ -425,7 +425,10 @@ async fn handle(
     // what would carry a credential beyond reads, instead of sending it.
     let mut held = crate::hold::named(&engine, &target, method.as_str(), &path, req.headers());
     if !carried.is_empty() {
-        // Named in the question: the answer is for what the origin runs.
+        // A request that asks the origin to take it as another method is
+        // no read, and no client that publishes sends one: refused, never
+        // asked about (a person would approve the method shown, not the
+        // one the origin runs; red team round 7).
         let overridden = crate::rules::method_override(req.headers(), &path);
         // The origin gets the path that was judged a read, not a spelling
         // it could read as another one.
@@ -444,6 +447,20 @@ async fn handle(
             .filter(|c| !crate::lend::lent(c, method.as_str(), &path, req.headers()))
             .map(|c| c.describe())
             .collect();
+        if !unlent.is_empty() {
+            if let Some(how) = overridden {
+                let r = Refusal::new(
+                    Reason::CredentialWrite,
+                    &target,
+                    format!(
+                        "{method} {path} asks the origin to take it as another method ({how}); the credential {} is never lent to such a request",
+                        unlent.join(", ")
+                    ),
+                );
+                drain(req.body_mut()).await;
+                return full(engine.refused(&conn, Protocol::Connect, r, None).response());
+            }
+        }
         if held.is_none() && !unlent.is_empty() && engine.holder().is_some() {
             held = Some(format!(
                 "it would carry the credential {}, which is lent to reads only",
@@ -455,7 +472,6 @@ async fn handle(
                 method: method.to_string(),
                 url: format!("https://{}{}", authority_of(&target), path),
                 credential: unlent.join(", "),
-                overridden,
             };
             if let crate::engine::Lend::Refuse(r) = engine.lend(&conn, &target, write).await {
                 drain(req.body_mut()).await;

@@ -104,7 +104,10 @@ pub fn is_secret_path(path: &Path) -> bool {
         return true;
     }
     // Rails' per-environment keys: config/credentials/<env>.key.
-    let above = path.parent().and_then(Path::parent).and_then(Path::file_name);
+    let above = path
+        .parent()
+        .and_then(Path::parent)
+        .and_then(Path::file_name);
     dir == Some(OsStr::new("credentials"))
         && above == Some(OsStr::new("config"))
         && name.to_str().is_some_and(|n| n.ends_with(".key"))
@@ -233,7 +236,11 @@ mod tests {
         for p in ["app/config/master.key", "config/credentials/production.key"] {
             assert!(is_secret_path(Path::new(p)), "{p}");
         }
-        for p in ["app/master.key", "credentials/production.key", "config/app.key"] {
+        for p in [
+            "app/master.key",
+            "credentials/production.key",
+            "config/app.key",
+        ] {
             assert!(!is_secret_path(Path::new(p)), "{p}");
         }
         for n in [

@@ -294,27 +294,26 @@ fn an_approved_npm_publish_carries_the_token_and_a_denied_one_never_leaves() {
     }
 }
 
-/// A write that asks the origin to take it as another method is asked
-/// about as such, and an answer for the session never covers it (red team
-/// round 7: one "session" answer for a PUT let a later overridden PUT out,
-/// unasked): the second overridden request is asked again.
+/// A credentialed write that asks the origin to take it as another method
+/// is refused, never asked about (a person would approve the method shown,
+/// not the one the origin runs), and a session answer for one write covers
+/// that method on that URL only (red team round 7: one "session" answer
+/// for a PUT let an overridden PUT elsewhere out, unasked).
 #[test]
-fn an_overridden_write_is_named_and_never_covered_by_a_session_answer() {
+fn an_overridden_write_is_refused_and_a_session_answer_covers_one_url() {
     for who in Who::all() {
         let s = setup(who);
         let sock = s.f.home.join("approve.sock");
         let ask = format!("socket:{}", sock.display());
         let script = [
             curl_line(
-                "first",
+                "overridden",
                 "-X PUT -H 'X-HTTP-Method-Override: DELETE' -d x",
                 &s.url("/pkg-a"),
             ),
-            curl_line(
-                "second",
-                "-X PUT -H 'X-HTTP-Method-Override: DELETE' -d x",
-                &s.url("/pkg-a"),
-            ),
+            curl_line("first", "-X PUT -d x", &s.url("/pkg-a")),
+            curl_line("again", "-X PUT -d x", &s.url("/pkg-a")),
+            curl_line("elsewhere", "-X PUT -d x", &s.url("/pkg-b")),
         ]
         .concat();
         // A question not answered within 3 s is refused (the client reads
@@ -343,28 +342,42 @@ fn an_overridden_write_is_named_and_never_covered_by_a_session_answer() {
             &args,
             &script,
         ));
-        // "session" to the first question; the second goes unanswered.
+        // "session" to the first question; the next goes unanswered.
         let mut client = approver(who, &s.f, &sock, "s");
         let out = output_of(run_child);
         let _ = client.kill();
         let asked = output_of(client);
         let q = &asked.stderr;
+        let o = &out.stdout;
         assert!(
-            q.contains("taken by the origin as another method: a x-http-method-override header"),
-            "{who:?}: the question must name the override:\n{q}\n{}",
+            o.contains("overridden=403 reason=credential-write"),
+            "{who:?}: {}",
             show(&out)
         );
+        for ok in ["first=", "again="] {
+            assert!(
+                o.contains(ok) && !o.contains(&format!("{ok}403")),
+                "{who:?}: {ok} {}",
+                show(&out)
+            );
+        }
         assert!(
-            out.stdout.contains("first=") && !out.stdout.contains("first=403"),
-            "{who:?}: the approved write went out: {}",
-            show(&out)
-        );
-        assert!(
-            out.stdout.contains("second=403 reason=credential-write"),
-            "{who:?}: a session answer covered an overridden write:\n{q}\n{}",
+            o.contains("elsewhere=403 reason=credential-write"),
+            "{who:?}: a session answer covered another URL:\n{q}\n{}",
             show(&out)
         );
         assert_eq!(q.matches("lend the credential").count(), 2, "{who:?}: {q}");
+        // The two approved writes reached the registry; neither the
+        // overridden one nor the one elsewhere did.
+        let puts = |p: &str| {
+            s.reg
+                .seen()
+                .iter()
+                .filter(|l| l.starts_with(&format!("PUT {p} ")))
+                .count()
+        };
+        assert_eq!(puts("/pkg-a"), 2, "{who:?}: {:?}", s.reg.seen());
+        assert_eq!(puts("/pkg-b"), 0, "{who:?}: {:?}", s.reg.seen());
     }
 }
 

@@ -134,15 +134,8 @@ fn question(msg: &Value) -> String {
         .map_or("?".to_string(), |p| p.to_string());
     if msg["kind"].as_str() == Some("credential-write") {
         let field = |k: &str, n| escape::line(msg[k].as_str().unwrap_or("?"), n);
-        let overridden = match msg["overridden"].as_str() {
-            Some(how) => format!(
-                "\n  (taken by the origin as another method: {}; [s]ession counts as once)",
-                escape::line(how, 80)
-            ),
-            None => String::new(),
-        };
         return format!(
-            "\nlend the credential {} to {} {}?{overridden}\n  (it is lent to reads only; this request may publish, delete or create tokens; [s]ession covers this method on this URL)\n  command: {who}\n  [o]nce [s]ession [d]eny: ",
+            "\nlend the credential {} to {} {}?\n  (it is lent to reads only; this request may publish, delete or create tokens)\n  command: {who}\n  [o]nce [s]ession [d]eny: ",
             field("credential", 200),
             field("method", 20),
             field("url", 300)

@@ -258,11 +258,6 @@ impl Approver for SocketApprover {
                 msg["method"] = json!(w.method);
                 msg["url"] = json!(w.url);
                 msg["credential"] = json!(w.credential);
-                if let Some(how) = &w.overridden {
-                    // The origin takes it as another method: an answer
-                    // for the session counts for this request only.
-                    msg["overridden"] = json!(how);
-                }
             }
             let line = msg.to_string();
             let (reply, answer) = oneshot::channel();

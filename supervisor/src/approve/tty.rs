@@ -194,15 +194,8 @@ pub fn question_line(q: &Question) -> String {
     if let Some(w) = &q.write {
         // SPEC §3.4: the host is allowed; the question is whether this
         // request may act with someone's identity.
-        let overridden = match &w.overridden {
-            Some(how) => format!(
-                "\r\n  (taken by the origin as another method: {}; [s]ession counts as once)",
-                escape::line(how, 80)
-            ),
-            None => String::new(),
-        };
         return format!(
-            "airlock: lend the credential {} to {} {}?{overridden}\r\n  (it is lent to reads only; this request may publish, delete or create tokens; [s]ession covers this method on this URL)\r\n  command: {who}\r\n  Allow? [o]nce [s]ession [d]eny (one lowercase key; anything else denies): ",
+            "airlock: lend the credential {} to {} {}?\r\n  (it is lent to reads only; this request may publish, delete or create tokens)\r\n  command: {who}\r\n  Allow? [o]nce [s]ession [d]eny (one lowercase key; anything else denies): ",
             escape::line(&w.credential, 200),
             escape::line(&w.method, 20),
             escape::line(&w.url, 300),
@@ -363,7 +356,6 @@ mod tests {
                 method: "PUT".into(),
                 url: "https://r.test/pkg\x1b[2K".into(),
                 credential: "authorization for r.test from preset npm (~/.npmrc:1)".into(),
-                overridden: None,
             }),
         };
         let line = question_line(&q);
