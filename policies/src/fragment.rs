@@ -302,6 +302,18 @@ pub const DEFAULT_DENY_READ: &[&str] = &[
     "~/.config/filezilla",
     "~/.local/share/remmina",
     "~/.config/remmina",
+    "~/.sbt/credentials",
+    "~/.mix/hex.config",
+    "~/.config/rebar3/hex.config",
+    "~/.config/dart/pub-credentials.json",
+    "~/.config/heroku/config.json",
+    "~/.config/openai/auth.json",
+    "~/.config/tea/config.yml",
+    "~/.config/atuin/key",
+    "~/.aider.conf.yml",
+    "~/.irssi/config",
+    "~/.config/hexchat/servlist.conf",
+    "~/.env",
 ];
 
 /// [`DEFAULT_DENY_READ`] and what only this machine's environment names:
