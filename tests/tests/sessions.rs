@@ -666,3 +666,46 @@ fn repos_git() -> bool {
     }
     ok
 }
+
+/// A session command's report names the variables of the caller's
+/// environment the session withheld (SPEC §7: names only), and the
+/// command does not see them; the rest of the caller's environment it
+/// does.
+#[test]
+fn a_session_commands_report_names_what_was_withheld() {
+    for who in Who::all() {
+        let f = Fixture::new_in(&base());
+        who.prepare(&f);
+        let mut s = Session::start(&f, who, "withheld", &["--network", "none"]);
+        let report = f.home.join("cmd-report.json");
+        let mut c = s.cmd(
+            &f.ws,
+            &["--report", report.to_str().unwrap()],
+            &["sh", "-c", "env"],
+        );
+        c.env("MY_API_TOKEN", "s3cret-value")
+            .env("MY_COLOR", "blue");
+        let out = run(&mut c);
+        assert_eq!(out.code, 0, "{who:?}: {}", out.stderr);
+        assert!(
+            !out.stdout.contains("s3cret-value"),
+            "{who:?}: {}",
+            out.stdout
+        );
+        assert!(
+            out.stdout.contains("MY_COLOR=blue"),
+            "{who:?}: {}",
+            out.stdout
+        );
+        let r: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
+        assert!(
+            r["withheld_env"]
+                .as_array()
+                .is_some_and(|a| a.iter().any(|n| n == "MY_API_TOKEN")),
+            "{who:?}: {r}"
+        );
+        assert!(!r.to_string().contains("s3cret-value"), "{who:?}: {r}");
+        s.end(&[]);
+    }
+}

@@ -88,28 +88,31 @@ pub struct EnvRecipe {
     pub last: Mutex<Option<FilteredEnv>>,
 }
 
+/// The caller's environment, and what the filter made of it: the
+/// command's variables, the warnings, the names withheld.
 type FilteredEnv = (
     Vec<(String, String)>,
-    (BTreeMap<String, String>, Vec<String>),
+    (BTreeMap<String, String>, Vec<String>, Vec<String>),
 );
 
 impl EnvRecipe {
-    /// The command's environment, and the warnings the filter had.
+    /// The command's environment, the warnings the filter had, and the
+    /// names it withheld (for the command's report, SPEC §7).
     fn for_command(
         &self,
         caller: Vec<(String, String)>,
         cwd: &Path,
-    ) -> (BTreeMap<String, String>, Vec<String>) {
+    ) -> (BTreeMap<String, String>, Vec<String>, Vec<String>) {
         let mut last = lock(&self.last);
-        let (mut env, warnings) = match last.as_ref() {
+        let (mut env, warnings, withheld) = match last.as_ref() {
             Some((seen, filtered)) if *seen == caller => filtered.clone(),
             _ => {
                 let filtered = match &self.rule {
                     Some(r) => {
                         let s = r.apply(caller.clone());
-                        (s.env, s.warnings)
+                        (s.env, s.warnings, s.withheld)
                     }
-                    None => (BTreeMap::new(), vec![]),
+                    None => (BTreeMap::new(), vec![], vec![]),
                 };
                 *last = Some((caller, filtered.clone()));
                 filtered
@@ -118,7 +121,7 @@ impl EnvRecipe {
         drop(last);
         env.extend(self.overlay.clone());
         env.insert("PWD".into(), cwd.display().to_string());
-        (env, warnings)
+        (env, warnings, withheld)
     }
 }
 
@@ -498,7 +501,7 @@ fn run_command(
             setup.plan.cwd.clone()
         }
     };
-    let (env, warnings) = setup.env.for_command(req.env, &cwd);
+    let (env, warnings, withheld) = setup.env.for_command(req.env, &cwd);
     notes.extend(warnings.into_iter().map(|w| format!("airlock: {w}")));
     let before = (
         setup.engine.blocked(),
@@ -697,6 +700,7 @@ fn run_command(
         "filesystem_refusals": summary.filesystem,
         "protected_changes": changes,
         "check_failed": failed,
+        "withheld_env": withheld,
         "killed": killed,
     });
     let mut answer = answer;
