@@ -609,7 +609,14 @@ fn run_platform(
     };
     tracing::debug!(elapsed = ?started.elapsed(), "sandbox started");
     crate::approve::sandbox::watch(sandbox.pid);
-    let interrupted = on_termination(&runtime, sandbox.pid as libc::pid_t, sandbox.teardown)?;
+    // A session's PID 1 serves many commands: a signal ends it at once;
+    // so it does in the degraded tier, whose init sits below a watcher.
+    let interrupted = on_termination(
+        &runtime,
+        sandbox.pid as libc::pid_t,
+        sandbox.teardown,
+        session.is_none() && plan.degraded.is_none(),
+    )?;
     #[cfg(target_os = "linux")]
     let _ = killer.set(crate::integrity::watch::Killer::of(
         sandbox.pid as libc::pid_t,
@@ -1165,6 +1172,7 @@ fn on_termination(
     runtime: &tokio::runtime::Runtime,
     helper: libc::pid_t,
     teardown: libc::c_int,
+    pass_on: bool,
 ) -> Result<Interrupted> {
     use tokio::signal::unix::{signal, SignalKind};
     let _guard = runtime.enter();
@@ -1181,6 +1189,31 @@ fn on_termination(
             _ = hup.recv() => libc::SIGHUP,
             _ = int.recv() => libc::SIGINT,
         };
+        // The command gets the signal first (through PID 1, which passes
+        // SIGINT, SIGTERM and SIGHUP to it: SPEC §4.1) and a moment to end
+        // as it would outside (a dev server closing, git cleaning up); a
+        // second signal, or the moment passing, kills the sandbox.
+        #[cfg(target_os = "linux")]
+        if let Some(init) = child_of(helper).filter(|_| pass_on) {
+            // SAFETY: kill(2) on the sandbox's PID 1, as its parent's parent.
+            unsafe { libc::kill(init, sig) };
+            eprintln!("airlock: stopped by signal {sig}: passed on to the command, which has {GRACE:?} to end (a second signal kills the sandbox now)");
+            let again = tokio::time::timeout(GRACE, async {
+                tokio::select! {
+                    _ = term.recv() => {}
+                    _ = hup.recv() => {}
+                    _ = int.recv() => {}
+                }
+            })
+            .await;
+            eprintln!(
+                "airlock: {}",
+                match again {
+                    Ok(()) => "a second signal".to_string(),
+                    Err(_) => format!("the command did not end within {GRACE:?} of signal {sig}"),
+                }
+            );
+        }
         let ns = pid_namespace_of(helper);
         if let Ok(mut g) = shared.lock() {
             *g = (sig, ns);
@@ -1198,6 +1231,18 @@ fn on_termination(
 
 /// The PID namespace a process's children live in (the sandbox's, once the
 /// helper has unshared).
+/// How long a command has to end after the signal airlock passed on.
+#[cfg(target_os = "linux")]
+const GRACE: Duration = Duration::from_secs(5);
+
+/// The one child of `pid` (the helper's: the sandbox's PID 1), as the
+/// host sees it.
+#[cfg(target_os = "linux")]
+fn child_of(pid: libc::pid_t) -> Option<libc::pid_t> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")).ok()?;
+    text.split_whitespace().next()?.parse().ok()
+}
+
 fn pid_namespace_of(pid: libc::pid_t) -> Option<std::path::PathBuf> {
     let ns = std::fs::read_link(format!("/proc/{pid}/ns/pid_for_children")).ok()?;
     let ours = std::fs::read_link("/proc/self/ns/pid").ok()?;

@@ -915,6 +915,72 @@ fn killing_airlock_does_not_skip_the_check() {
     }
 }
 
+/// A harness's SIGINT or SIGTERM to airlock reaches the command first, as
+/// it would outside: its handler runs and its exit status is the run's;
+/// one that ignores it is killed after a grace period.
+#[test]
+fn a_signal_to_airlock_is_passed_on_to_the_command() {
+    for who in Who::all() {
+        for signal in ["INT", "TERM"] {
+            let f = Fixture::new_in(&base());
+            who.prepare(&f);
+            let child = who
+                .wrap(f.command(
+                    &["--network", "none"],
+                    &format!("trap 'echo cleaned > done.txt; exit 3' {signal}; echo ready > ready.txt; sleep 30 & wait"),
+                ))
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .unwrap();
+            let t = std::time::Instant::now();
+            while !f.ws.join("ready.txt").exists() && t.elapsed().as_secs() < 10 {
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+            let _ = Command::new("kill")
+                .args([&format!("-{signal}"), &child.id().to_string()])
+                .status();
+            let out = child.wait_with_output().unwrap();
+            let stderr = String::from_utf8_lossy(&out.stderr).to_string();
+            assert_eq!(out.status.code(), Some(3), "{who:?} {signal}: {stderr}");
+            assert_eq!(
+                std::fs::read_to_string(f.ws.join("done.txt"))
+                    .ok()
+                    .as_deref(),
+                Some("cleaned\n"),
+                "{who:?} {signal}: {stderr}"
+            );
+            assert!(
+                stderr.contains("passed on to the command"),
+                "{who:?} {signal}: {stderr}"
+            );
+        }
+        // One that ignores it is killed once the grace period is over.
+        let f = Fixture::new_in(&base());
+        who.prepare(&f);
+        let child = who
+            .wrap(f.command(
+                &["--network", "none"],
+                "trap '' INT; echo ready > ready.txt; sleep 60",
+            ))
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let t = std::time::Instant::now();
+        while !f.ws.join("ready.txt").exists() && t.elapsed().as_secs() < 10 {
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        let _ = Command::new("kill")
+            .args(["-INT", &child.id().to_string()])
+            .status();
+        let out = child.wait_with_output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr).to_string();
+        assert_eq!(out.status.code(), Some(130), "{who:?}: {stderr}");
+        assert!(stderr.contains("did not end within"), "{who:?}: {stderr}");
+    }
+}
+
 /// Repositories git finds that are not named `.git`, or hide behind odd
 /// names, or in a pre-existing nested repository's submodule.
 #[test]
