@@ -321,6 +321,65 @@ pub const DEFAULT_DENY_READ: &[&str] = &[
 /// Ansible Vault password file `ANSIBLE_VAULT_PASSWORD_FILE` names, and the
 /// password databases of JetBrains IDEs (one directory per product and
 /// version, so listed, not globbed: mounts cannot take a glob).
+/// Where the tools' own variables move the logins the list names under
+/// HOME (red team round 8: `KUBECONFIG`, `DOCKER_CONFIG`, `XDG_CONFIG_HOME`
+/// and the like put them where the fixed list did not look). Absolute
+/// paths only, and none with a glob character.
+fn relocated_logins(var: &dyn Fn(&str) -> Option<String>) -> Vec<String> {
+    let usable = |v: &str| v.starts_with('/') && !v.contains(['*', '?', '[', '\n']);
+    let mut out = vec![];
+    // Files, or `:`-separated lists of them.
+    for (name, list) in [
+        ("KUBECONFIG", true),
+        ("AWS_SHARED_CREDENTIALS_FILE", false),
+        ("AWS_CONFIG_FILE", false),
+        ("GOOGLE_APPLICATION_CREDENTIALS", false),
+        ("NETRC", false),
+        ("TF_CLI_CONFIG_FILE", false),
+        ("HF_TOKEN_PATH", false),
+    ] {
+        if let Some(v) = var(name) {
+            let parts: Vec<&str> = if list {
+                v.split(':').collect()
+            } else {
+                vec![&v]
+            };
+            out.extend(parts.into_iter().filter(|p| usable(p)).map(String::from));
+        }
+    }
+    // Directories, whole or by the file in them that holds the login.
+    for (name, inside) in [
+        ("DOCKER_CONFIG", "config.json"),
+        ("GH_CONFIG_DIR", ""),
+        ("GNUPGHOME", ""),
+        ("PASSWORD_STORE_DIR", ""),
+        ("AZURE_CONFIG_DIR", ""),
+        ("CLOUDSDK_CONFIG", ""),
+        ("HF_HOME", "token"),
+        ("HF_HOME", "stored_tokens"),
+    ] {
+        if let Some(v) = var(name).filter(|v| usable(v)) {
+            let p = std::path::Path::new(&v).join(inside);
+            out.push(p.display().to_string());
+        }
+    }
+    // The list's entries under `~/.config` and `~/.local/share`, where
+    // XDG_CONFIG_HOME and XDG_DATA_HOME move them.
+    for (name, under) in [
+        ("XDG_CONFIG_HOME", "~/.config/"),
+        ("XDG_DATA_HOME", "~/.local/share/"),
+    ] {
+        if let Some(v) = var(name).filter(|v| usable(v)) {
+            for entry in DEFAULT_DENY_READ {
+                if let Some(rest) = entry.strip_prefix(under) {
+                    out.push(std::path::Path::new(&v).join(rest).display().to_string());
+                }
+            }
+        }
+    }
+    out
+}
+
 pub fn default_deny_read() -> Vec<String> {
     let mut out: Vec<String> = DEFAULT_DENY_READ.iter().map(|s| s.to_string()).collect();
     // An absolute path, or one from home: a relative one is read from
@@ -337,6 +396,7 @@ pub fn default_deny_read() -> Vec<String> {
     {
         out.push(run.join("containers/auth.json").display().to_string());
     }
+    out.extend(relocated_logins(&|k| std::env::var(k).ok()));
     if let Some(home) = std::env::var_os("HOME").filter(|h| !h.is_empty()) {
         let jetbrains = std::path::Path::new(&home).join(".config/JetBrains");
         if let Ok(dir) = std::fs::read_dir(&jetbrains) {
@@ -386,4 +446,26 @@ pub fn flag_rule(flag: &str, text: &str, list: PatternList) -> Result<Rule, Stri
             )
         })
         .map_err(|e| format!("{flag} {text}: {}", e.why))
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn logins_moved_by_their_variables_are_hidden_where_they_are() {
+        let vars = |k: &str| match k {
+            "KUBECONFIG" => Some("/k/one:/k/two:relative".to_string()),
+            "DOCKER_CONFIG" => Some("/d".to_string()),
+            "XDG_CONFIG_HOME" => Some("/x".to_string()),
+            "NETRC" => Some("/n/*".to_string()),
+            _ => None,
+        };
+        let got = super::relocated_logins(&vars);
+        for want in ["/k/one", "/k/two", "/d/config.json", "/x/gh", "/x/rclone"] {
+            assert!(got.iter().any(|g| g == want), "{want}: {got:?}");
+        }
+        assert!(
+            !got.iter().any(|g| g == "relative" || g.contains('*')),
+            "{got:?}"
+        );
+    }
 }

@@ -93,14 +93,20 @@ pub(crate) fn method_override(headers: &http::HeaderMap, path_and_query: &str) -
         .map(|kv| kv.split('=').next().unwrap_or_default().replace('+', " "))
         .any(|k| {
             let k = percent_encoding::percent_decode_str(&k).decode_utf8_lossy();
-            let k: String = k
-                .chars()
-                .map(|c| match c {
-                    '.' | ' ' => '_',
-                    c => c.to_ascii_lowercase(),
-                })
-                .collect();
-            k == "_method" || k.starts_with("_method[")
+            let as_php = |k: &str| -> String {
+                k.chars()
+                    .map(|c| match c {
+                        '.' | ' ' => '_',
+                        c => c.to_ascii_lowercase(),
+                    })
+                    .collect()
+            };
+            // PHP drops leading spaces from a name before it turns the
+            // others into `_` (red team round 8: `?+_method=DELETE`); both
+            // readings count.
+            [as_php(&k), as_php(k.trim_start_matches(' '))]
+                .iter()
+                .any(|k| k == "_method" || k.starts_with("_method["))
         })
         .then(|| "a _method query parameter".to_string())
 }
@@ -188,6 +194,13 @@ mod tests {
         assert!(method_override(&h, "/a?x=1&_method=DELETE").is_some());
         assert!(method_override(&h, "/a?%5Fmethod=DELETE").is_some());
         assert!(method_override(&h, "/a?not_method=1").is_none());
+        for q in [
+            "/a?+_method=DELETE",
+            "/a?%20_method=DELETE",
+            "/a?%20%20_method=X",
+        ] {
+            assert!(method_override(&h, q).is_some(), "{q}");
+        }
         for q in [
             "/a?x=1;_method=DELETE",
             "/a?_%6Dethod=DELETE",

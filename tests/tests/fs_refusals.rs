@@ -148,16 +148,23 @@ fn reads_of_hidden_files_are_reported() {
             .filter(|x| x["rule"] == "deny_read" && x["op"] == "read")
             .collect();
         assert_eq!(reads.len(), 2, "{who:?}: {r}");
-        // Nothing of airlock's covers is left behind.
-        let state = f.home.join(".local/state/airlock");
-        let left: Vec<_> = std::fs::read_dir(&state)
-            .map(|d| {
-                d.flatten()
-                    .filter(|e| e.file_name().to_string_lossy().starts_with("masks-"))
-                    .map(|e| e.path())
-                    .collect()
-            })
+        // Nothing of airlock's covers is left behind, and no sandbox sees
+        // them (one that opened another run's cover made that run report
+        // a read it never made).
+        let masks = f.home.join(".local/state/airlock/masks");
+        let left: Vec<_> = std::fs::read_dir(&masks)
+            .map(|d| d.flatten().map(|e| e.path()).collect())
             .unwrap_or_default();
         assert!(left.is_empty(), "{who:?}: {left:?}");
+        let out = run(&mut who.wrap(f.command(
+            &["--network", "none"],
+            &format!("ls -A {} 2>&1; echo listed", masks.display()),
+        )));
+        assert!(out.stdout.contains("listed"), "{who:?}: {}", out.stderr);
+        let listing = out.stdout.replace("listed", "");
+        assert!(
+            listing.trim().is_empty() || listing.contains("ermission denied"),
+            "{who:?}: the covers are visible inside: {listing}"
+        );
     }
 }

@@ -338,3 +338,81 @@ fn a_yarn_one_rc_is_hidden_only_when_it_holds_a_token() {
         }
     }
 }
+
+/// One run cannot carry a project's `.env` out of the next run's search
+/// by moving the directory that holds it where the search does not look
+/// (`node_modules`, a link left in its place): that directory cannot be
+/// renamed inside the sandbox, so the next run still hides it (red team
+/// round 8). The rest of the tree moves as before.
+#[test]
+fn a_hidden_env_files_directory_cannot_be_carried_out_of_the_search() {
+    for who in Who::all() {
+        let f = Fixture::new_in(&base());
+        f.write("apps/web/.env", "TOKEN=SECRET-CARRIED\n");
+        f.write("apps/web/index.js", "1\n");
+        f.write("apps/api/index.js", "2\n");
+        who.prepare(&f);
+        let out = run(&mut who.wrap(f.command(
+            &["--network", "none"],
+            "mkdir -p node_modules; mv apps/web node_modules/.w && ln -s ../node_modules/.w apps/web; \
+             mv apps/api apps/api2 && echo moved-api",
+        )));
+        assert!(out.stdout.contains("moved-api"), "{who:?}: {}", show(&out));
+        // (`mv` falls back to copying, which reads the empty cover.)
+        assert_eq!(
+            std::fs::read_to_string(f.ws.join("apps/web/.env"))
+                .ok()
+                .as_deref(),
+            Some("TOKEN=SECRET-CARRIED\n"),
+            "{who:?}: the .env left its place: {}",
+            show(&out)
+        );
+        assert!(
+            std::fs::read_to_string(f.ws.join("node_modules/.w/.env"))
+                .map_or(true, |t| !t.contains("SECRET")),
+            "{who:?}: {}",
+            show(&out)
+        );
+        let out = run(&mut who.wrap(f.command(
+            &["--network", "none"],
+            "cat apps/web/.env node_modules/.w/.env 2>/dev/null; echo end",
+        )));
+        assert!(out.stdout.contains("end"), "{who:?}: {}", show(&out));
+        assert!(
+            !out.stdout.contains("SECRET-CARRIED"),
+            "{who:?}: {}",
+            show(&out)
+        );
+    }
+}
+
+/// Logins a tool's own variable moved out of HOME (`KUBECONFIG`,
+/// `DOCKER_CONFIG`, `XDG_CONFIG_HOME`, ...) are hidden where the variable
+/// points (red team round 8); the rest of that directory stays readable.
+#[test]
+fn logins_moved_by_their_variables_stay_hidden() {
+    for who in Who::all() {
+        let f = Fixture::new_in(&base());
+        let elsewhere = f.home.join("elsewhere");
+        f.write("~/elsewhere/kube.yaml", "token: SECRET-KUBE\n");
+        f.write(
+            "~/elsewhere/docker/config.json",
+            "{\"auths\":\"SECRET-DOCKER\"}\n",
+        );
+        f.write("~/elsewhere/xdg/gh/hosts.yml", "oauth_token: SECRET-GH\n");
+        f.write("~/elsewhere/xdg/app/settings.ini", "plain=1\n");
+        who.prepare(&f);
+        let script = format!(
+            "cat {e}/kube.yaml {e}/docker/config.json {e}/xdg/gh/hosts.yml {e}/xdg/app/settings.ini 2>/dev/null; echo end",
+            e = elsewhere.display()
+        );
+        let mut c = f.command(&["--network", "none"], &script);
+        c.env("KUBECONFIG", elsewhere.join("kube.yaml"))
+            .env("DOCKER_CONFIG", elsewhere.join("docker"))
+            .env("XDG_CONFIG_HOME", elsewhere.join("xdg"));
+        let out = run(&mut who.wrap(c));
+        assert!(out.stdout.contains("end"), "{who:?}: {}", show(&out));
+        assert!(!out.stdout.contains("SECRET"), "{who:?}: {}", show(&out));
+        assert!(out.stdout.contains("plain=1"), "{who:?}: {}", show(&out));
+    }
+}

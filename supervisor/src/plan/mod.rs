@@ -355,11 +355,16 @@ pub fn build(policy: &Policy, o: &Options) -> Plan {
     }
     deny_write.sort();
     deny_write.dedup();
+    // The `.env` files found too: a directory that holds one, renamed
+    // where the next run's search does not look (`node_modules`, a link
+    // in its place), would carry the secret out of its cover (red team
+    // round 8). Inside the sandbox such a directory cannot be renamed.
     let pin_targets: Vec<PathBuf> = protected
         .iter()
         .map(crate::plan::protected::Protected::path)
         .chain(deny_read.iter().cloned())
         .chain(deny_write.iter().cloned())
+        .chain(env_found.files.iter().cloned())
         .collect();
     let pin = crate::plan::protected::ancestors_to_pin(&pin_targets, &write);
     let tmp_binds = write
