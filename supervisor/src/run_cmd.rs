@@ -1194,9 +1194,19 @@ fn on_termination(
         // as it would outside (a dev server closing, git cleaning up); a
         // second signal, or the moment passing, kills the sandbox.
         #[cfg(target_os = "linux")]
-        if let Some(init) = child_of(helper).filter(|_| pass_on) {
-            // SAFETY: kill(2) on the sandbox's PID 1, as its parent's parent.
-            unsafe { libc::kill(init, sig) };
+        if let Some(command) = child_of(helper).and_then(child_of).filter(|_| pass_on) {
+            // To the command's process group (its own, as a shell's job):
+            // what a terminal's ^C reaches. PID 1 is left without handlers,
+            // so that nothing inside can signal it. A command in airlock's
+            // own group (its output on a terminal) got what the group got.
+            // SAFETY: getpgid and kill(2) on the sandbox's processes, as
+            // their ancestor.
+            unsafe {
+                let group = libc::getpgid(command);
+                if group > 0 && group != libc::getpgid(0) {
+                    libc::kill(-group, sig);
+                }
+            }
             eprintln!("airlock: stopped by signal {sig}: passed on to the command, which has {GRACE:?} to end (a second signal kills the sandbox now)");
             let again = tokio::time::timeout(GRACE, async {
                 tokio::select! {
@@ -1235,8 +1245,8 @@ fn on_termination(
 #[cfg(target_os = "linux")]
 const GRACE: Duration = Duration::from_secs(5);
 
-/// The one child of `pid` (the helper's: the sandbox's PID 1), as the
-/// host sees it.
+/// The first child of `pid` (the helper's: the sandbox's PID 1; PID 1's:
+/// the command, started before anything else), as the host sees it.
 #[cfg(target_os = "linux")]
 fn child_of(pid: libc::pid_t) -> Option<libc::pid_t> {
     let text = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")).ok()?;

@@ -115,7 +115,7 @@ fn own_tasks() -> u64 {
 pub fn run(plan: &Plan, channel: &mut UnixStream, proxy_port: Option<u16>) -> Result<i32> {
     // Without a PID namespace nothing tears the sandbox down for us: on
     // the supervisor's death we get SIGUSR1 and pass it on.
-    let mask = init::block_signals(false)?;
+    let mask = init::block_signals()?;
     set_parent_death_signal()?;
     subreaper()?;
     // Made outside the cgroups (denywatch::Instances says why).

@@ -45,13 +45,22 @@ pub fn main(fd: RawFd, supervisor: libc::pid_t, ahead: Ahead) -> ! {
         DEBUG.store(true, std::sync::atomic::Ordering::Relaxed);
     }
     caps::name(c"airlock-helper");
-    // A process group of its own (PID 1 and the command below it too): a
-    // harness that signals airlock's group reaches the supervisor alone,
-    // which passes the signal on to the command once and kills the
-    // sandbox only if it does not end (run_cmd.rs `on_termination`); the
-    // helper and PID 1 killed by the same signal ended it at once.
-    // SAFETY: setpgid on ourselves.
-    unsafe { libc::setpgid(0, 0) };
+    // A harness that signals airlock's process group reaches the helper
+    // too: blocked here, the supervisor alone decides (it passes the
+    // signal on to the command, and kills the sandbox only if the command
+    // does not end: run_cmd.rs `on_termination`). PID 1 and the command
+    // get their own masks.
+    let mut held = nix::sys::signal::SigSet::empty();
+    for s in [
+        nix::sys::signal::Signal::SIGINT,
+        nix::sys::signal::Signal::SIGTERM,
+        nix::sys::signal::Signal::SIGHUP,
+        nix::sys::signal::Signal::SIGQUIT,
+    ] {
+        held.add(s);
+    }
+    let _ =
+        nix::sys::signal::sigprocmask(nix::sys::signal::SigmaskHow::SIG_BLOCK, Some(&held), None);
     // SAFETY: the supervisor passed us this end of its socketpair.
     let mut channel = unsafe { UnixStream::from_raw_fd(fd) };
     // Only stdin, stdout and stderr cross into the sandbox (SPEC §4.6):

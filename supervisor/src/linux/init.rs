@@ -38,16 +38,8 @@ pub enum Reap {
 /// The signal that asks a subreaper to tear the sandbox down.
 pub const TEARDOWN: Signal = Signal::SIGUSR1;
 
-extern "C" fn waited_for(_: libc::c_int) {}
-
-/// Block the signals init handles, before anything can send them. As PID
-/// 1 of a PID namespace (`pid1`), each forwarded one also gets a handler
-/// that does nothing: such a process is sent from outside only the
-/// signals it handles, and one with the default action is dropped,
-/// blocked or not, before it could be waited for (airlock passes a
-/// harness's SIGINT on this way). The command gets the defaults back at
-/// exec. The degraded tier's init is an ordinary process and needs none.
-pub fn block_signals(pid1: bool) -> Result<SigSet> {
+/// Block the signals init handles, before anything can send them.
+pub fn block_signals() -> Result<SigSet> {
     let mut mask = SigSet::empty();
     mask.add(Signal::SIGCHLD);
     mask.add(TEARDOWN);
@@ -55,18 +47,6 @@ pub fn block_signals(pid1: bool) -> Result<SigSet> {
         mask.add(*s);
     }
     sigprocmask(SigmaskHow::SIG_BLOCK, Some(&mask), None).context("blocking signals in init")?;
-    for s in FORWARDED.iter().filter(|_| pid1) {
-        // SAFETY: a handler that does nothing, for a blocked signal.
-        if unsafe {
-            libc::signal(
-                *s as libc::c_int,
-                waited_for as *const () as libc::sighandler_t,
-            )
-        } == libc::SIG_ERR
-        {
-            anyhow::bail!("handling {s} in init");
-        }
-    }
     Ok(mask)
 }
 
@@ -338,6 +318,12 @@ extern "C" fn exec_child(arg: *mut libc::c_void) -> libc::c_int {
             libc::setpgid(0, 0);
             libc::signal(libc::SIGTTOU, libc::SIG_IGN);
             libc::tcsetpgrp(0, libc::getpid());
+        } else if libc::isatty(1) == 0 && libc::isatty(2) == 0 {
+            // No terminal (a harness): a process group of its own, as a
+            // shell gives a job, so that a signal to airlock's group is
+            // airlock's to pass on, once. With output on a terminal it
+            // stays in airlock's group, whose job the terminal runs.
+            libc::setpgid(0, 0);
         }
         // airlock ignores terminal stops (main.rs); the command does not.
         libc::signal(libc::SIGTTOU, libc::SIG_DFL);
@@ -432,7 +418,7 @@ pub fn run(
 ) -> Result<i32> {
     wait_for_go(channel)?;
     super::channel::phase_now(channel, "supervisor said go");
-    let mask = block_signals(reap == Reap::Namespace)?;
+    let mask = block_signals()?;
     let scope = match reap {
         Reap::Subreaper { scoped: true } => Some(
             super::scope::signal_ruleset()
@@ -527,7 +513,7 @@ pub fn serve_session(
 ) -> Result<i32> {
     use std::os::fd::AsRawFd;
     wait_for_go(channel)?;
-    let mask = block_signals(true)?;
+    let mask = block_signals()?;
     // Every disposition the default, once, for the commands to inherit as
     // the caller's own shell would give them: what `session start`
     // inherited (a background job ignores SIGINT and SIGQUIT) is not
