@@ -217,7 +217,11 @@ fn global_configs(p: &dyn Probe) -> Globals {
     }
     let globalconfigs: Vec<PathBuf> = npm_env(p, "globalconfig")
         .into_iter()
-        .chain(settings.iter().filter_map(|t| last_value(t, "globalconfig")))
+        .chain(
+            settings
+                .iter()
+                .filter_map(|t| last_value(t, "globalconfig")),
+        )
         .filter_map(|v| setting_path(p, &v))
         .collect();
     let mut prefixes: Vec<PathBuf> = npm_env(p, "prefix")
