@@ -258,3 +258,141 @@ fn a_sessions_commands_do_not_get_the_token_variable() {
         assert_eq!(end.code, 0, "{who:?}: session end: {}", show(&end));
     }
 }
+
+const GLOBAL_TOKEN: &str = "npm-global-tok-41c9e2-never-inside";
+
+/// npm's global config (`npm config set --location=global`; with nvm it
+/// lies under HOME) is treated like the user's (red team round 8): with
+/// or without the preset its token is not readable inside, neither in the
+/// file nor in the environment; npm inside still reads its other settings
+/// from a copy; under the preset the proxy lends the token, so npm still
+/// fetches from the registry that wants it.
+#[test]
+fn the_npm_global_config_keeps_its_token_outside() {
+    let npm = std::process::Command::new("npm")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    for who in Who::all() {
+        let f = Fixture::new_in(&base());
+        let pki = TestPki::new(&f.home.join("pki"), &["registry.test"]);
+        let want = format!("Bearer {GLOBAL_TOKEN}");
+        let port = Arc::new(std::sync::OnceLock::<u16>::new());
+        let p2 = port.clone();
+        let reg = Registry::start(
+            &pki,
+            Arc::new(move |_m, path, auth| {
+                if auth != Some(want.as_str()) {
+                    return (401, "application/json", b"{\"error\":\"auth\"}".to_vec());
+                }
+                let port = p2.get().copied().unwrap_or(0);
+                match path {
+                    "/airlock-demo" => (
+                        200,
+                        "application/json",
+                        format!(
+                            "{{\"name\":\"airlock-demo\",\"dist-tags\":{{\"latest\":\"1.0.0\"}},\"versions\":{{\"1.0.0\":{{\"name\":\"airlock-demo\",\"version\":\"1.0.0\",\"dist\":{{\"tarball\":\"https://registry.test:{port}/airlock-demo/-/airlock-demo-1.0.0.tgz\",\"shasum\":\"0\"}}}}}}}}"
+                        )
+                        .into_bytes(),
+                    ),
+                    _ => (404, "application/json", b"{}".to_vec()),
+                }
+            }),
+        );
+        let _ = port.set(reg.port());
+        let p = reg.port();
+        let global = f.write(
+            "~/.nvm/versions/node/v20.11.0/etc/npmrc",
+            &format!(
+                "registry=https://registry.test:{p}/\n\
+                 //registry.test:{p}/:_authToken={GLOBAL_TOKEN}\n\
+                 init-author-name=airlock-global-setting\n"
+            ),
+        );
+        f.write("~/.npmrc", "fund=false\n");
+        who.prepare(&f);
+        let g = global.display();
+        let script = format!(
+            "cat {g} \"$NPM_CONFIG_GLOBALCONFIG\" 2>&1; env; \
+             curl -sk -o /dev/null -w 'get=%{{http_code}}\\n' https://registry.test:{p}/airlock-demo; \
+             if command -v npm >/dev/null; then \
+               echo \"setting=$(npm config get init-author-name)\"; \
+               echo \"view=$(npm view airlock-demo version --loglevel=error 2>&1)\"; \
+             fi"
+        );
+        let globalconfig = global.to_str().expect("a UTF-8 path");
+        let allow = format!("registry.test:{p}");
+        for preset in [true, false] {
+            let ca = pki.ca_pem.to_str().unwrap().to_string();
+            let mut args = vec![
+                "--upstream-ca",
+                &ca,
+                "--resolve",
+                "registry.test=127.0.0.1",
+                "--allow-private",
+                "127.0.0.0/8",
+                "--ask",
+                "deny",
+            ];
+            if preset {
+                args.extend(["--preset", "npm"]);
+            } else {
+                // Without the preset the registry is allowed by hand: the
+                // token must still not be readable, and nothing lends it
+                // (`curl -k`: the connection is the test CA's, not
+                // inspected).
+                args.extend(["--allow", &allow]);
+            }
+            let mut cmd = f.command(&args, &script);
+            cmd.env("NPM_CONFIG_GLOBALCONFIG", globalconfig);
+            let out = run(&mut who.wrap(cmd));
+            assert!(
+                !out.stdout.contains(GLOBAL_TOKEN) && !out.stderr.contains(GLOBAL_TOKEN),
+                "{who:?} (preset {preset}): the global config's token is readable inside\n{}",
+                show(&out)
+            );
+            // The global config's other settings still reach npm inside.
+            assert!(
+                out.stdout
+                    .contains("init-author-name=airlock-global-setting"),
+                "{who:?} (preset {preset}): the copy lost a setting\n{}",
+                show(&out)
+            );
+            if npm {
+                assert!(
+                    out.stdout.contains("setting=airlock-global-setting"),
+                    "{who:?} (preset {preset}): npm does not read the copy\n{}",
+                    show(&out)
+                );
+            }
+            let fetched = if preset { "get=200" } else { "get=401" };
+            assert!(
+                out.stdout.contains(fetched),
+                "{who:?} (preset {preset}): {}\nregistry saw {:?}",
+                show(&out),
+                reg.seen()
+            );
+            if preset && npm {
+                assert!(
+                    out.stdout.contains("view=1.0.0"),
+                    "{who:?}: npm did not fetch with the lent token\n{}\nregistry saw {:?}",
+                    show(&out),
+                    reg.seen()
+                );
+            }
+        }
+        assert!(
+            reg.seen()
+                .iter()
+                .any(|s| s.starts_with("GET /airlock-demo ") && s.ends_with(GLOBAL_TOKEN)),
+            "{who:?}: the proxy did not add the token: {:?}",
+            reg.seen()
+        );
+        // The user's file outside is untouched.
+        let kept = std::fs::read_to_string(&global).expect("the global config");
+        assert!(
+            kept.contains(GLOBAL_TOKEN),
+            "{who:?}: the global config was changed"
+        );
+    }
+}

@@ -52,6 +52,11 @@ pub trait Probe {
     fn observe(&self, _argv: &[&str], _env: &[(&str, &str)]) -> Vec<String> {
         vec![]
     }
+    /// The path with every link resolved (where a program really lies, as
+    /// the program itself sees it); `None` when it does not exist.
+    fn real_path(&self, _path: &Path) -> Option<PathBuf> {
+        None
+    }
 }
 
 /// A machine with nothing on it: presets resolve to no hosts. For checks
@@ -636,6 +641,14 @@ pub(crate) mod tests {
         }
         fn project(&self) -> Option<PathBuf> {
             Some(self.workspace())
+        }
+        /// A file of the map is where it is; `outputs["real <path>"]` is
+        /// where a link leads.
+        fn real_path(&self, path: &Path) -> Option<PathBuf> {
+            if let Some(to) = self.outputs.get(&format!("real {}", path.display())) {
+                return Some(PathBuf::from(to));
+            }
+            self.files.contains_key(path).then(|| path.to_path_buf())
         }
         /// What `outputs["observe <program>"]` lists, one target a line.
         fn observe(&self, argv: &[&str], _env: &[(&str, &str)]) -> Vec<String> {

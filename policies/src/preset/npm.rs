@@ -46,11 +46,10 @@ pub(super) fn resolve(p: &dyn Probe, r: &mut Resolved) {
         }
     }
     let user = user_config(p);
+    let globals = global_configs(p);
     let mut files = vec![p.workspace().join(".npmrc")];
     files.extend(user.clone());
-    if let Some(g) = p.env("NPM_CONFIG_GLOBALCONFIG") {
-        files.push(PathBuf::from(g));
-    }
+    files.extend(globals.effective.clone());
     for file in files {
         let Some(text) = p.read(&file) else { continue };
         for (line, v) in ini_values(&text, "registry") {
@@ -91,9 +90,176 @@ pub(super) fn resolve(p: &dyn Probe, r: &mut Resolved) {
             "airlock's own cache".into(),
         );
     }
+    // The global config first: a token the user config gives for the same
+    // registry wins, as in npm.
+    globals.keep_outside(p, r, default_registry.as_deref());
     if let Some(user) = user {
-        keep_tokens_outside(p, r, &user, default_registry.as_deref());
+        keep_tokens_outside(p, r, &user, default_registry.as_deref(), Some(USER_COPY));
     }
+}
+
+/// Where a copy goes, and the setting that points npm at it.
+struct Copy {
+    file: &'static str,
+    setting: &'static str,
+}
+
+const USER_COPY: Copy = Copy {
+    file: "npmrc",
+    setting: "userconfig",
+};
+const GLOBAL_COPY: Copy = Copy {
+    file: "npmrc-global",
+    setting: "globalconfig",
+};
+
+/// npm's global configuration: the file npm reads now, and every other
+/// one a command inside could make it read (another prefix, another node
+/// version, npm's own built-in file). A token sits in it as often as in
+/// the user's (`npm config set --location=global`; with nvm it is under
+/// HOME).
+struct Globals {
+    effective: Option<PathBuf>,
+    others: Vec<PathBuf>,
+}
+
+impl Globals {
+    /// The file npm reads is treated like the user's: its secrets lent,
+    /// a copy without them in its place. The others are hidden when they
+    /// hold a secret (the sandbox's npm is pointed at the copy, whatever
+    /// its prefix).
+    fn keep_outside(&self, p: &dyn Probe, r: &mut Resolved, default: Option<&str>) {
+        if let Some(g) = &self.effective {
+            keep_tokens_outside(p, r, g, default, Some(GLOBAL_COPY));
+        }
+        for other in &self.others {
+            let mut scratch = Resolved::empty("npm");
+            keep_tokens_outside(p, &mut scratch, other, default, None);
+            for (h, why) in scratch.hide {
+                r.hide(std::path::Path::new(&h), why);
+            }
+            r.withhold_env(scratch.withheld_env);
+        }
+    }
+}
+
+/// An npm setting from the environment (`npm_config_<name>`, any case, as
+/// npm reads it).
+fn npm_env(p: &dyn Probe, name: &str) -> Option<String> {
+    let want = format!("npm_config_{name}");
+    let mut vars = p.env_vars();
+    // The spelling npm documents first, then any other.
+    vars.sort_by_key(|(k, _)| k != &want.to_ascii_uppercase() && k != &want);
+    vars.into_iter()
+        .find(|(k, v)| k.eq_ignore_ascii_case(&want) && !v.is_empty())
+        .map(|(_, v)| v)
+}
+
+/// A path-valued setting as npm reads it: variables expanded, `~/` the
+/// home. A relative one is not followed.
+fn setting_path(p: &dyn Probe, raw: &str) -> Option<PathBuf> {
+    let v = expand(p, raw, &mut vec![])?;
+    key_path(p, &v)
+}
+
+/// The last value of `key` in an npmrc (a later line wins in npm's ini).
+fn last_value(text: &str, key: &str) -> Option<String> {
+    ini_values(text, key).last().map(|(_, v)| v.to_string())
+}
+
+/// npm's global configuration, found as npm finds it: `globalconfig`
+/// (environment, then the project, user and built-in configs), else
+/// `{prefix}/etc/npmrc`, the prefix from the same places, else from the
+/// `PREFIX` variable or the node install (`dirname(dirname(node))`).
+fn global_configs(p: &dyn Probe) -> Globals {
+    let home = p.home();
+    // Where node and npm are installed, by PATH, links followed as node's
+    // own `process.execPath` is.
+    let mut node_prefixes: Vec<PathBuf> = vec![];
+    let mut builtins: Vec<PathBuf> = vec![];
+    for dir in p.env("PATH").unwrap_or_default().split(':') {
+        if !dir.starts_with('/') {
+            continue;
+        }
+        // Not listed: a listing of a directory a sandbox could write is
+        // trust-checked, and PATH often holds one (`node_modules/.bin`).
+        let dir = PathBuf::from(dir);
+        let node = dir.join("node");
+        if let Some(real) = p.real_path(&node) {
+            // node's own `process.execPath` is the real one: first.
+            for bin in [real, node] {
+                if let Some(prefix) = bin.parent().and_then(|b| b.parent()) {
+                    let prefix = prefix.to_path_buf();
+                    if !node_prefixes.contains(&prefix) {
+                        builtins.push(prefix.join("lib/node_modules/npm/npmrc"));
+                        node_prefixes.push(prefix);
+                    }
+                }
+            }
+        }
+        // npm's own directory holds its built-in config: `bin/npm` links
+        // to `{npm}/bin/npm-cli.js`.
+        if let Some(npm) = p.real_path(&dir.join("npm")) {
+            if let Some(root) = npm.parent().and_then(|b| b.parent()) {
+                builtins.push(root.join("npmrc"));
+            }
+        }
+    }
+    let mut settings: Vec<String> = vec![];
+    for f in [Some(p.workspace().join(".npmrc")), user_config(p)]
+        .into_iter()
+        .flatten()
+        .chain(builtins.iter().cloned())
+    {
+        if let Some(t) = p.read(&f) {
+            settings.push(t);
+        }
+    }
+    let globalconfigs: Vec<PathBuf> = npm_env(p, "globalconfig")
+        .into_iter()
+        .chain(
+            settings
+                .iter()
+                .filter_map(|t| last_value(t, "globalconfig")),
+        )
+        .filter_map(|v| setting_path(p, &v))
+        .collect();
+    let mut prefixes: Vec<PathBuf> = npm_env(p, "prefix")
+        .into_iter()
+        .chain(settings.iter().filter_map(|t| last_value(t, "prefix")))
+        .chain(p.env("PREFIX"))
+        .filter_map(|v| setting_path(p, &v))
+        .collect();
+    prefixes.extend(node_prefixes);
+    let effective = globalconfigs
+        .first()
+        .cloned()
+        .or_else(|| prefixes.first().map(|x| x.join("etc/npmrc")));
+    // Every other node version nvm keeps: a command inside can run any.
+    let nvm = p
+        .env("NVM_DIR")
+        .filter(|d| d.starts_with('/'))
+        .map(PathBuf::from)
+        .or_else(|| home.as_ref().map(|h| h.join(".nvm")));
+    if let Some(versions) = nvm.map(|d| d.join("versions/node")) {
+        for v in p.list_dir(&versions) {
+            prefixes.push(versions.join(v));
+        }
+    }
+    for system in ["/usr", "/usr/local", "/"] {
+        prefixes.push(PathBuf::from(system));
+    }
+    let mut others: Vec<PathBuf> = vec![];
+    for f in globalconfigs
+        .into_iter()
+        .chain(prefixes.iter().map(|x| x.join("etc/npmrc")))
+        .chain(builtins)
+    {
+        if Some(&f) != effective.as_ref() && !others.contains(&f) {
+            others.push(f);
+        }
+    }
+    Globals { effective, others }
 }
 
 /// The user's `.npmrc`, where npm reads it.
@@ -111,8 +277,9 @@ fn user_config(p: &dyn Probe) -> Option<PathBuf> {
 /// replaced by a copy without them (the caller drops the credentials:
 /// nothing adds them back).
 pub(super) fn secrets_only(p: &dyn Probe, r: &mut Resolved) {
+    global_configs(p).keep_outside(p, r, None);
     if let Some(user) = user_config(p) {
-        keep_tokens_outside(p, r, &user, None);
+        keep_tokens_outside(p, r, &user, None, Some(USER_COPY));
     }
 }
 
@@ -161,12 +328,15 @@ pub(super) fn yarn_secrets(p: &dyn Probe, r: &mut Resolved) {
 /// on its registry host. Besides tokens, the copy leaves out comments (an
 /// old token commented out may still be valid), the client certificate
 /// and key (not lent: the key file is hidden) and the password of every
-/// URL (a registry's is lent; a proxy's is not).
+/// URL (a registry's is lent; a proxy's is not). The same for npm's
+/// global config (`copy` says where and which setting points at it);
+/// without `copy` a file with a secret is only hidden.
 fn keep_tokens_outside(
     p: &dyn Probe,
     r: &mut Resolved,
     file: &std::path::Path,
     default: Option<&str>,
+    copy: Option<Copy>,
 ) {
     let Some(text) = p.read(file) else { return };
     let mut kept = String::new();
@@ -324,21 +494,36 @@ fn keep_tokens_outside(
     if !secret {
         return;
     }
-    let Some(dir) = config_copy_dir(p) else {
+    r.hide(file, "holds registry secrets; the proxy adds them".into());
+    let (Some(dir), Some(c)) = (config_copy_dir(p), copy) else {
         return;
     };
-    let copy = dir.join("npmrc");
-    r.hide(file, "holds registry secrets; the proxy adds them".into());
+    let path = dir.join(c.file);
     r.files.push(ConfigCopy {
-        path: copy.clone(),
+        path: path.clone(),
         text: kept,
         from: file.to_path_buf(),
     });
-    r.set_env(
-        "NPM_CONFIG_USERCONFIG",
-        copy.display().to_string(),
-        format!("{} without its tokens", file.display()),
-    );
+    // Every spelling the caller set is pointed at the copy, so none of
+    // them names the hidden original to npm inside.
+    let want = format!("npm_config_{}", c.setting);
+    let mut names: Vec<String> = p
+        .env_vars()
+        .into_iter()
+        .map(|(k, _)| k)
+        .filter(|k| k.eq_ignore_ascii_case(&want))
+        .collect();
+    let upper = want.to_ascii_uppercase();
+    if !names.contains(&upper) {
+        names.push(upper);
+    }
+    for name in names {
+        r.set_env(
+            &name,
+            path.display().to_string(),
+            format!("{} without its tokens", file.display()),
+        );
+    }
 }
 
 /// The client key a `keyfile` names, as npm finds it (`~/` is the home).
@@ -520,6 +705,101 @@ mod tests {
         let s = super::super::secrets_outside(&p, &[]);
         assert!(s.hide.iter().any(|(h, _)| h == "/home/u/.npmrc"));
         assert_eq!(s.files[0].text, "registry=https://r.test/\n");
+    }
+
+    /// npm's global config is treated like the user's: hidden, its token
+    /// lent (the user config's wins for the same registry), a copy without
+    /// it in its place; preset or not.
+    #[test]
+    fn the_global_config_keeps_its_tokens_outside() {
+        let mut p = FakeProbe::default();
+        p.env
+            .insert("NPM_CONFIG_GLOBALCONFIG".into(), "/home/u/g/npmrc".into());
+        p.files.insert(
+            "/home/u/g/npmrc".into(),
+            "registry=https://r.test/\n//r.test/:_authToken=GLOBALTOK1\n//o.test/:_authToken=GLOBALTOK2\nfund=false\n".into(),
+        );
+        p.files.insert(
+            "/home/u/.npmrc".into(),
+            "//o.test/:_authToken=USERTOK3\n".into(),
+        );
+        let r = find("npm").unwrap().resolve(&p);
+        assert!(r.hide.iter().any(|(h, _)| h == "/home/u/g/npmrc"));
+        assert!(r.hide.iter().any(|(h, _)| h == "/home/u/.npmrc"));
+        let copy = r
+            .files
+            .iter()
+            .find(|c| c.from == std::path::Path::new("/home/u/g/npmrc"))
+            .unwrap();
+        assert!(copy.path.ends_with("config/npmrc-global"));
+        assert!(!copy.text.contains("GLOBALTOK") && copy.text.contains("fund=false"));
+        assert!(r
+            .env
+            .iter()
+            .any(|(n, v, _)| n == "NPM_CONFIG_GLOBALCONFIG" && copy.path.to_str() == Some(v)));
+        let cred = |h: &str| {
+            r.credentials
+                .iter()
+                .filter(|c| c.host == h)
+                .map(|c| c.value.clone())
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(cred("r.test"), ["Bearer GLOBALTOK1"]);
+        assert_eq!(cred("o.test"), ["Bearer USERTOK3"]);
+        let s = super::super::secrets_outside(&p, &[]);
+        assert!(s.credentials.is_empty());
+        assert!(s.hide.iter().any(|(h, _)| h == "/home/u/g/npmrc"));
+        assert!(s.files.iter().all(|c| !c.text.contains("GLOBALTOK")));
+    }
+
+    /// Found as npm finds it without the variable: the user config's
+    /// `prefix`, the node on PATH (through its link); every other global
+    /// config a command inside could make npm read is hidden when it
+    /// holds a secret (another nvm version, the system's), one without
+    /// stays readable.
+    #[test]
+    fn every_global_config_with_a_secret_is_hidden() {
+        let mut p = FakeProbe::default();
+        p.env.insert("PATH".into(), "/opt/bin:/usr/bin".into());
+        p.files.insert("/usr/bin/node".into(), String::new());
+        p.outputs.insert(
+            "real /usr/bin/node".into(),
+            "/home/u/.nvm/versions/node/v20/bin/node".into(),
+        );
+        let tok = "//r.test/:_authToken=T\n".to_string();
+        for f in [
+            "/home/u/.nvm/versions/node/v20/etc/npmrc",
+            "/home/u/.nvm/versions/node/v18/etc/npmrc",
+            "/home/u/pfx/etc/npmrc",
+            "/etc/npmrc",
+        ] {
+            p.files.insert(f.into(), tok.clone());
+        }
+        p.files
+            .insert("/usr/etc/npmrc".into(), "fund=false\n".into());
+        // Without `prefix`, the node install's is the global one.
+        let r = find("npm").unwrap().resolve(&p);
+        let copied = |r: &super::super::Resolved| {
+            r.files
+                .iter()
+                .map(|c| c.from.display().to_string())
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(copied(&r), ["/home/u/.nvm/versions/node/v20/etc/npmrc"]);
+        p.files
+            .insert("/home/u/.npmrc".into(), "prefix=~/pfx\n".into());
+        let r = find("npm").unwrap().resolve(&p);
+        assert_eq!(copied(&r), ["/home/u/pfx/etc/npmrc"]);
+        for f in [
+            "/home/u/.nvm/versions/node/v20/etc/npmrc",
+            "/home/u/.nvm/versions/node/v18/etc/npmrc",
+            "/home/u/pfx/etc/npmrc",
+            "/etc/npmrc",
+        ] {
+            assert!(r.hide.iter().any(|(h, _)| h == f), "{f} not hidden");
+        }
+        assert!(!r.hide.iter().any(|(h, _)| h == "/usr/etc/npmrc"));
+        assert!(!r.hide.iter().any(|(h, _)| h == "/home/u/.npmrc"));
     }
 
     #[test]

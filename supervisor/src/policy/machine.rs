@@ -95,6 +95,10 @@ impl Probe for SystemProbe<'_> {
         self.workspace.clone()
     }
 
+    fn real_path(&self, path: &Path) -> Option<PathBuf> {
+        std::fs::canonicalize(path).ok()
+    }
+
     fn project(&self) -> Option<PathBuf> {
         Some(self.project.clone())
     }
