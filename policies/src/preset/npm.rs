@@ -206,11 +206,10 @@ fn global_configs(p: &dyn Probe) -> Globals {
         }
     }
     let mut settings: Vec<String> = vec![];
-    for f in [Some(p.workspace().join(".npmrc")), user_config(p)]
-        .into_iter()
-        .flatten()
-        .chain(builtins.iter().cloned())
-    {
+    // Not the project's `.npmrc`: read here, in every run with or without
+    // the preset, it would need the user's trust (SPEC §3.5) in every
+    // project that has one.
+    for f in user_config(p).into_iter().chain(builtins.iter().cloned()) {
         if let Some(t) = p.read(&f) {
             settings.push(t);
         }
