@@ -151,7 +151,7 @@ fn reads_of_hidden_files_are_reported() {
         // Nothing of airlock's covers is left behind, and no sandbox sees
         // them (one that opened another run's cover made that run report
         // a read it never made).
-        let masks = f.home.join(".local/state/airlock/masks");
+        let masks = f.home.join(".local/share/airlock/ca/masks");
         let left: Vec<_> = std::fs::read_dir(&masks)
             .map(|d| d.flatten().map(|e| e.path()).collect())
             .unwrap_or_default();

@@ -47,16 +47,9 @@ fn lock() -> std::sync::MutexGuard<'static, Option<Masks>> {
 /// hidden file that exists (`plan.deny_read_masks`, which the mounts use
 /// in place of `/dev/null`). What cannot be watched keeps `/dev/null`.
 pub fn prepare(plan: &mut Plan) {
-    let Some(base) = crate::places::runtime_dir().map(|d| d.join("masks")) else {
+    let Some(base) = covers_dir() else {
         return;
     };
-    // Every sandbox has the covers of every run hidden: one that opened
-    // another run's cover made that run report a read its command never
-    // made (red team round 8). Made now, so that it is there to hide.
-    if crate::paths::own_private_dir(&base).is_ok() && !plan.deny_read.contains(&base) {
-        plan.deny_read.push(base.clone());
-        plan.deny_read.sort();
-    }
     let files: Vec<PathBuf> = plan
         .deny_read
         .iter()
@@ -106,6 +99,23 @@ pub fn prepare(plan: &mut Plan) {
         watched.push(Watched { path, group });
     }
     *lock() = Some(Masks { dir, watched });
+}
+
+/// Where the covers live: somewhere every sandbox has hidden, for one that
+/// opened another run's cover made that run report a read its command
+/// never made (red team round 8). `$XDG_RUNTIME_DIR` under `/run` or
+/// `/tmp` (each sandbox mounts its own there), else beside the CA, which
+/// every sandbox has hidden (a `deny_read` default); a further hidden
+/// path of its own cost every run a mount and a Landlock split.
+fn covers_dir() -> Option<PathBuf> {
+    let run = std::env::var_os("XDG_RUNTIME_DIR")
+        .map(PathBuf::from)
+        .filter(|d| d.is_absolute() && d.is_dir())
+        .filter(|d| d.starts_with("/run") || d.starts_with("/tmp"));
+    match run {
+        Some(d) => Some(d.join("airlock/masks")),
+        None => crate::places::ca_dir().ok().map(|d| d.join("masks")),
+    }
 }
 
 /// A notification group with a mark for opens of `file`.
