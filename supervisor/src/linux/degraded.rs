@@ -112,14 +112,17 @@ fn own_tasks() -> u64 {
 /// private TMPDIR when the run ends. It forwards the
 /// teardown signal to init and, as a subreaper too, kills whatever
 /// survives init.
-pub fn run(plan: &Plan, channel: &mut UnixStream, proxy_port: Option<u16>) -> Result<i32> {
+pub fn run(
+    plan: &Plan,
+    channel: &mut UnixStream,
+    proxy_port: Option<u16>,
+    notify: super::denywatch::Instances,
+) -> Result<i32> {
     // Without a PID namespace nothing tears the sandbox down for us: on
     // the supervisor's death we get SIGUSR1 and pass it on.
     let mask = init::block_signals()?;
     set_parent_death_signal()?;
     subreaper()?;
-    // Made outside the cgroups (denywatch::Instances says why).
-    let notify = super::denywatch::instances()?;
     limits::wait_until_placed(channel)?;
     let tmp = PrivateTmp::new()?;
     let mut plan = plan.clone();

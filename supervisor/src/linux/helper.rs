@@ -151,6 +151,8 @@ fn build_and_run(channel: &mut UnixStream, supervisor: libc::pid_t, ahead: Ahead
         Ahead::Namespaces { net } => Some(namespaces(net, uid, gid)),
         Ahead::Nothing => None,
     };
+    // Made by the supervisor outside the cgroups (denywatch::Instances).
+    let notify = super::denywatch::Instances::recv(channel)?;
     let plan = read_plan(channel)?;
     if LOG_FROM_PLAN.swap(false, std::sync::atomic::Ordering::Relaxed) {
         crate::logging::init_tracing_with(if plan.log.is_empty() {
@@ -171,7 +173,7 @@ fn build_and_run(channel: &mut UnixStream, supervisor: libc::pid_t, ahead: Ahead
         if early.is_some() {
             anyhow::bail!("internal error: namespaces were created for a degraded-tier plan");
         }
-        return super::degraded::run(&plan, channel, proxy_port);
+        return super::degraded::run(&plan, channel, proxy_port, notify);
     }
     caps::die_with_parent(supervisor)?;
 
@@ -204,8 +206,6 @@ fn build_and_run(channel: &mut UnixStream, supervisor: libc::pid_t, ahead: Ahead
     }
     phase("network");
 
-    // Made outside the cgroups (denywatch::Instances says why).
-    let notify = super::denywatch::instances()?;
     // Nothing starts before the supervisor has put us in the cgroups.
     limits::wait_until_placed(channel)?;
     phase("cgroups placed");

@@ -190,6 +190,8 @@ impl Sandbox {
         let plan = &plan;
         let cgroups = limits::create_cgroups(&plan.limits)?;
         let body = serde_json::to_vec(plan).context("encoding the sandbox plan")?;
+        // Ours, outside the cgroups the helper is about to be put in.
+        denywatch::instances()?.send(&channel)?;
         channel
             .write_all(&(body.len() as u32).to_be_bytes())
             .and_then(|_| channel.write_all(&body))

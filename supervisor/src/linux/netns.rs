@@ -55,7 +55,7 @@ pub fn send_fd(sock: &UnixStream, fd: BorrowedFd<'_>) -> Result<()> {
         MsgFlags::empty(),
         None,
     )
-    .context("passing a descriptor to the supervisor")?;
+    .context("passing a descriptor over the sandbox channel")?;
     Ok(())
 }
 

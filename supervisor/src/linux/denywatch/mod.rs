@@ -94,15 +94,40 @@ enum Side {
 
 type Key = (Side, WatchDescriptor);
 
-/// The two inotify instances, made before the helper is placed in the
-/// sandbox's cgroups: the kernel charges each queued event to the memory
-/// cgroup of the process that made the instance, and fails to queue it (an
-/// overflow, events lost) when that cgroup is at its limit. A command that
-/// sits at its `limits.memory` would otherwise make the host's every file
-/// event in a watched directory stop the run.
+/// The two inotify instances, made by the supervisor, outside the
+/// sandbox's cgroups, and passed to the helper with its plan: the kernel
+/// charges each queued event to the memory cgroup of the process that made
+/// the instance, and fails to queue it (an overflow, events lost) when that
+/// cgroup is at its limit. A command that sits at its `limits.memory` would
+/// otherwise make the host's every file event in a watched directory stop
+/// the run. (Made by the helper, they raced its placement in the cgroups,
+/// which the supervisor does while the helper builds its namespaces.)
 pub struct Instances {
     host: Inotify,
     writable: Inotify,
+}
+
+impl Instances {
+    /// Pass both to the helper, ahead of its plan.
+    pub fn send(&self, sock: &std::os::unix::net::UnixStream) -> Result<()> {
+        super::netns::send_fd(sock, self.host.as_fd())?;
+        super::netns::send_fd(sock, self.writable.as_fd())
+    }
+
+    /// The helper's side of [`Instances::send`].
+    pub fn recv(sock: &std::os::unix::net::UnixStream) -> Result<Instances> {
+        let one = || -> Result<Inotify> {
+            match super::netns::recv_fd(sock)? {
+                // SAFETY: the supervisor sent an inotify instance here.
+                (b'F', Some(fd)) => Ok(unsafe { Inotify::from_owned_fd(fd) }),
+                _ => anyhow::bail!("internal error: the deny_read watch's instances did not come"),
+            }
+        };
+        Ok(Instances {
+            host: one()?,
+            writable: one()?,
+        })
+    }
 }
 
 pub fn instances() -> Result<Instances> {
