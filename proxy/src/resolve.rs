@@ -78,11 +78,29 @@ impl Resolver {
         let answer = resolver
             .lookup_ip(format!("{name}."))
             .await
-            .map_err(|e| format!("DNS lookup for {name} failed: {e}"))?;
+            .map_err(|e| lookup_failed(name, &e))?;
         let ips: Vec<IpAddr> = answer.iter().collect();
         if ips.is_empty() {
             return Err(format!("DNS lookup for {name} returned no address"));
         }
         Ok(ips)
     }
+}
+
+/// A failed lookup in words a person (or a model) reads: the resolver's
+/// own text prints its query structure (`Query { name: Name(..) .. }`).
+fn lookup_failed(name: &str, e: &hickory_resolver::net::NetError) -> String {
+    use hickory_resolver::net::NetError;
+    let why = if e.is_nx_domain() {
+        "the name does not exist (NXDOMAIN)".to_string()
+    } else if e.is_no_records_found() {
+        "the name has no address records".to_string()
+    } else {
+        match e {
+            NetError::Timeout => "the resolver did not answer in time".to_string(),
+            NetError::NoConnections => "no resolver is configured or reachable".to_string(),
+            other => crate::escape::line(&other.to_string(), 200),
+        }
+    };
+    format!("DNS lookup for {name} failed: {why}")
 }

@@ -142,8 +142,8 @@ pub fn make_own_state_dirs() {
 }
 
 /// Whether a notice about `what` in `workspace` is said for the first
-/// time (and is now recorded as said): a harness runs hundreds of
-/// commands there, and a warning on every one of them buries the rest.
+/// time in an hour (and is now recorded as said): a harness runs hundreds
+/// of commands there, and a warning on every one of them buries the rest.
 pub fn first_time(what: &str, workspace: &Path) -> bool {
     use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
     let Some(dir) = state_dir().map(|d| d.join("said")) else {
@@ -170,14 +170,35 @@ pub fn first_time(what: &str, workspace: &Path) -> bool {
         .filter(|c| c.is_ascii_alphanumeric() || *c == '-')
         .take(24)
         .collect();
-    std::fs::OpenOptions::new()
+    let path = dir.join(format!("{what}-{key}"));
+    let made = std::fs::OpenOptions::new()
         .write(true)
         .create_new(true)
         .mode(0o600)
         .custom_flags(libc::O_NOFOLLOW)
-        .open(dir.join(format!("{what}-{key}")))
-        .is_ok()
+        .open(&path);
+    match made {
+        Ok(_) => true,
+        // Said again once its word is stale: the next task in the same
+        // workspace (hours later) must hear it too, not only the first.
+        Err(_) => std::fs::OpenOptions::new()
+            .write(true)
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(&path)
+            .and_then(|f| {
+                let age = f.metadata()?.modified()?.elapsed().unwrap_or_default();
+                if age < SAID_FOR {
+                    return Ok(false);
+                }
+                f.set_modified(std::time::SystemTime::now())?;
+                Ok(true)
+            })
+            .unwrap_or(false),
+    }
 }
+
+/// How long a notice said once (`first_time`) stays said.
+const SAID_FOR: std::time::Duration = std::time::Duration::from_secs(3600);
 
 #[cfg(test)]
 mod tests {

@@ -85,6 +85,10 @@ pub struct Summary {
     pub withheld_once: Option<PathBuf>,
     /// `[env] inherit = "none"`: everything not on the pass list is withheld.
     pub inherit_none: bool,
+    /// Hidden directories that exist (`deny_read`): a read below one fails
+    /// with "Permission denied" and raises no event to report it by
+    /// (linux/readwatch.rs), so a failed command is told they exist.
+    pub hidden_dirs: Vec<PathBuf>,
 }
 
 impl Summary {
@@ -175,7 +179,31 @@ impl Summary {
         {
             lines.push(self.withheld_line());
         }
+        if !self.hidden_dirs.is_empty()
+            && failed
+            && self
+                .withheld_once
+                .as_deref()
+                .is_none_or(|ws| crate::places::first_time("hidden-dirs", ws))
+        {
+            lines.push(self.hidden_dirs_line());
+        }
         (!lines.is_empty()).then(|| lines.join("\n"))
+    }
+
+    fn hidden_dirs_line(&self) -> String {
+        let n = self.hidden_dirs.len();
+        let names = self
+            .hidden_dirs
+            .iter()
+            .take(STDERR_ENV_CAP)
+            .map(|p| crate::text::shown(p))
+            .collect::<Vec<_>>()
+            .join(", ");
+        let more = more(n.saturating_sub(STDERR_ENV_CAP) as u64);
+        format!(
+            "airlock: note: hidden from the sandbox (deny_read), so a read below them fails with \"Permission denied\": {names}{more}; a secret stays outside every sandbox (SPEC §3.3): `airlock policy explain --path PATH` names the rule."
+        )
     }
 
     fn withheld_line(&self) -> String {

@@ -970,6 +970,7 @@ fn run_platform(
     summary.withheld_env = std::mem::take(&mut plan.withheld_env);
     summary.withheld_once = Some(workspace.to_path_buf());
     summary.inherit_none = engine.policy().env_inherit.value == airlock_policy::EnvInherit::None;
+    summary.hidden_dirs = plan.hidden_dirs();
     if let Some(block) = summary.stderr_block(code != 0) {
         eprintln!("{block}");
     }
@@ -1263,9 +1264,15 @@ fn pid_namespace_of(pid: libc::pid_t) -> Option<std::path::PathBuf> {
 fn wait_namespace_empty(ns: &std::path::Path, limit: Duration) {
     let deadline = Instant::now() + limit;
     while Instant::now() < deadline {
-        let alive = crate::procfs::pids()
-            .into_iter()
-            .any(|pid| std::fs::read_link(format!("/proc/{pid}/ns/pid")).is_ok_and(|l| l == ns));
+        // A zombie is dead: the sandbox's PID 1, reparented to us, stays
+        // one until we reap it, and the loop waited out its limit.
+        let alive = crate::procfs::pids().into_iter().any(|pid| {
+            std::fs::read_link(format!("/proc/{pid}/ns/pid")).is_ok_and(|l| l == ns)
+                && !matches!(
+                    crate::procfs::state_and_parent(pid),
+                    Some(('Z' | 'X', _)) | None
+                )
+        });
         if !alive {
             return;
         }

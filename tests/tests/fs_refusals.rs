@@ -168,3 +168,95 @@ fn reads_of_hidden_files_are_reported() {
         );
     }
 }
+
+/// Advice a harness follows must work when followed, and a refusal the
+/// boundary cannot report by itself is at least named: `--write FILE` (as
+/// a refusal advises for a file beside HOME) is a writable root like any,
+/// with the command's own exit status; a protected name that does not
+/// exist yet is advised as protected, not as a `--write` that would still
+/// be refused; a package manager's cache names its preset; a failed read
+/// below a hidden directory is followed by a note naming the directory.
+#[test]
+fn advice_works_when_followed_and_hidden_directories_are_named() {
+    for who in Who::all() {
+        let f = Fixture::new_in(&base());
+        f.write("~/.aws/credentials", "[default]\nkey = SECRET-IN-AWS\n");
+        f.write("~/notes.txt", "first\n");
+        who.prepare(&f);
+        if who == Who::Nobody {
+            airlock_tests::who::chown(&f.home);
+        }
+        let notes = f.home.join("notes.txt");
+        // 1. A file root: written through, exit status the command's.
+        let out = run(&mut who.wrap(f.command(
+            &["--network", "none", "--write", notes.to_str().unwrap()],
+            &format!("echo second >> {}", notes.display()),
+        )));
+        assert_eq!(out.code, 0, "{who:?}: {}", out.stderr);
+        assert!(!out.stderr.contains("replaced"), "{who:?}: {}", out.stderr);
+        assert!(
+            !out.stderr.contains("could not finish"),
+            "{who:?}: {}",
+            out.stderr
+        );
+        assert_eq!(
+            std::fs::read_to_string(&notes).unwrap(),
+            "first\nsecond\n",
+            "{who:?}"
+        );
+        // 2. A protected name not there yet, and npm's cache.
+        let bashrc = f.home.join(".bashrc");
+        let npm_log = f.home.join(".npm/_logs/1-debug-0.log");
+        std::fs::create_dir_all(npm_log.parent().unwrap()).unwrap();
+        if who == Who::Nobody {
+            airlock_tests::who::chown(&f.home);
+        }
+        let out = run(&mut who.wrap(f.command(
+            &["--network", "none"],
+            &format!(
+                "echo x > {b}; echo y > {n}; exit 0",
+                b = bashrc.display(),
+                n = npm_log.display()
+            ),
+        )));
+        assert_eq!(out.code, 0, "{who:?}: {}", out.stderr);
+        assert!(!bashrc.exists() && !npm_log.exists(), "{who:?}");
+        let line = out
+            .stderr
+            .lines()
+            .find(|l| l.starts_with("airlock: the sandbox refused"))
+            .unwrap_or_else(|| panic!("{who:?}: no refusal line: {}", out.stderr))
+            .to_string();
+        assert!(
+            line.contains(&format!("{} (create; protected", bashrc.display())),
+            "{who:?}: {line}"
+        );
+        assert!(
+            !line.contains(&format!("then --write {}", bashrc.display())),
+            "{who:?}: {line}"
+        );
+        assert!(line.contains("--preset npm"), "{who:?}: {line}");
+        // 3. A read below a hidden directory fails, and is named once.
+        let creds = f.home.join(".aws/credentials");
+        let read = format!("cat {}", creds.display());
+        let out = run(&mut who.wrap(f.command(&["--network", "none"], &read)));
+        assert_ne!(out.code, 0, "{who:?}: {}", out.stdout);
+        assert!(!out.stdout.contains("SECRET"), "{who:?}: {}", out.stdout);
+        let note = format!("{}", f.home.join(".aws").display());
+        assert!(
+            out.stderr
+                .lines()
+                .any(|l| l.starts_with("airlock: note: hidden from the sandbox")
+                    && l.contains(&note)),
+            "{who:?}: {}",
+            out.stderr
+        );
+        // Said once: the next failing command is not told again.
+        let out = run(&mut who.wrap(f.command(&["--network", "none"], &read)));
+        assert!(
+            !out.stderr.contains("hidden from the sandbox"),
+            "{who:?}: {}",
+            out.stderr
+        );
+    }
+}

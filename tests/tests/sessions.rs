@@ -709,3 +709,80 @@ fn a_session_commands_report_names_what_was_withheld() {
         s.end(&[]);
     }
 }
+
+/// What a harness reads when a session's command fails for want of what
+/// the session withheld, when it was given a file to write, and when the
+/// session died under it: the withheld name on the failing command's
+/// stderr, with where `--pass-env` goes; a file root written with the
+/// command's own status at the end too; a dead session told apart from
+/// a misspelt one.
+#[test]
+fn a_session_tells_a_failing_command_what_it_withheld_and_says_when_it_died() {
+    for who in Who::all() {
+        let f = Fixture::new_in(&base());
+        f.write("~/notes.txt", "first\n");
+        who.prepare(&f);
+        if who == Who::Nobody {
+            airlock_tests::who::chown(&f.home);
+        }
+        let notes = f.home.join("notes.txt");
+        let mut s = Session::start(
+            &f,
+            who,
+            "told",
+            &["--network", "none", "--write", notes.to_str().unwrap()],
+        );
+        let mut c = s.cmd(
+            &f.ws,
+            &[],
+            &["sh", "-c", "test -n \"$MY_API_KEY\" || exit 3"],
+        );
+        c.env("MY_API_KEY", "s3cret-value");
+        let out = run(&mut c);
+        assert_eq!(out.code, 3, "{who:?}: {}", out.stderr);
+        assert!(
+            out.stderr
+                .lines()
+                .any(|l| l.starts_with("airlock: withheld")
+                    && l.contains("MY_API_KEY")
+                    && l.contains("a session started with --pass-env NAME passes one")),
+            "{who:?}: {}",
+            out.stderr
+        );
+        let out = s.sh(&f.ws, &format!("echo second >> {}", notes.display()));
+        assert_eq!(out.code, 0, "{who:?}: {}", out.stderr);
+        let end = s.end(&[]);
+        assert_eq!(end.code, 0, "{who:?}: {}", end.stderr);
+        assert_eq!(
+            std::fs::read_to_string(&notes).unwrap(),
+            "first\nsecond\n",
+            "{who:?}"
+        );
+        // A session whose airlock was killed is not "no session named".
+        let s = Session::start(&f, who, "dies", &["--network", "none"]);
+        // SAFETY: kill(2) on the session's supervisor.
+        unsafe { libc::kill(s.pid as i32, libc::SIGKILL) };
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Path::new(&format!("/proc/{}", s.pid)).exists() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let out = s.sh(&f.ws, "true");
+        assert_eq!(out.code, 125, "{who:?}: {}", out.stderr);
+        assert!(
+            out.stderr.contains("is no longer running"),
+            "{who:?}: {}",
+            out.stderr
+        );
+        let out = run(&mut airlock_in(
+            &f,
+            who,
+            &f.ws,
+            &["run", "--session", "never-was", "--", "true"],
+        ));
+        assert!(
+            out.stderr.contains("no session named"),
+            "{who:?}: {}",
+            out.stderr
+        );
+    }
+}

@@ -57,6 +57,14 @@ pub fn check_near(
     let t = std::time::Instant::now();
     // Every process of the sandbox is gone: its window closes now.
     let until = nested::kernel_now();
+    // A writable root that is a file (`--write FILE`, as a refusal advises)
+    // holds nothing below it: nothing to search, and not "replaced".
+    let roots: Vec<PathBuf> = roots
+        .iter()
+        .filter(|r| !std::fs::symlink_metadata(r).is_ok_and(|m| m.is_file()))
+        .cloned()
+        .collect();
+    let roots = roots.as_slice();
     // A root the sandbox replaced by a link (where no mount pins it: the
     // degraded tier) hides what it planted below from the checks, which
     // follow no link: the link itself is what changed, in the root that

@@ -38,6 +38,8 @@ pub struct Rules {
     protected: Vec<PathBuf>,
     /// Hidden files covered read-only (linux/readwatch.rs).
     hidden: Vec<PathBuf>,
+    /// Every protected path, whether it exists or not.
+    protected_named: Vec<PathBuf>,
     /// What is bound back over the private /tmp (a workspace there).
     tmp_binds: Vec<PathBuf>,
 }
@@ -56,6 +58,7 @@ impl Rules {
         Rules {
             write: plan.write.clone(),
             protected,
+            protected_named: plan.deny_write.clone(),
             hidden: plan
                 .deny_read_masks
                 .iter()
@@ -90,6 +93,12 @@ impl Rules {
         }
         if self.write.iter().any(|w| path.starts_with(w)) {
             return None;
+        }
+        // Outside the roots, a protected name that does not exist yet (a
+        // `~/.bashrc` to come) stays protected once `--write` names it:
+        // advice to widen to it would not work when followed.
+        if self.protected_named.iter().any(|p| path.starts_with(p)) {
+            return Some("protected");
         }
         Some("outside-writable-roots")
     }
@@ -180,6 +189,24 @@ fn outside_roots(path: &Path) -> String {
             "outside the writable roots: {} is the system's, which a sandboxed command does not write; change it outside the sandbox",
             crate::text::shown(path)
         );
+    }
+    // A package manager's own cache or logs in HOME: its preset gives the
+    // tool a cache of its own (per project), which no other run shares.
+    const TOOLS: &[(&str, &str)] = &[
+        (".npm", "npm"),
+        (".cargo/registry", "cargo"),
+        (".cargo/git", "cargo"),
+        (".cache/pip", "pypi"),
+        (".cache/go-build", "go"),
+        ("go/pkg/mod", "go"),
+    ];
+    if let Some(h) = home.as_deref() {
+        if let Some((dir, preset)) = TOOLS.iter().find(|(d, _)| path.starts_with(h.join(d))) {
+            return format!(
+                "outside the writable roots: {} is {preset}'s own cache; --preset {preset} gives {preset} a cache of its own for this project",
+                crate::text::shown(&h.join(dir))
+            );
+        }
     }
     let dir = path.parent().unwrap_or(path);
     // The nearest directory that exists, and the first one below it that

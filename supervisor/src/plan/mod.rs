@@ -465,6 +465,19 @@ pub fn build(policy: &Policy, o: &Options) -> Plan {
 }
 
 impl Plan {
+    /// The hidden directories that exist: a read below one fails with
+    /// "Permission denied" and nothing reports it (linux/readwatch.rs).
+    /// airlock's own (its CA) is no secret of the user's to name.
+    pub fn hidden_dirs(&self) -> Vec<PathBuf> {
+        let own = crate::places::ca_dir().ok();
+        self.deny_read
+            .iter()
+            .filter(|p| own.as_ref().is_none_or(|o| !p.starts_with(o)))
+            .filter(|p| std::fs::symlink_metadata(p).is_ok_and(|m| m.is_dir()))
+            .cloned()
+            .collect()
+    }
+
     /// Where a command asked to start in `wanted` starts: that directory,
     /// as the sandbox sees it, or why the sandbox cannot see it (then it
     /// starts in the workspace root).

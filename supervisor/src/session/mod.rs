@@ -94,6 +94,11 @@ pub fn connect(name: &str) -> Result<crate::seqpacket::Seq> {
     .context("socket")?;
     let addr = nix::sys::socket::UnixAddr::new(&path).context("the session's socket path")?;
     nix::sys::socket::connect(fd.as_raw_fd(), &addr).map_err(|e| match e {
+        // Its socket and record are left, and nobody serves them: the
+        // session's airlock died without ending it. Not a misspelt name.
+        nix::errno::Errno::ECONNREFUSED if meta_path(&dir, name).exists() => anyhow::anyhow!(
+            "session {name:?} is no longer running: its airlock exited without ending it (killed?), and its processes, servers and approvals went with it; what its commands planted is judged by the next airlock run; start it again with `airlock session start --name {name}`"
+        ),
         nix::errno::Errno::ENOENT | nix::errno::Errno::ECONNREFUSED => anyhow::anyhow!(
             "no session named {name:?} is running (start one with `airlock session start --name {name}`; `airlock session list` shows the running ones)"
         ),

@@ -441,20 +441,33 @@ fn serve_one(
 /// is given to `airlock session start` (a new session), never to `run
 /// --session`, which refuses it.
 fn for_session(advice: &str) -> String {
-    let mut out = advice.to_string();
-    for flag in [
+    const FLAGS: [&str; 6] = [
         "--allow ",
         "--write ",
         "--read ",
         "--publish ",
         "--allow-private ",
-    ] {
-        for before in ["or ", ": ", "then ", "To allow a host: "] {
-            out = out.replace(
-                &format!("{before}{flag}"),
-                &format!("{before}start a session with {flag}"),
-            );
+        "--pass-env ",
+    ];
+    const WITH: &str = "start a session with ";
+    const PASS: &str = "--pass-env NAME passes one";
+    const PASS_SESSION: &str = "a session started with --pass-env NAME passes one";
+    let advice = match advice.contains(PASS_SESSION) {
+        true => advice.to_string(),
+        false => advice.replace(PASS, PASS_SESSION),
+    };
+    let mut out = String::with_capacity(advice.len() + 64);
+    let mut rest = advice.as_str();
+    // Every flag that starts a word (at the start of the advice too: a
+    // report's `how_to_allow` begins with one), once.
+    while !rest.is_empty() {
+        let word_start = out.is_empty() || out.ends_with([' ', '(', '"', '`', '\n']);
+        if word_start && !out.ends_with(" with ") && FLAGS.iter().any(|f| rest.starts_with(f)) {
+            out.push_str(WITH);
         }
+        let Some(c) = rest.chars().next() else { break };
+        out.push(c);
+        rest = &rest[c.len_utf8()..];
     }
     out
 }
@@ -675,6 +688,13 @@ fn run_command(
             ..f.clone()
         },
     );
+    // The names withheld from this command, as a one-shot run says them
+    // (SPEC §4.3): a failing command may fail for want of one.
+    summary.withheld_env = withheld.clone();
+    summary.withheld_once = Some(setup.workspace.to_path_buf());
+    summary.inherit_none =
+        setup.engine.policy().env_inherit.value == airlock_policy::EnvInherit::None;
+    summary.hidden_dirs = setup.plan.hidden_dirs();
     // The session was built when it started: advice that names a flag
     // says where it goes (`run --session` refuses what shapes the sandbox).
     for b in &mut summary.blocked {
@@ -760,4 +780,35 @@ fn grew<T, K: std::hash::Hash + Eq>(
             (n > 0).then(|| with(b, n))
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::for_session;
+
+    #[test]
+    fn advice_names_where_a_sessions_flag_goes() {
+        assert_eq!(
+            for_session("--allow a.test or add \"a.test\" to [network].allow"),
+            "start a session with --allow a.test or add \"a.test\" to [network].allow"
+        );
+        assert_eq!(
+            for_session("outside: mkdir -p /x, then --write /x (or --read /y)"),
+            "outside: mkdir -p /x, then start a session with --write /x (or start a session with --read /y)"
+        );
+        assert_eq!(
+            for_session("withheld 1: K; --pass-env NAME passes one."),
+            "withheld 1: K; a session started with --pass-env NAME passes one."
+        );
+        // Said once, not again on a second pass; a longer flag is not cut.
+        let once = for_session("--allow-private or --allow x");
+        assert_eq!(
+            once,
+            "start a session with --allow-private or start a session with --allow x"
+        );
+        assert_eq!(for_session(&once), once);
+        let pass = for_session("K; --pass-env NAME passes one.");
+        assert_eq!(for_session(&pass), pass);
+        assert_eq!(for_session("--allowance"), "--allowance");
+    }
 }
