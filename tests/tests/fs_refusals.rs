@@ -4,6 +4,7 @@
 //! As root and as an ordinary user.
 
 use std::path::PathBuf;
+use std::process::Command;
 
 use airlock_tests::who::Who;
 use airlock_tests::*;
@@ -257,6 +258,60 @@ fn advice_works_when_followed_and_hidden_directories_are_named() {
             !out.stderr.contains("hidden from the sandbox"),
             "{who:?}: {}",
             out.stderr
+        );
+        // 4. Started in a repository nested in another, a write to the
+        // enclosing one names it as the workspace; a directory made
+        // outside is advised as itself, never its parent.
+        let nested = f.ws.join("vendor/lib");
+        std::fs::create_dir_all(&nested).unwrap();
+        std::fs::create_dir_all(f.ws.join("src")).unwrap();
+        for d in [&f.ws, &nested] {
+            let st = Command::new("git")
+                .args(["init", "-q"])
+                .current_dir(d)
+                .status()
+                .unwrap();
+            assert!(st.success());
+        }
+        if who == Who::Nobody {
+            airlock_tests::who::chown(&f.home);
+            airlock_tests::who::chown(&f.ws);
+        }
+        let newdir = f.home.join("made/new");
+        std::fs::create_dir_all(newdir.parent().unwrap()).unwrap();
+        if who == Who::Nobody {
+            airlock_tests::who::chown(&f.home);
+        }
+        let mut c = f.command(
+            &["--network", "none"],
+            &format!(
+                "echo x > ../../src/x.js; mkdir {}; exit 0",
+                newdir.display()
+            ),
+        );
+        c.current_dir(&nested);
+        let out = run(&mut who.wrap(c));
+        assert_eq!(out.code, 0, "{who:?}: {}", out.stderr);
+        let line = out
+            .stderr
+            .lines()
+            .find(|l| l.starts_with("airlock: the sandbox refused"))
+            .unwrap_or_else(|| panic!("{who:?}: no refusal line: {}", out.stderr))
+            .to_string();
+        assert!(
+            line.contains(&format!("--workspace {}", f.ws.display())),
+            "{who:?}: {line}"
+        );
+        assert!(
+            line.contains(&format!(
+                "mkdir -p {n}, then --write {n}",
+                n = newdir.display()
+            )),
+            "{who:?}: {line}"
+        );
+        assert!(
+            !f.ws.join("src/x.js").exists() && !newdir.exists(),
+            "{who:?}"
         );
     }
 }

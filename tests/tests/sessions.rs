@@ -213,7 +213,7 @@ fn a_harness_runs_a_task_in_one_session() {
         let tool = f.home.join(".tool");
         assert!(
             out.stderr.contains(&format!(
-                "outside the writable roots: create {t} outside the sandbox, then start a session with --write {t}; its directory",
+                "outside the writable roots: mkdir -p {t}, then start a session with --write {t} (or add",
                 t = tool.display()
             )),
             "{who:?}: {}",
@@ -285,14 +285,30 @@ fn a_harness_runs_a_task_in_one_session() {
             !deep.join("later/.git/hooks/pre-commit").exists(),
             "{who:?}"
         );
-        // ...and said to the next command.
-        let out = s.sh(&f.ws, "true");
+        // ...and said to the next command, in its report too.
+        let next = f.home.join("next-report.json");
+        let out = run(&mut s.cmd(&f.ws, &["--report", next.to_str().unwrap()], &["true"]));
         assert!(
             out.stderr.contains("airlock: between commands:")
                 && out.stderr.contains("src/deep/later")
                 && out.stderr.contains(".git/hooks/pre-commit"),
             "{who:?}: {}",
             out.stderr
+        );
+        let r: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&next).unwrap()).unwrap();
+        assert!(
+            r["between_commands"]["protected_changes"]
+                .as_array()
+                .is_some_and(|a| a.iter().any(|c| c["path"]
+                    .as_str()
+                    .is_some_and(|p| p.ends_with("later/.git/hooks/pre-commit")))),
+            "{who:?}: {r}"
+        );
+        assert_eq!(
+            r["protected_changes"],
+            serde_json::json!([]),
+            "{who:?}: {r}"
         );
         assert!(
             !deep.join("later/.git/hooks/pre-commit").exists(),

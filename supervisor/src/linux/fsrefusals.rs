@@ -28,6 +28,8 @@ use crate::refusal::FsRefusal;
 struct Tally {
     seen: BTreeMap<(PathBuf, &'static str), (&'static str, u64)>,
     beyond: u64,
+    /// The writable roots, for advice (`Rules::of` sets them).
+    roots: Vec<PathBuf>,
 }
 
 static TALLY: Mutex<Option<Tally>> = Mutex::new(None);
@@ -55,6 +57,7 @@ impl Rules {
             .filter(|p| std::fs::symlink_metadata(p).is_ok())
             .cloned()
             .collect();
+        lock().get_or_insert_with(Tally::default).roots = plan.write.clone();
         Rules {
             write: plan.write.clone(),
             protected,
@@ -146,14 +149,14 @@ pub fn refusals() -> (Vec<FsRefusal>, u64) {
             op,
             rule,
             count: *count,
-            how_to_allow: how_to_allow(path, rule),
+            how_to_allow: how_to_allow(path, op, rule, &t.roots),
         })
         .collect();
     out.sort_by_key(|r| std::cmp::Reverse(r.count));
     (out, t.beyond)
 }
 
-fn how_to_allow(path: &Path, rule: &str) -> String {
+fn how_to_allow(path: &Path, op: &str, rule: &str, roots: &[PathBuf]) -> String {
     match rule {
         "deny_read" => format!(
             "hidden (deny_read): the command sees an empty, read-only file in its place; a secret stays outside every sandbox (SPEC §3.3): pass what the command needs another way (--pass-env NAME for a variable), or read it outside the sandbox; `airlock policy explain --path {}` names the rule",
@@ -168,7 +171,7 @@ fn how_to_allow(path: &Path, rule: &str) -> String {
         {
             "airlock's per-project caches: a sandbox writes only its own project's (SPEC §3.4; `airlock cache list`)".into()
         }
-        _ => outside_roots(path),
+        _ => outside_roots(path, op, roots),
     }
 }
 
@@ -177,7 +180,7 @@ fn how_to_allow(path: &Path, rule: &str) -> String {
 /// not is named with the `mkdir -p` it needs; never HOME or `/` whole
 /// (the one file, made first, instead); and never the system's own
 /// directories, which no sandboxed command should write.
-fn outside_roots(path: &Path) -> String {
+fn outside_roots(path: &Path, op: &str, roots: &[PathBuf]) -> String {
     const SYSTEM: &[&str] = &[
         "/etc", "/usr", "/bin", "/sbin", "/lib", "/lib64", "/boot", "/opt", "/var/lib", "/root",
     ];
@@ -208,7 +211,26 @@ fn outside_roots(path: &Path) -> String {
             );
         }
     }
-    let dir = path.parent().unwrap_or(path);
+    // In a repository that holds the workspace (a one-shot run started in
+    // a nested one took that as its workspace): the enclosing one is what
+    // to name, not a directory of it.
+    let outer = path.ancestors().skip(1).find(|d| {
+        !home.as_deref().is_some_and(|h| h.starts_with(d))
+            && roots.iter().any(|r| r != d && r.starts_with(d))
+            && std::fs::symlink_metadata(d.join(".git")).is_ok()
+    });
+    if let Some(outer) = outer {
+        let shown = crate::text::shown(outer);
+        return format!(
+            "outside the writable roots: the workspace is a repository nested in {shown}; --workspace {shown} makes the enclosing one the workspace"
+        );
+    }
+    // A directory the command made is itself what is missing; a file's
+    // directory is what `--write` would name.
+    let dir = match op {
+        "mkdir" => path,
+        _ => path.parent().unwrap_or(path),
+    };
     // The nearest directory that exists, and the first one below it that
     // does not (what `mkdir -p` must make).
     let mut missing = None;
@@ -220,7 +242,11 @@ fn outside_roots(path: &Path) -> String {
             None => break,
         }
     }
-    let whole = |d: &Path| d == Path::new("/") || home.as_deref() == Some(d);
+    // HOME, or a directory that holds it: never advised whole.
+    let whole = |d: &Path| {
+        home.as_deref()
+            .map_or(d == Path::new("/"), |h| h.starts_with(d))
+    };
     match missing {
         Some(m) => {
             let shown = crate::text::shown(m);

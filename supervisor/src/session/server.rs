@@ -203,7 +203,7 @@ pub fn serve(listening: Listening, init: Seq, setup: &Setup) -> Result<Ended> {
     // Commands between their start and their check.
     let inflight = std::sync::atomic::AtomicUsize::new(0);
     // What checks between commands found, for the next command to say.
-    let between: Mutex<Vec<String>> = Mutex::new(vec![]);
+    let between: Mutex<Between> = Mutex::new(Between::default());
     let stop = std::sync::atomic::AtomicBool::new(false);
     let (wake_r, wake_w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).context("pipe")?;
     let init = Arc::new(init);
@@ -270,7 +270,9 @@ pub fn serve(listening: Listening, init: Seq, setup: &Setup) -> Result<Ended> {
                         for f in &failed {
                             let line = format!("airlock: error: between commands: {f}; inspect them before running git there");
                             eprintln!("{line}");
-                            lock(between).push(line);
+                            let mut b = lock(between);
+                            b.lines.push(line);
+                            b.failed.push(f.clone());
                         }
                     }
                     if !failed.is_empty() {
@@ -289,8 +291,9 @@ pub fn serve(listening: Listening, init: Seq, setup: &Setup) -> Result<Ended> {
                             None => line,
                         };
                         eprintln!("{line}");
-                        lock(between).push(line);
+                        lock(between).lines.push(line);
                     }
+                    lock(between).changes.extend(found);
                 }
             });
         }
@@ -376,7 +379,7 @@ fn serve_one(
     wake_w: &OwnedFd,
     info: &Value,
     inflight: &std::sync::atomic::AtomicUsize,
-    between: &Mutex<Vec<String>>,
+    between: &Mutex<Between>,
     setup: &Setup,
 ) {
     // Only this user's processes outside every sandbox.
@@ -401,11 +404,24 @@ fn serve_one(
             let mut reply = run_command(id, &req, fds, &conn, init, routes, checking, setup);
             inflight.fetch_sub(1, Ordering::SeqCst);
             let earlier = std::mem::take(&mut *lock(between));
-            if !earlier.is_empty() {
+            if !earlier.lines.is_empty() {
                 if let Some(notes) = reply.get_mut("notes").and_then(Value::as_array_mut) {
-                    for (i, l) in earlier.into_iter().enumerate() {
+                    for (i, l) in earlier.lines.into_iter().enumerate() {
                         notes.insert(i, json!(l));
                     }
+                }
+            }
+            // In the report too, apart from this command's own: a process
+            // an earlier command left running did it.
+            if !earlier.changes.is_empty() || !earlier.failed.is_empty() {
+                if let Some(r) = reply.get_mut("report").and_then(Value::as_object_mut) {
+                    r.insert(
+                        "between_commands".into(),
+                        json!({
+                            "protected_changes": earlier.changes,
+                            "check_failed": earlier.failed,
+                        }),
+                    );
                 }
             }
             let _ = conn.send_json(&reply, &[]);
@@ -474,6 +490,15 @@ fn for_session(advice: &str) -> String {
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// What the checks between commands found (what a process left running
+/// did), for the next command to say and report.
+#[derive(Default)]
+struct Between {
+    lines: Vec<String>,
+    changes: Vec<crate::integrity::Outcome>,
+    failed: Vec<String>,
 }
 
 /// What a `run` request asks for.
