@@ -244,6 +244,15 @@ pub fn serve(listening: Listening, init: Seq, setup: &Setup) -> Result<Ended> {
                 // stops the whole sandbox each time (red team round 6).
                 let mut last_failed: Vec<String> = vec![];
                 while !stop.load(Ordering::Relaxed) {
+                    // A running command's own check judges what it does,
+                    // and its events wait in the queue: polling it now
+                    // returned at once, over and over, and took a whole
+                    // core from the command (a `git status` in a session
+                    // ran beside a busy loop).
+                    if inflight.load(Ordering::SeqCst) > 0 {
+                        std::thread::sleep(std::time::Duration::from_millis(20));
+                        continue;
+                    }
                     let mut p = libc::pollfd {
                         fd,
                         events: libc::POLLIN,
