@@ -57,6 +57,9 @@ pub struct Report<'a> {
     pub protected_paths: ProtectedPaths<'a>,
     /// What the post-run check found and did (SPEC §4.5).
     pub protected_changes: &'a [crate::integrity::Outcome],
+    /// `--review`: the changeset the run's changes are held in (SPEC §4.8).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub review: Option<&'a serde_json::Value>,
 }
 
 #[derive(Serialize)]
@@ -89,6 +92,8 @@ pub struct Summary {
     /// with "Permission denied" and raises no event to report it by
     /// (linux/readwatch.rs), so a failed command is told they exist.
     pub hidden_dirs: Vec<PathBuf>,
+    /// `--review`: what the changeset holds (`review::finish`).
+    pub review: Option<serde_json::Value>,
 }
 
 impl Summary {
@@ -153,6 +158,7 @@ impl Summary {
             withheld_env_not_listed: self.withheld_env.len() - cut(self.withheld_env.len()),
             protected_paths: head.protected_paths,
             protected_changes: head.protected_changes,
+            review: self.review.as_ref(),
         }
     }
 

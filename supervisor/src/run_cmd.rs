@@ -73,6 +73,16 @@ pub fn run(args: &RunArgs, early: Early, log: String, session: Option<&str>) -> 
     tracing::debug!(monotonic_ns = %monotonic_ns(), "run started");
     #[cfg(target_os = "linux")]
     let early: Early = early.or_else(|| crate::linux::Spawned::early(ahead_of(args)).ok());
+    // The command gets ours (a session's commands bring their own).
+    if session.is_none() {
+        for (fd, name) in [0, 1, 2].into_iter().zip(["stdin", "stdout", "stderr"]) {
+            // SAFETY: 0, 1 and 2 stay open for the whole of this process.
+            let fd = unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) };
+            if let Some(why) = crate::paths::refused_stdio(fd) {
+                bail!("the command's {name} is {why}; refused");
+            }
+        }
+    }
     // A previous run whose airlock was killed left its check to us.
     crate::integrity::recover();
     // The search for `.env` files overlaps building the policy.
@@ -938,10 +948,8 @@ fn run_platform(
     let idle = engine.wait_idle(Duration::from_millis(250));
     // Every process of the sandbox is gone, and every request it held is
     // kept: what it changed is held.
-    if let Some(cs) = review {
-        crate::review::finish(cs, code == 125);
-        tracing::debug!(elapsed = ?started.elapsed(), "changeset scanned");
-    }
+    let held = review.and_then(|cs| crate::review::finish(cs, code == 125));
+    tracing::debug!(elapsed = ?started.elapsed(), "changeset scanned");
     engine.close_approver();
     if idle {
         // Only listeners are left, which the exit closes: their threads
@@ -971,6 +979,7 @@ fn run_platform(
     summary.withheld_once = Some(workspace.to_path_buf());
     summary.inherit_none = engine.policy().env_inherit.value == airlock_policy::EnvInherit::None;
     summary.hidden_dirs = plan.hidden_dirs();
+    summary.review = held;
     if let Some(block) = summary.stderr_block(code != 0) {
         eprintln!("{block}");
     }

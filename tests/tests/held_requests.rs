@@ -155,6 +155,9 @@ impl Setup {
             args.push("--audit-log");
             args.push(a.to_str().unwrap());
         }
+        let report = self.f.home.join("review-report.json");
+        args.push("--report");
+        args.push(report.to_str().unwrap());
         let mut c = self.f.command(&args, script);
         c.env("GIT_TEST_TOKEN", GIT_TOKEN.trim_start_matches("Bearer "))
             .env("REG_TOKEN", REG_TOKEN);
@@ -198,6 +201,25 @@ fn a_git_push_in_review_is_held_and_apply_pushes_exactly_the_commit() {
             show(&out)
         );
         assert!(out.stdout.contains("403"), "{who:?}: {}", show(&out));
+        // A harness finds the changeset and its held request in the report.
+        let r: serde_json::Value = serde_json::from_str(
+            &std::fs::read_to_string(s.f.home.join("review-report.json")).unwrap(),
+        )
+        .unwrap();
+        let id = r["review"]["changeset"].as_str().expect("review.changeset");
+        assert!(
+            out.stderr.contains(&format!("held for review as {id}")),
+            "{r}"
+        );
+        assert!(
+            r["review"]["requests"]
+                .as_array()
+                .is_some_and(|a| a.iter().any(|q| q["method"] == "POST"
+                    && q["url"]
+                        .as_str()
+                        .is_some_and(|u| u.contains("git-receive-pack")))),
+            "{who:?}: {r}"
+        );
         let g = s.git.port();
         assert!(
             out.stderr.contains(&format!(

@@ -108,9 +108,13 @@ pub fn prepare(plan: &mut Plan) {
 /// every sandbox has hidden (a `deny_read` default); a further hidden
 /// path of its own cost every run a mount and a Landlock split.
 fn covers_dir() -> Option<PathBuf> {
+    // Judged where it leads: a link or `..` in the variable otherwise
+    // named a place under /run that is not (red team round 9).
     let run = std::env::var_os("XDG_RUNTIME_DIR")
         .map(PathBuf::from)
-        .filter(|d| d.is_absolute() && d.is_dir())
+        .filter(|d| d.is_absolute())
+        .and_then(|d| std::fs::canonicalize(d).ok())
+        .filter(|d| d.is_dir())
         .filter(|d| d.starts_with("/run") || d.starts_with("/tmp"));
     match run {
         Some(d) => Some(d.join("airlock/masks")),
@@ -159,8 +163,11 @@ fn watch(file: &Path) -> Option<OwnedFd> {
     Some(group)
 }
 
-/// How many events wait on `group` (an overflow counts as one more).
+/// How many events wait on `group` (an overflow counts as one more), but
+/// for airlock's own opens: with HOME writable the covers lie in a
+/// writable root, and the post-run check reads them (red team round 9).
 fn pending(group: &OwnedFd) -> u64 {
+    let own = std::process::id() as i32;
     let mut buf = [0u8; 4096];
     let mut n = 0;
     loop {
@@ -179,7 +186,9 @@ fn pending(group: &OwnedFd) -> u64 {
             if m.event_len as usize == 0 {
                 break;
             }
-            n += 1;
+            if m.pid != own {
+                n += 1;
+            }
             at += m.event_len as usize;
         }
     }

@@ -365,6 +365,16 @@ pub fn build(policy: &Policy, o: &Options) -> Plan {
         .chain(deny_read.iter().cloned())
         .chain(deny_write.iter().cloned())
         .chain(env_found.files.iter().cloned())
+        // A found `.env` that is a link is hidden where it leads: the
+        // directories on the way there are pinned too, or run 1 moves
+        // them and the dangling link is dropped from the next search
+        // (red team round 9).
+        .chain(
+            env_found
+                .files
+                .iter()
+                .filter_map(|p| crate::resolve::canonical(p).filter(|c| c != p)),
+        )
         .collect();
     let pin = crate::plan::protected::ancestors_to_pin(&pin_targets, &write);
     let tmp_binds = write

@@ -295,7 +295,8 @@ pub fn prepare(plan: &mut Plan, workspace: &Path, home: &Path) -> Result<Changes
 /// Once every process of the sandbox is gone: scan the layers, record
 /// the host's state of every path they touch, and say on stderr what is
 /// held. An empty changeset is removed.
-pub fn finish(mut cs: Changeset, quiet: bool) {
+/// Returns what it holds, for the report (`None`: nothing is held).
+pub fn finish(mut cs: Changeset, quiet: bool) -> Option<serde_json::Value> {
     // Held requests (SPEC §4.8) keep the changeset even with no file.
     let held = match requests::load(&cs.dir) {
         Ok(h) => h,
@@ -305,7 +306,7 @@ pub fn finish(mut cs: Changeset, quiet: bool) {
                 cs.meta.id,
                 cs.dir.display()
             );
-            return;
+            return None;
         }
     };
     let entries = match scan::scan(&cs) {
@@ -316,7 +317,7 @@ pub fn finish(mut cs: Changeset, quiet: bool) {
                 cs.meta.id,
                 cs.dir.display()
             );
-            return;
+            return None;
         }
     };
     if entries.is_empty() && held.is_empty() {
@@ -324,19 +325,30 @@ pub fn finish(mut cs: Changeset, quiet: bool) {
         if !quiet {
             eprintln!("airlock: --review: the run changed no files and sent no request that needed review; nothing is held");
         }
-        return;
+        return None;
     }
     cs.meta.entries = entries;
     cs.meta.state = "held".into();
     if let Err(e) = cs.save() {
         eprintln!("airlock: error: {e:#}");
-        return;
+        return None;
     }
     let id = &cs.meta.id;
+    let said = summary(&cs);
     eprintln!(
-        "airlock: held for review as {id}: {}; airlock changes diff {id} / apply {id} / discard {id}",
-        summary(&cs)
+        "airlock: held for review as {id}: {said}; airlock changes diff {id} / apply {id} / discard {id}"
     );
+    Some(serde_json::json!({
+        "changeset": id,
+        "summary": said,
+        "files": cs.meta.entries.len(),
+        "requests": held
+            .iter()
+            .map(|r| serde_json::json!({"method": r.method, "url": r.url, "size": r.size, "why": r.why}))
+            .collect::<Vec<_>>(),
+        "apply": format!("airlock changes apply {id}"),
+        "discard": format!("airlock changes discard {id}"),
+    }))
 }
 
 /// What a changeset holds: its files, and its requests when it has any.
@@ -368,6 +380,8 @@ pub fn abandon(dir: &Path) {
         Ok(e) if e.is_empty() && !held => {
             let _ = cs.remove();
         }
-        _ => finish(cs, true),
+        _ => {
+            finish(cs, true);
+        }
     }
 }

@@ -5,7 +5,7 @@
 //! and what the check found when it ended.
 
 use std::collections::{BTreeMap, HashMap};
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
@@ -536,6 +536,11 @@ fn run_command(
     };
     if req.argv.is_empty() || stdio.len() != 3 {
         return json!({"type": "error", "code": 125, "message": "a command and its stdin, stdout and stderr are needed"});
+    }
+    for (fd, name) in stdio.iter().zip(["stdin", "stdout", "stderr"]) {
+        if let Some(why) = crate::paths::refused_stdio(fd.as_fd()) {
+            return json!({"type": "error", "code": 125, "message": format!("the command's {name} is {why}; refused")});
+        }
     }
     let mut notes = vec![];
     let cwd = match setup.plan.start_dir(&req.cwd) {
