@@ -277,6 +277,19 @@ impl Drop for OpenFilesRaised {
     }
 }
 
+/// Why a descriptor may not be one of the command's stdin, stdout or
+/// stderr: a directory's descriptor looks names up in the host's mounts,
+/// past every cover the sandbox's own mounts put over hidden files (a
+/// `.env` read through `openat(0, ".env")`), so none is passed in.
+pub fn refused_stdio(fd: std::os::fd::BorrowedFd<'_>) -> Option<&'static str> {
+    match nix::sys::stat::fstat(fd) {
+        Ok(st) if (st.st_mode & libc::S_IFMT) == libc::S_IFDIR => Some(
+            "a directory: its descriptor would look names up past the sandbox's covers of hidden files",
+        ),
+        _ => None,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -521,18 +534,5 @@ mod tests {
             }
             prop_assert_eq!(old, new);
         }
-    }
-}
-
-/// Why a descriptor may not be one of the command's stdin, stdout or
-/// stderr: a directory's descriptor looks names up in the host's mounts,
-/// past every cover the sandbox's own mounts put over hidden files (a
-/// `.env` read through `openat(0, ".env")`), so none is passed in.
-pub fn refused_stdio(fd: std::os::fd::BorrowedFd<'_>) -> Option<&'static str> {
-    match nix::sys::stat::fstat(fd) {
-        Ok(st) if (st.st_mode & libc::S_IFMT) == libc::S_IFDIR => Some(
-            "a directory: its descriptor would look names up past the sandbox's covers of hidden files",
-        ),
-        _ => None,
     }
 }
