@@ -337,14 +337,36 @@ fn relocated_logins(var: &dyn Fn(&str) -> Option<String>) -> Vec<String> {
         ("NETRC", false),
         ("TF_CLI_CONFIG_FILE", false),
         ("HF_TOKEN_PATH", false),
+        // Red team round 9: more of the default list's files, where their
+        // tools' own variables move them.
+        ("PGPASSFILE", false),
+        ("RCLONE_CONFIG", false),
+        ("REGISTRY_AUTH_FILE", false),
+        ("HELM_REGISTRY_CONFIG", false),
+        ("DATABRICKS_CONFIG_FILE", false),
+        ("HISTFILE", false),
+        ("PSQL_HISTORY", false),
+        ("MYSQL_HISTFILE", false),
+        ("NODE_REPL_HISTORY", false),
+        ("SQLITE_HISTORY", false),
+        ("PYTHON_HISTORY", false),
     ] {
         if let Some(v) = var(name) {
-            let parts: Vec<&str> = if list {
-                v.split(':').collect()
+            let parts: Vec<String> = if list {
+                // kubectl reads a relative entry from where it runs: the
+                // current directory, airlock's too (red team round 9).
+                let cwd = std::env::current_dir().ok();
+                v.split(':')
+                    .filter(|p| !p.is_empty())
+                    .filter_map(|p| match p.starts_with('/') {
+                        true => Some(p.to_string()),
+                        false => cwd.as_ref().map(|c| c.join(p).display().to_string()),
+                    })
+                    .collect()
             } else {
-                vec![&v]
+                vec![v]
             };
-            out.extend(parts.into_iter().filter(|p| usable(p)).map(String::from));
+            out.extend(parts.into_iter().filter(|p| usable(p)));
         }
     }
     // Directories, whole or by the file in them that holds the login.
@@ -357,6 +379,13 @@ fn relocated_logins(var: &dyn Fn(&str) -> Option<String>) -> Vec<String> {
         ("CLOUDSDK_CONFIG", ""),
         ("HF_HOME", "token"),
         ("HF_HOME", "stored_tokens"),
+        // The coding agents' own logins, where a harness moves them.
+        ("CLAUDE_CONFIG_DIR", ".credentials.json"),
+        ("CODEX_HOME", "auth.json"),
+        ("GRADLE_USER_HOME", "gradle.properties"),
+        ("COMPOSER_HOME", "auth.json"),
+        ("KAGGLE_CONFIG_DIR", "kaggle.json"),
+        ("PULUMI_HOME", "credentials.json"),
     ] {
         if let Some(v) = var(name).filter(|v| usable(v)) {
             let p = std::path::Path::new(&v).join(inside);
@@ -368,6 +397,8 @@ fn relocated_logins(var: &dyn Fn(&str) -> Option<String>) -> Vec<String> {
     for (name, under) in [
         ("XDG_CONFIG_HOME", "~/.config/"),
         ("XDG_DATA_HOME", "~/.local/share/"),
+        ("XDG_CACHE_HOME", "~/.cache/"),
+        ("XDG_STATE_HOME", "~/.local/state/"),
     ] {
         if let Some(v) = var(name).filter(|v| usable(v)) {
             for entry in DEFAULT_DENY_READ {

@@ -188,6 +188,17 @@ fn package_manager_and_agent_files_cannot_be_changed_or_planted() {
         "crates/app/rust-toolchain.toml",
         "crates/lib/.cargo/config.toml",
         "pkg/deep/mise.local.toml",
+        // Red team round 9: what asdf, mise, bazelisk and the package
+        // managers read from the directory they run in.
+        ".tool-versions",
+        "tools/bazel",
+        ".bazeliskrc",
+        "packages/web/.tool-versions",
+        "packages/web/.npmrc",
+        "packages/web/.yarnrc.yml",
+        "packages/web/bunfig.toml",
+        "packages/web/.pnpmfile.cjs",
+        "packages/web/.bazeliskrc",
     ];
     for tier in TIERS {
         for who in Who::all() {

@@ -401,18 +401,80 @@ fn logins_moved_by_their_variables_stay_hidden() {
         );
         f.write("~/elsewhere/xdg/gh/hosts.yml", "oauth_token: SECRET-GH\n");
         f.write("~/elsewhere/xdg/app/settings.ini", "plain=1\n");
+        // Red team round 9: an agent's own login, a pgpass, a cache's
+        // token, and a relative KUBECONFIG entry.
+        f.write(
+            "~/elsewhere/claude/.credentials.json",
+            "{\"token\":\"SECRET-CLAUDE\"}\n",
+        );
+        f.write("~/elsewhere/pgpass", "h:5432:db:u:SECRET-PG\n");
+        f.write("~/elsewhere/cache/huggingface/token", "SECRET-HF\n");
+        f.write("rel-kube.yaml", "token: SECRET-RELKUBE\n");
         who.prepare(&f);
         let script = format!(
-            "cat {e}/kube.yaml {e}/docker/config.json {e}/xdg/gh/hosts.yml {e}/xdg/app/settings.ini 2>/dev/null; echo end",
+            "cat {e}/kube.yaml {e}/docker/config.json {e}/xdg/gh/hosts.yml {e}/xdg/app/settings.ini \
+             {e}/claude/.credentials.json {e}/pgpass {e}/cache/huggingface/token rel-kube.yaml 2>/dev/null; echo end",
             e = elsewhere.display()
         );
         let mut c = f.command(&["--network", "none"], &script);
-        c.env("KUBECONFIG", elsewhere.join("kube.yaml"))
-            .env("DOCKER_CONFIG", elsewhere.join("docker"))
-            .env("XDG_CONFIG_HOME", elsewhere.join("xdg"));
+        c.env(
+            "KUBECONFIG",
+            format!("{}:rel-kube.yaml", elsewhere.join("kube.yaml").display()),
+        )
+        .env("DOCKER_CONFIG", elsewhere.join("docker"))
+        .env("XDG_CONFIG_HOME", elsewhere.join("xdg"))
+        .env("CLAUDE_CONFIG_DIR", elsewhere.join("claude"))
+        .env("PGPASSFILE", elsewhere.join("pgpass"))
+        .env("XDG_CACHE_HOME", elsewhere.join("cache"));
         let out = run(&mut who.wrap(c));
         assert!(out.stdout.contains("end"), "{who:?}: {}", show(&out));
         assert!(!out.stdout.contains("SECRET"), "{who:?}: {}", show(&out));
         assert!(out.stdout.contains("plain=1"), "{who:?}: {}", show(&out));
+    }
+}
+
+/// A found `.env` that is a link stays hidden through it: the directories
+/// on the way to its target cannot be moved by one run to drop it from the
+/// next run's search; and a directory handed in as the command's stdin
+/// (which looks names up past the covers) is refused (red team round 9).
+#[test]
+fn a_linked_env_and_a_directory_descriptor_do_not_carry_the_secret_out() {
+    for who in Who::all() {
+        let f = Fixture::new_in(&base());
+        f.write("config/env/web.env", "API_KEY=SECRET-LINKED\n");
+        f.write("apps/web/keep", "x\n");
+        std::os::unix::fs::symlink("../../config/env/web.env", f.ws.join("apps/web/.env")).unwrap();
+        who.prepare(&f);
+        let out = run(&mut who.wrap(f.command(
+            &["--network", "none"],
+            "mv config/env config/moved 2>/dev/null; mv config config2 2>/dev/null; \
+             cat apps/web/.env config/env/web.env 2>/dev/null; echo end",
+        )));
+        assert!(out.stdout.contains("end"), "{who:?}: {}", show(&out));
+        assert!(!out.stdout.contains("SECRET"), "{who:?}: {}", show(&out));
+        assert!(
+            f.ws.join("config/env/web.env").exists(),
+            "{who:?}: the target was moved: {}",
+            show(&out)
+        );
+        let out = run(&mut who.wrap(f.command(
+            &["--network", "none"],
+            "cat apps/web/.env config/env/web.env config/moved/web.env 2>/dev/null; echo end",
+        )));
+        assert!(out.stdout.contains("end"), "{who:?}: {}", show(&out));
+        assert!(!out.stdout.contains("SECRET"), "{who:?}: {}", show(&out));
+        // A directory as stdin: refused before anything runs.
+        let c = f.command(&["--network", "none"], "cat apps/web/.env; echo ran");
+        // `wrap` gives the ordinary user a null stdin: set it after.
+        let mut c = who.wrap(c);
+        c.stdin(std::fs::File::open(&f.ws).unwrap());
+        let out = run(&mut c);
+        assert_eq!(out.code, 125, "{who:?}: {}", show(&out));
+        assert!(!out.stdout.contains("ran"), "{who:?}: {}", show(&out));
+        assert!(
+            out.stderr.contains("stdin is a directory"),
+            "{who:?}: {}",
+            show(&out)
+        );
     }
 }

@@ -221,6 +221,13 @@ pub const TOOL_REDIRECTS: &[&str] = &[
     ".mise",
     ".config/mise.toml",
     ".config/mise",
+    // asdf's and mise's `path:` versions run the binary named for every
+    // shimmed command in the directory (a prompt's `node -v` too).
+    ".tool-versions",
+    // bazelisk runs the workspace's `tools/bazel` in place of bazel, and
+    // downloads from `.bazeliskrc`'s `BAZELISK_BASE_URL` unverified.
+    "tools/bazel",
+    ".bazeliskrc",
 ];
 
 /// Project settings of coding agents (and the editors they live in) that
@@ -268,11 +275,27 @@ pub fn redirects_tool(dir: &std::ffi::OsStr, name: &std::ffi::OsStr) -> bool {
     let n = name.as_bytes();
     let mise_file =
         |n: &[u8]| (n.starts_with(b"mise.") || n.starts_with(b".mise.")) && n.ends_with(b".toml");
+    // Read from the directory a tool runs in (or the nearest package's):
+    // a subdirectory's copy wins there as the top's does at the top (red
+    // team round 9).
+    let nearest_wins = matches!(
+        n,
+        b".tool-versions"
+            | b".bazeliskrc"
+            | b".yarnrc"
+            | b".yarnrc.yml"
+            | b".npmrc"
+            | b"bunfig.toml"
+            | b".pnpmfile.cjs"
+            | b".pnpmfile.mjs"
+    );
     matches!(n, b"rust-toolchain" | b"rust-toolchain.toml" | b".rtx.toml")
+        || nearest_wins
         || mise_file(n)
         || (dir == ".cargo" && matches!(n, b"config" | b"config.toml"))
-        || (matches!(dir.as_bytes(), b".mise" | b"mise") && n == b"config.toml")
+        || (matches!(dir.as_bytes(), b".mise" | b"mise") && n.ends_with(b".toml"))
         || (dir == ".config" && n.starts_with(b"mise"))
+        || (dir == "tools" && n == b"bazel")
 }
 
 /// [`ROOT_SURFACE`]: hook managers', package managers' and agents' files.
