@@ -138,6 +138,8 @@ pub fn run(
         &plan.deny_read_names,
         &plan.deny_read,
         &plan.write,
+        // No mounts here: nothing is covered.
+        &[],
     )?;
     // Resolved before the watch existed: init looks them up again.
     crate::resolve::forget();

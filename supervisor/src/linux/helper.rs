@@ -267,7 +267,25 @@ fn build_and_run(channel: &mut UnixStream, supervisor: libc::pid_t, ahead: Ahead
             // rule binds an inode.
             super::denywatch::raise_nofile();
             let started = std::time::Instant::now();
-            let deny = DenyWatch::new(notify, &plan.deny_read_names, &plan.deny_read, &plan.write)?;
+            // The hidden files PID 1 covers with a mount (mounts.rs).
+            let covered: Vec<std::path::PathBuf> = plan
+                .deny_read
+                .iter()
+                .cloned()
+                .chain(
+                    plan.deny_read_env
+                        .iter()
+                        .filter_map(|p| crate::resolve::canonical(p)),
+                )
+                .filter(|p| std::fs::symlink_metadata(p).is_ok_and(|m| m.is_file()))
+                .collect();
+            let deny = DenyWatch::new(
+                notify,
+                &plan.deny_read_names,
+                &plan.deny_read,
+                &plan.write,
+                &covered,
+            )?;
             tracing::debug!(took = ?started.elapsed(), "deny_read names watched");
             // Resolved before the watch existed: looked up again below.
             crate::resolve::forget();

@@ -174,8 +174,14 @@ struct Route {
 type Routes = Mutex<HashMap<u64, Route>>;
 
 /// Serve until a client asks the session to end (or PID 1 goes away).
+/// The session's log, where its supervisor says why it stopped the
+/// sandbox (a hidden file replaced on the host, a setup error): a command
+/// cut short is pointed there.
+static LOG: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+
 pub fn serve(listening: Listening, init: Seq, setup: &Setup) -> Result<Ended> {
     let mut listening = listening;
+    let _ = LOG.set(listening.socket.with_extension("log"));
     let mut info = json!({
         "name": listening.name,
         "socket": listening.socket,
@@ -633,7 +639,10 @@ fn run_command(
     let answer = loop {
         match next_event().ok_or(()) {
             Err(_) => {
-                break json!({"type": "error", "code": 125, "message": "the session ended before the command did"})
+                let why = LOG.get().map_or(String::new(), |l| {
+                    format!("; why is in its log, {}", crate::text::shown(l))
+                });
+                break json!({"type": "error", "code": 125, "message": format!("the session's sandbox was stopped before the command ended{why}")});
             }
             Ok(Event::Init(msg)) => match msg.get("op").and_then(Value::as_str) {
                 Some("started") => starting = None,

@@ -174,6 +174,12 @@ pub struct DenyWatch {
     seen: HashMap<(Key, OsString), (u64, u64)>,
     /// Host-side events read but left for the next call (`HOST_ROUNDS`).
     pending: Vec<nix::sys::inotify::InotifyEvent>,
+    /// Hidden files inside the writable roots that PID 1 covers with a
+    /// mount: the sandbox can neither rename over nor remove a mount
+    /// point, so a new inode at one of these names is the host's save by
+    /// rename (`sed -i`, an editor), which detached the cover with the old
+    /// file, and the root's rule grants the new one (red team round 9).
+    covered: std::collections::HashSet<PathBuf>,
     /// Our working directory, restored after each watch is added.
     cwd: Option<OwnedFd>,
     /// Realtime nanoseconds once PID 1's ruleset is in force: an inode
@@ -203,6 +209,7 @@ impl DenyWatch {
         names: &[PathBuf],
         deny_read: &[PathBuf],
         write: &[PathBuf],
+        covered: &[PathBuf],
     ) -> Result<Option<Self>> {
         let mut paths: Vec<(PathBuf, PathBuf, bool)> = vec![];
         let mut seen = std::collections::HashSet::new();
@@ -225,7 +232,7 @@ impl DenyWatch {
                 }
             }
         }
-        if paths.is_empty() {
+        if paths.is_empty() && covered.is_empty() {
             return Ok(None);
         }
         let mut w = DenyWatch {
@@ -238,11 +245,52 @@ impl DenyWatch {
             pending: vec![],
             cwd: open_dir(None, Path::new(".")).ok(),
             since: None,
+            covered: covered
+                .iter()
+                .filter(|c| under_any(c, write))
+                .cloned()
+                .collect(),
         };
         for (p, shown, writable) in paths {
             w.add_path(&p, shown, writable)?;
         }
+        for c in w.covered.clone() {
+            w.add_covered(&c)?;
+        }
         Ok(Some(w))
+    }
+
+    /// Watch a covered file's own directory for its name, on the writable
+    /// side (its ancestors outside the roots are no concern of this: the
+    /// root is the sandbox's whatever the host does above it).
+    fn add_covered(&mut self, c: &Path) -> Result<()> {
+        let (Some(dir), Some(name)) = (c.parent(), c.file_name()) else {
+            return Ok(());
+        };
+        let wait = Wait {
+            dir: dir.to_path_buf(),
+            rest: vec![name.to_os_string()],
+            shown: c.to_path_buf(),
+            writable: true,
+        };
+        let side = self.side_of(dir, true);
+        if let Some(&key) = self.known.get(&(dir.to_path_buf(), side)) {
+            if let Some(d) = self.dirs.get_mut(&key) {
+                remember_first(&mut self.first, key, d.fd.as_fd(), name);
+                if !d.waits.contains(&wait) {
+                    d.waits.push(wait);
+                }
+            }
+            return Ok(());
+        }
+        let Ok(fd) = open_dir(None, dir) else {
+            return Ok(());
+        };
+        let key = self
+            .watch(fd, dir, wait)
+            .with_context(|| format!("deny_read watch: watching {}", dir.display()))?;
+        self.known.insert((dir.to_path_buf(), side), key);
+        Ok(())
     }
 
     /// Watch every existing directory on the way to `p`.
@@ -622,6 +670,11 @@ impl DenyWatch {
     }
 
     fn appeared(&mut self, key: Key, name: &OsStr) -> Option<Appeared> {
+        if key.0 == Side::Writable {
+            if let Some(a) = self.replaced_cover(key, name) {
+                return Some(a);
+            }
+        }
         let dir = self.dirs.get(&key)?;
         // A wait with no components left is a denied directory made during
         // the run: every name in it counts.
@@ -650,6 +703,21 @@ impl DenyWatch {
             }
         }
         None
+    }
+
+    /// A covered hidden file (`covered`) that is now another inode than
+    /// the one covered at the start. A removal alone stops nothing: what
+    /// is gone cannot be read.
+    fn replaced_cover(&self, key: Key, name: &OsStr) -> Option<Appeared> {
+        let dir = self.dirs.get(&key)?;
+        let w = dir.waits.iter().find(|w| {
+            w.rest.len() == 1 && w.rest[0] == name && self.covered.contains(&w.dir.join(name))
+        })?;
+        let now = statx(dir.fd.as_fd(), name).ok().map(|st| identity(&st))?;
+        (self.first.get(&(key, name.to_os_string())) != Some(&now)).then(|| Appeared {
+            path: w.shown.clone(),
+            why: "replaced",
+        })
     }
 
     /// On the host's side, for a name whose last queued change was an
@@ -841,6 +909,7 @@ pub fn describe(why: &str) -> &'static str {
         "existing-file" => "an existing file moved or linked in",
         "existing-dir" => "an existing directory moved in",
         "unseen" => "something that was replaced or removed again before the watch could look at it",
+        "replaced" => "a new file saved over the hidden one on the host (a save by rename takes the sandbox's cover away with the old file; a new run hides the new one)",
         "limit" => "a directory the watch could not follow (the helper's descriptor or inotify watch limit)",
         _ => "something the watch could not tell apart",
     }

@@ -25,7 +25,7 @@ fn watch(d: &Path) -> DenyWatch {
 }
 
 fn watch_in(names: &[PathBuf], write: &[PathBuf]) -> DenyWatch {
-    let mut w = DenyWatch::new(instances().unwrap(), names, &[], write)
+    let mut w = DenyWatch::new(instances().unwrap(), names, &[], write, &[])
         .unwrap()
         .unwrap();
     w.armed(None);
@@ -61,7 +61,7 @@ fn a_fresh_denied_directory_is_watched_at_any_depth() {
     let t = tempfile::tempdir().unwrap();
     let d = t.path();
     std::fs::write(d.join("old"), "x").unwrap();
-    let mut w = DenyWatch::new(instances().unwrap(), &[d.join("deny")], &[], &[])
+    let mut w = DenyWatch::new(instances().unwrap(), &[d.join("deny")], &[], &[], &[])
         .unwrap()
         .unwrap();
     w.armed(None);
@@ -240,7 +240,7 @@ fn lock_files_in_a_fresh_denied_directory_stop_nothing() {
     let _one = one_at_a_time();
     let t = tempfile::tempdir().unwrap();
     let d = t.path();
-    let mut w = DenyWatch::new(instances().unwrap(), &[d.join("deny")], &[], &[])
+    let mut w = DenyWatch::new(instances().unwrap(), &[d.join("deny")], &[], &[], &[])
         .unwrap()
         .unwrap();
     w.armed(None);
@@ -276,7 +276,7 @@ fn a_link_in_the_middle_of_the_chain_is_watched() {
         links_on_the_way(&d.join(".profiles/work/aws")),
         Vec::<PathBuf>::new()
     );
-    let mut w = DenyWatch::new(instances().unwrap(), &[d.join(".aws")], &[], &[])
+    let mut w = DenyWatch::new(instances().unwrap(), &[d.join(".aws")], &[], &[], &[])
         .unwrap()
         .unwrap();
     w.armed(None);
@@ -301,7 +301,7 @@ fn a_dotdot_directory_and_a_link_in_a_writable_root_on_the_way_are_watched() {
         links_on_the_way(&d.join(".aws")),
         vec![d.join(".aws"), d.join("mid")]
     );
-    let mut w = DenyWatch::new(instances().unwrap(), &[d.join(".aws")], &[], &[])
+    let mut w = DenyWatch::new(instances().unwrap(), &[d.join(".aws")], &[], &[], &[])
         .unwrap()
         .unwrap();
     w.armed(None);
@@ -322,6 +322,7 @@ fn a_dotdot_directory_and_a_link_in_a_writable_root_on_the_way_are_watched() {
         &[d.join(".aws")],
         &[],
         std::slice::from_ref(&ws),
+        &[],
     )
     .unwrap()
     .unwrap();
