@@ -489,7 +489,7 @@ fn a_hidden_file_saved_over_on_the_host_stops_the_run() {
         let f = Fixture::new_in(&base());
         f.write(".env", "API_KEY=SECRET-OLD\n");
         who.prepare(&f);
-        let mut child = who
+        let child = who
             .wrap(f.command(
                 &["--network", "none"],
                 "echo \"before=[$(cat .env)]\"; sleep 3; echo \"after=[$(cat .env)]\"",
