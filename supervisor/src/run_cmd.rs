@@ -568,6 +568,15 @@ fn run_platform(
     // ready; the command waits for `go`.
     let pending = begin(&mut plan, early)?;
     tracing::debug!(elapsed = ?started.elapsed(), "plan sent");
+    if plan.degraded.is_none() && cfg!(target_os = "linux") {
+        crate::integrity::covered_by_mounts(
+            plan.deny_read
+                .iter()
+                .chain(&plan.deny_read_env)
+                .cloned()
+                .collect::<Vec<_>>(),
+        );
+    }
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()

@@ -524,3 +524,47 @@ fn a_hidden_file_saved_over_on_the_host_stops_the_run() {
         assert!(!out.stdout.contains("SECRET"), "{who:?}: {}", show(&out));
     }
 }
+
+/// The user's own in-place edit of a hidden file inside the writable
+/// roots during a run is the user's: the sandbox could not touch it under
+/// its cover, so the check leaves it where it is (red team round 9).
+#[test]
+fn the_users_edit_of_a_hidden_file_during_a_run_is_left_alone() {
+    for who in Who::all() {
+        let f = Fixture::new_in(&base());
+        // With HOME writable, the user's shell appends to its history
+        // (hidden by default) in another terminal.
+        f.write("~/.bash_history", "SECRET-ONE\n");
+        who.prepare(&f);
+        if who == Who::Nobody {
+            airlock_tests::who::chown(&f.home);
+        }
+        let home = f.home.to_str().unwrap().to_string();
+        let child = who
+            .wrap(f.command(
+                &["--network", "none", "--write", &home],
+                "sleep 2; echo done",
+            ))
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(800));
+        use std::io::Write;
+        std::fs::OpenOptions::new()
+            .append(true)
+            .open(f.home.join(".bash_history"))
+            .unwrap()
+            .write_all(b"SECRET-TWO\n")
+            .unwrap();
+        let out = child.wait_with_output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(0), "{who:?}: {stderr}");
+        assert!(!stderr.contains("quarantined"), "{who:?}: {stderr}");
+        assert_eq!(
+            std::fs::read_to_string(f.home.join(".bash_history")).unwrap(),
+            "SECRET-ONE\nSECRET-TWO\n",
+            "{who:?}: {stderr}"
+        );
+    }
+}

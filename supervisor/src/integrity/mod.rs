@@ -76,6 +76,14 @@ pub fn check_near(
         .collect();
     let mut changes = snap.changes();
     changes.retain(|c| !replaced.contains(&&c.root));
+    // What PID 1's mounts covered, the sandbox could not touch: a change
+    // there is the user's own (an edit of `.env`, a shell's history with
+    // HOME writable), not to be quarantined (red team round 9).
+    let covered = lock_covered().clone();
+    changes.retain(|c| {
+        let p = c.root.join(&c.rel);
+        !covered.iter().any(|k| p.starts_with(k))
+    });
     // What another airlock's check quarantined into `.airlock` beside this
     // run is not the sandbox's.
     changes.retain(|c| {
@@ -203,6 +211,32 @@ pub fn check_near(
         failed,
         repos,
     }
+}
+
+static COVERED: std::sync::Mutex<Vec<PathBuf>> = std::sync::Mutex::new(Vec::new());
+
+fn lock_covered() -> std::sync::MutexGuard<'static, Vec<PathBuf>> {
+    COVERED
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// The hidden paths that exist and that the full tier's mounts cover
+/// read-only (a file) or empty and closed (a directory) for this run: the
+/// checks leave what changes there to the user. Not set for the degraded
+/// tier, which covers nothing, nor for a killed run's check (`recover`).
+pub fn covered_by_mounts(paths: impl IntoIterator<Item = PathBuf>) {
+    let mut all = vec![];
+    for p in paths {
+        if std::fs::symlink_metadata(&p).is_err() {
+            continue;
+        }
+        if let Some(real) = crate::resolve::canonical(&p).filter(|r| *r != p) {
+            all.push(real);
+        }
+        all.push(p);
+    }
+    *lock_covered() = all;
 }
 
 /// Finish the checks of runs whose airlock was killed before it could.
