@@ -174,8 +174,74 @@ pub fn prefetch(root: PathBuf) {
     }
 }
 
-/// [`find`], taking a prefetched root's result where there is one.
+/// [`find`], taking a prefetched root's result where there is one, with
+/// the files earlier runs found in the same roots ([`remembered`]).
 pub fn find_with_prefetch(roots: &[PathBuf]) -> Found {
+    let mut found = search_with_prefetch(roots);
+    remembered(roots, &mut found.files);
+    found
+}
+
+/// Files found in a root stay hidden while they exist, searched for or
+/// not: a run can make thousands of directories (or deep ones) so that
+/// the next run's bounded search ends before it reaches a `.env` it found
+/// before (red team round 9). Kept per root in airlock's state directory,
+/// outside every sandbox; at most [`REMEMBERED`] names a root.
+fn remembered(roots: &[PathBuf], files: &mut Vec<PathBuf>) {
+    let Some(dir) = crate::places::state_dir().map(|d| d.join("dotenv")) else {
+        return;
+    };
+    for root in roots {
+        let record = dir.join(key_of(root));
+        let mut known: Vec<PathBuf> = std::fs::read(&record)
+            .ok()
+            .and_then(|b| serde_json::from_slice(&b).ok())
+            .unwrap_or_default();
+        // Still there, still one (a name the sandbox put back as a
+        // directory or a device is no secret of the user's).
+        known.retain(|p| {
+            p.starts_with(root)
+                && is_secret_path(p)
+                && std::fs::symlink_metadata(p).is_ok_and(|m| hideable(p, m.file_type()))
+        });
+        let before = known.len();
+        for f in files.iter().filter(|f| f.starts_with(root)) {
+            if !known.contains(f) && known.len() < REMEMBERED {
+                known.push(f.clone());
+            }
+        }
+        files.extend(known.iter().cloned());
+        if known.len() != before || !record.exists() {
+            use std::os::unix::fs::DirBuilderExt;
+            let _ = std::fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o700)
+                .create(&dir);
+            if let Ok(bytes) = serde_json::to_vec(&known) {
+                let tmp = record.with_extension("tmp");
+                if std::fs::write(&tmp, bytes).is_ok() {
+                    let _ = std::fs::rename(&tmp, &record);
+                }
+            }
+        }
+    }
+    files.sort();
+    files.dedup();
+}
+
+/// How many found files a root's record keeps.
+const REMEMBERED: usize = 1000;
+
+fn key_of(root: &Path) -> String {
+    let mut ctx = ring::digest::Context::new(&ring::digest::SHA256);
+    ctx.update(root.as_os_str().as_encoded_bytes());
+    ctx.finish().as_ref()[..12]
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+fn search_with_prefetch(roots: &[PathBuf]) -> Found {
     let pre = PREFETCH.lock().ok().and_then(|mut s| s.take());
     let Some((root, handle)) = pre.filter(|(r, _)| roots.contains(r)) else {
         return find(roots);

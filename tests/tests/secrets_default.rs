@@ -568,3 +568,26 @@ fn the_users_edit_of_a_hidden_file_during_a_run_is_left_alone() {
         );
     }
 }
+
+/// One run cannot make the next run's bounded `.env` search end before a
+/// secret it found: thousands of directories made in run 1 exhaust the
+/// search's budget in run 2, and the file found before stays hidden
+/// (red team round 9).
+#[test]
+fn a_flood_of_directories_does_not_uncover_a_found_env() {
+    for who in Who::all() {
+        let f = Fixture::new_in(&base());
+        f.write("apps/web/.env", "API_KEY=SECRET-FLOOD\n");
+        who.prepare(&f);
+        let out = run(&mut who.wrap(f.command(
+            &["--network", "none"],
+            "cat apps/web/.env; mkdir aa && cd aa && seq 1 10050 | xargs mkdir; echo made",
+        )));
+        assert!(out.stdout.contains("made"), "{who:?}: {}", show(&out));
+        assert!(!out.stdout.contains("SECRET"), "{who:?}: {}", show(&out));
+        let out =
+            run(&mut who.wrap(f.command(&["--network", "none"], "cat apps/web/.env; echo end")));
+        assert!(out.stdout.contains("end"), "{who:?}: {}", show(&out));
+        assert!(!out.stdout.contains("SECRET"), "{who:?}: {}", show(&out));
+    }
+}
