@@ -245,6 +245,45 @@ fn global_configs(p: &dyn Probe) -> Globals {
             prefixes.push(versions.join(v));
         }
     }
+    // And those the other version managers keep, each a prefix with its
+    // own `etc/npmrc` (red team round 9): fnm, volta, asdf and n.
+    let var_dir = |name: &str| {
+        p.env(name)
+            .filter(|d| d.starts_with('/'))
+            .map(PathBuf::from)
+    };
+    let managers: Vec<(Option<PathBuf>, &str)> = vec![
+        (
+            var_dir("FNM_DIR").or_else(|| home.as_ref().map(|h| h.join(".local/share/fnm"))),
+            "node-versions/*/installation",
+        ),
+        (
+            home.as_ref().map(|h| h.join(".fnm")),
+            "node-versions/*/installation",
+        ),
+        (
+            var_dir("VOLTA_HOME").or_else(|| home.as_ref().map(|h| h.join(".volta"))),
+            "tools/image/node/*",
+        ),
+        (
+            var_dir("ASDF_DATA_DIR").or_else(|| home.as_ref().map(|h| h.join(".asdf"))),
+            "installs/nodejs/*",
+        ),
+        (
+            var_dir("N_PREFIX")
+                .or_else(|| Some(PathBuf::from("/usr/local")))
+                .map(|d| d.join("n")),
+            "versions/node/*",
+        ),
+    ];
+    for (base, layout) in managers {
+        let Some(base) = base else { continue };
+        let (before, after) = layout.split_once('*').unwrap_or((layout, ""));
+        let versions = base.join(before.trim_end_matches('/'));
+        for v in p.list_dir(&versions) {
+            prefixes.push(versions.join(v).join(after.trim_start_matches('/')));
+        }
+    }
     for system in ["/usr", "/usr/local", "/"] {
         prefixes.push(PathBuf::from(system));
     }
@@ -771,6 +810,9 @@ mod tests {
             "/home/u/.nvm/versions/node/v18/etc/npmrc",
             "/home/u/pfx/etc/npmrc",
             "/etc/npmrc",
+            "/home/u/.volta/tools/image/node/22.1.0/etc/npmrc",
+            "/home/u/.local/share/fnm/node-versions/v21.0.0/installation/etc/npmrc",
+            "/home/u/.asdf/installs/nodejs/20.0.0/etc/npmrc",
         ] {
             p.files.insert(f.into(), tok.clone());
         }
@@ -794,6 +836,9 @@ mod tests {
             "/home/u/.nvm/versions/node/v18/etc/npmrc",
             "/home/u/pfx/etc/npmrc",
             "/etc/npmrc",
+            "/home/u/.volta/tools/image/node/22.1.0/etc/npmrc",
+            "/home/u/.local/share/fnm/node-versions/v21.0.0/installation/etc/npmrc",
+            "/home/u/.asdf/installs/nodejs/20.0.0/etc/npmrc",
         ] {
             assert!(r.hide.iter().any(|(h, _)| h == f), "{f} not hidden");
         }
