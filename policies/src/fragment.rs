@@ -325,7 +325,7 @@ pub const DEFAULT_DENY_READ: &[&str] = &[
 /// HOME (red team round 8: `KUBECONFIG`, `DOCKER_CONFIG`, `XDG_CONFIG_HOME`
 /// and the like put them where the fixed list did not look). Absolute
 /// paths only, and none with a glob character.
-fn relocated_logins(var: &dyn Fn(&str) -> Option<String>) -> Vec<String> {
+pub fn relocated_logins(var: &dyn Fn(&str) -> Option<String>) -> Vec<String> {
     let usable = |v: &str| v.starts_with('/') && !v.contains(['*', '?', '[', '\n']);
     let mut out = vec![];
     // Files, or `:`-separated lists of them.

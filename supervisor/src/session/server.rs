@@ -559,6 +559,28 @@ fn run_command(
             setup.plan.cwd.clone()
         }
     };
+    // Logins this command's environment moves (KUBECONFIG, ...) were hidden
+    // where the session's starting environment put them, not here: said,
+    // since the sandbox can read them (red team round 9).
+    let unhidden: Vec<String> = airlock_policy::fragment::relocated_logins(&|k| {
+        req.env.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone())
+    })
+    .into_iter()
+    .filter(|p| {
+        !setup
+            .plan
+            .deny_read
+            .iter()
+            .any(|d| Path::new(p).starts_with(d))
+    })
+    .filter(|p| Path::new(p).exists())
+    .collect();
+    if !unhidden.is_empty() {
+        notes.push(format!(
+            "airlock: warning: this command's environment names logins the session does not hide, and the sandbox can read them: {}; start the session with that environment to hide them",
+            unhidden.join(", ")
+        ));
+    }
     let (env, warnings, withheld) = setup.env.for_command(req.env, &cwd);
     notes.extend(warnings.into_iter().map(|w| format!("airlock: {w}")));
     let before = (
