@@ -83,7 +83,8 @@ pub fn run(args: &RunArgs, early: Early, log: String, session: Option<&str>) -> 
             }
         }
     }
-    // A previous run whose airlock was killed left its check to us.
+    // A previous run whose airlock was killed left its check to us (its
+    // changeset, if any, `airlock changes` finishes).
     crate::integrity::recover();
     // The search for `.env` files overlaps building the policy.
     if let Ok((workspace, _)) = crate::policy::workspace_dir(&args.policy) {

@@ -296,3 +296,51 @@ fn review_refuses_where_it_cannot_hold_and_never_writes_through() {
         .mode();
     assert_eq!(mode & 0o7777, 0o755, "{}", show(&a));
 }
+
+/// A review run whose airlock is killed leaves its changeset "running";
+/// the next `airlock changes` finishes it as the run would have (scanned
+/// and held), so that it can be looked at and applied; the tree is still
+/// untouched until then.
+#[test]
+fn a_killed_review_runs_changeset_is_finished_by_the_next_changes_command() {
+    for who in Who::all() {
+        let f = fixture(who);
+        let before = tree(&f.ws);
+        let mut child = who
+            .wrap(f.command(
+                &["--network", "none", "--review"],
+                "sed -i s/two/TWO/ a.txt; echo written; sleep 60",
+            ))
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        {
+            use std::io::BufRead;
+            let mut line = String::new();
+            let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
+            out.read_line(&mut line).unwrap();
+            assert_eq!(line.trim(), "written", "{who:?}");
+        }
+        child.kill().unwrap();
+        child.wait().unwrap();
+        assert_eq!(tree(&f.ws), before, "{who:?}: the tree changed");
+        let list = airlock_on_host(&f, who, &["changes", "list", "--json"]);
+        let v: serde_json::Value = serde_json::from_str(&list.stdout).unwrap();
+        let cs = &v[0];
+        assert_eq!(cs["state"], "held", "{who:?}: {}", show(&list));
+        assert!(
+            list.stderr.contains("whose airlock was killed"),
+            "{who:?}: {}",
+            show(&list)
+        );
+        let id = cs["id"].as_str().unwrap().to_string();
+        let a = airlock_on_host(&f, who, &["changes", "apply", &id]);
+        assert_eq!(a.code, 0, "{who:?}: {}", show(&a));
+        assert_eq!(
+            std::fs::read_to_string(f.ws.join("a.txt")).unwrap(),
+            "one\nTWO\nthree\n",
+            "{who:?}"
+        );
+    }
+}

@@ -26,6 +26,7 @@ fn print_json(v: &serde_json::Value) {
 }
 
 fn list(json: bool) -> Result<ExitCode> {
+    super::recover();
     let dir = changes_dir()?;
     let mut ids: Vec<String> = match std::fs::read_dir(&dir) {
         Ok(d) => d
@@ -111,6 +112,7 @@ fn not_in_running_session(cs: &Changeset) -> Result<()> {
 
 /// A held changeset, refused while its run is still going on.
 fn held(id: &str) -> Result<Changeset> {
+    super::recover();
     let cs = Changeset::open(id)?;
     not_in_running_session(&cs)?;
     if cs.meta.state == "running" {

@@ -73,9 +73,21 @@ pub struct Meta {
     /// held, and so appliable, only once that session has ended.
     #[serde(default)]
     pub session: Option<String>,
+    /// The airlock that runs it (pid, start time in clock ticks since
+    /// boot): once that process is gone while the changeset is still
+    /// "running", it was killed, and the next airlock finishes its scan.
+    #[serde(default)]
+    pub owner: Option<(u32, u64)>,
 }
 
 impl Meta {
+    /// Whether the airlock that ran this changeset is gone (a pid reused
+    /// since has another start time).
+    fn owner_gone(&self) -> bool {
+        self.owner
+            .is_some_and(|(pid, start)| start_time(pid) != Some(start))
+    }
+
     pub fn started_time(&self) -> SystemTime {
         UNIX_EPOCH + std::time::Duration::new(self.started.0, self.started.1)
     }
@@ -286,10 +298,50 @@ pub fn prepare(plan: &mut Plan, workspace: &Path, home: &Path) -> Result<Changes
             state: "running".into(),
             entries: vec![],
             session: None,
+            owner: start_time(std::process::id()).map(|t| (std::process::id(), t)),
         },
     };
     cs.save()?;
     Ok(cs)
+}
+
+/// A live process's start time (field 22 of /proc/PID/stat), in clock
+/// ticks; `None` for one gone or a zombie (dead, not yet reaped).
+fn start_time(pid: u32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let (_, rest) = stat.rsplit_once(')')?;
+    let mut fields = rest.split_whitespace();
+    if matches!(fields.next(), Some("Z" | "X")) {
+        return None;
+    }
+    fields.nth(18)?.parse().ok()
+}
+
+/// Finish the changesets of runs (and sessions) whose airlock was killed:
+/// scanned and held for review as a run that ended would have left them,
+/// or removed when empty. Said on stderr for each.
+pub fn recover() {
+    let Ok(dir) = changes_dir() else { return };
+    let Ok(entries) = std::fs::read_dir(&dir) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let Some(id) = e.file_name().to_str().map(str::to_string) else {
+            continue;
+        };
+        let Ok(cs) = Changeset::open(&id) else {
+            continue;
+        };
+        let live_session = cs
+            .meta
+            .session
+            .as_deref()
+            .is_some_and(crate::session::running);
+        if cs.meta.state == "running" && cs.meta.owner_gone() && !live_session {
+            eprintln!("airlock: finishing the changeset {id}, whose airlock was killed");
+            abandon(&cs.dir);
+        }
+    }
 }
 
 /// Once every process of the sandbox is gone: scan the layers, record
