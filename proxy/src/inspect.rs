@@ -461,11 +461,26 @@ async fn handle(
                 return full(engine.refused(&conn, Protocol::Connect, r, None).response());
             }
         }
-        if held.is_none() && !unlent.is_empty() && engine.holder().is_some() {
-            held = Some(format!(
-                "it would carry the credential {}, which is lent to reads only",
-                unlent.join(", ")
-            ));
+        // A review run holds every credentialed write (SPEC §4.8), one a
+        // `methods` list lends to writes too: what it lends is the
+        // person's to release, once the changeset is looked at.
+        let writes = !matches!(method.as_str(), "GET" | "HEAD" | "OPTIONS");
+        if held.is_none() && engine.holder().is_some() {
+            if !unlent.is_empty() {
+                held = Some(format!(
+                    "it would carry the credential {}, which is lent to reads only",
+                    unlent.join(", ")
+                ));
+            } else if writes {
+                held = Some(format!(
+                    "it would carry the credential {} with a {method}: a review run holds every credentialed write",
+                    carried
+                        .iter()
+                        .map(|c| c.describe())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ));
+            }
         }
         if held.is_none() && !unlent.is_empty() {
             let write = crate::approve::CredentialWrite {

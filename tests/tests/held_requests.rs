@@ -496,3 +496,56 @@ fn without_review_nothing_is_held() {
     assert!(out.stdout.contains("secret=200"), "{}", show(&out));
     assert!(!out.stderr.contains("held for review"), "{}", show(&out));
 }
+
+/// A credential whose `methods` list lends it to a write is still held in
+/// a review run (SPEC §4.8: every credentialed write waits for the
+/// person), and still forwarded as written without review.
+#[test]
+fn a_write_a_credential_is_lent_to_is_held_in_review_and_sent_without() {
+    for who in Who::all() {
+        let s = setup(who);
+        let text = std::fs::read_to_string(&s.policy).unwrap();
+        let lent = text.replace(
+            "value = \"Bearer ${env:REG_TOKEN}\"\n",
+            "value = \"Bearer ${env:REG_TOKEN}\"\nmethods = [\"PUT /airlock-pub\"]\n",
+        );
+        assert_ne!(lent, text, "the policy has no registry credential to lend");
+        std::fs::write(&s.policy, lent).unwrap();
+        let r = s.reg.port();
+        let script = format!(
+            "curl -s -o /dev/null -D /tmp/h -X PUT -d x -w 'pub=%{{http_code}}' https://registry.test:{r}/airlock-pub; \
+             echo \" $(grep -i '^x-airlock-reason' /tmp/h | tr -d '\\r')\""
+        );
+        let out = s.review(who, &script, None);
+        assert!(
+            out.stdout.contains("pub=403 x-airlock-reason: held"),
+            "{who:?}: {}",
+            show(&out)
+        );
+        assert!(
+            !s.reg.seen().iter().any(|l| l.starts_with("PUT ")),
+            "{who:?}: the lent write reached the registry in review: {:?}",
+            s.reg.seen()
+        );
+        // Without review, lent means sent.
+        let mut c = s.f.command(
+            &[
+                "-p",
+                s.policy.to_str().unwrap(),
+                "--upstream-ca",
+                s.pki.ca_pem.to_str().unwrap(),
+                "--resolve",
+                "registry.test=127.0.0.1",
+                "--allow-private",
+                "127.0.0.0/8",
+                "--ask",
+                "deny",
+            ],
+            &script,
+        );
+        c.env("REG_TOKEN", REG_TOKEN)
+            .env("GIT_TEST_TOKEN", "unused");
+        let out = run(&mut who.wrap(c));
+        assert!(out.stdout.contains("pub=200"), "{who:?}: {}", show(&out));
+    }
+}
