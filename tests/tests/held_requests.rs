@@ -549,3 +549,99 @@ fn a_write_a_credential_is_lent_to_is_held_in_review_and_sent_without() {
         assert!(out.stdout.contains("pub=200"), "{who:?}: {}", show(&out));
     }
 }
+
+/// A write held for review to a host the person allowed only by an
+/// approval during the run is sent by `changes apply`: running apply is
+/// the person's release of the held requests, to their own hosts only.
+#[test]
+fn a_held_write_to_a_host_approved_in_the_run_is_sent_by_apply() {
+    if !Path::new("/usr/bin/python3").exists() {
+        eprintln!("skipped: no /usr/bin/python3 for the approver");
+        return;
+    }
+    for who in Who::all() {
+        let s = setup(who);
+        let r = s.reg.port();
+        // The registry is not in the policy: only an approval lets it in.
+        let text = std::fs::read_to_string(&s.policy).unwrap();
+        let unlisted = text.replace(&format!(", \"registry.test:{r}\""), "");
+        assert_ne!(unlisted, text);
+        std::fs::write(&s.policy, unlisted).unwrap();
+        let sock = s.f.home.join("ask.sock");
+        // The person, as the same user as airlock (the socket serves only
+        // its own uid): allows every host asked about, once.
+        const ANSWER: &str = r#"
+import json, socket, sys, time
+s = socket.socket(socket.AF_UNIX)
+for _ in range(1000):
+    try:
+        s.connect(sys.argv[1])
+        break
+    except OSError:
+        time.sleep(0.02)
+n = 0
+for line in s.makefile():
+    m = json.loads(line)
+    if m.get("type") == "ask":
+        n += 1
+        a = {"type": "answer", "id": m["id"], "verdict": "allow-once"}
+        s.sendall((json.dumps(a) + "\n").encode())
+print(n)
+"#;
+        let answerer = who
+            .host(
+                &s.f,
+                &s.f.home,
+                "/usr/bin/python3",
+                &["-c", ANSWER, sock.to_str().unwrap()],
+            )
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let ask = format!("socket:{}", sock.display());
+        let mut c = s.f.command(
+            &[
+                "--review",
+                "-p",
+                s.policy.to_str().unwrap(),
+                "--upstream-ca",
+                s.pki.ca_pem.to_str().unwrap(),
+                "--resolve",
+                "registry.test=127.0.0.1",
+                "--allow-private",
+                "127.0.0.0/8",
+                "--ask",
+                &ask,
+            ],
+            &format!(
+                "curl -s -o /dev/null -D /tmp/h -X PUT -d x -w 'pub=%{{http_code}}' https://registry.test:{r}/airlock-pub; \
+                 echo \" $(grep -i '^x-airlock-reason' /tmp/h | tr -d '\\r')\""
+            ),
+        );
+        c.env("REG_TOKEN", REG_TOKEN)
+            .env("GIT_TEST_TOKEN", "unused");
+        let out = run(&mut who.wrap(c));
+        assert!(
+            out.stdout.contains("pub=403 x-airlock-reason: held"),
+            "{who:?}: {}",
+            show(&out)
+        );
+        let asked = answerer.wait_with_output().unwrap();
+        assert!(
+            String::from_utf8_lossy(&asked.stdout).trim() != "0",
+            "{who:?}: nobody was asked"
+        );
+        assert!(!s.reg.seen().iter().any(|l| l.starts_with("PUT ")));
+        let id = held_id(&out);
+        let apply = airlock_host(&s.f, who, &["changes", "apply", &id, "--json"]);
+        assert_eq!(apply.code, 0, "{who:?}: {}", show(&apply));
+        let v: serde_json::Value = serde_json::from_str(&apply.stdout).expect("json");
+        assert_eq!(v["requests"][0]["outcome"], "sent", "{who:?}: {v}");
+        assert_eq!(v["requests"][0]["status"], 200, "{who:?}: {v}");
+        assert!(s
+            .reg
+            .seen()
+            .iter()
+            .any(|l| l.starts_with("PUT /airlock-pub")));
+    }
+}

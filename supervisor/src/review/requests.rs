@@ -547,7 +547,7 @@ pub fn replay_all(changeset: &Path, meta: &super::Meta, out: &mut Vec<Outcome>) 
         }
         return Ok(true);
     }
-    let engine = replay_engine(changeset, meta)?;
+    let engine = replay_engine(changeset, meta, &entries)?;
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -647,10 +647,55 @@ fn outcome(e: &Entry, what: &'static str, detail: String) -> Outcome {
     }
 }
 
+/// Who answers for the hosts of a replay: the person who runs `changes
+/// apply`, by doing so, for exactly the hosts the run's held requests go
+/// to. A request is held only once its host was allowed in the run, by
+/// the policy or by an approval (nobody is there to ask at apply time);
+/// what the policy now denies stays denied (no question is asked then),
+/// and any other host is refused.
+struct ReplayApprover {
+    hosts: Vec<(String, u16)>,
+}
+
+impl airlock_proxy::Approver for ReplayApprover {
+    fn ask(&self, q: airlock_proxy::approve::Question) -> airlock_proxy::approve::AnswerFuture<'_> {
+        let ok = q.write.is_none()
+            && self
+                .hosts
+                .iter()
+                .any(|(h, p)| *h == q.target.host.to_string() && *p == q.target.port);
+        Box::pin(async move {
+            match ok {
+                true => (
+                    airlock_proxy::approve::Answer::AllowOnce,
+                    "a held request's host, released by `airlock changes apply`".to_string(),
+                ),
+                false => (
+                    airlock_proxy::approve::Answer::Deny,
+                    "not a held request's host".to_string(),
+                ),
+            }
+        })
+    }
+}
+
+/// `https://host[:port]/…` as (host, port).
+fn host_port(url: &str) -> Option<(String, u16)> {
+    let rest = url.strip_prefix("https://")?;
+    let authority = rest.split('/').next()?;
+    let target = airlock_policy::Target::parse(authority, Some(443)).ok()?;
+    Some((target.host.to_string(), target.port))
+}
+
 /// The engine a replay goes through: the run's policy rebuilt from its
 /// recorded settings (credentials read now, from the user's configuration
-/// and environment), nobody to ask, no audit log.
-fn replay_engine(changeset: &Path, meta: &super::Meta) -> Result<Arc<airlock_proxy::Engine>> {
+/// and environment), the held requests' own hosts approved
+/// ([`ReplayApprover`]), no audit log.
+fn replay_engine(
+    changeset: &Path,
+    meta: &super::Meta,
+    entries: &[Entry],
+) -> Result<Arc<airlock_proxy::Engine>> {
     let s = settings(changeset)?;
     let args = s.policy_args(&meta.workspace);
     let built = crate::policy::build_policy(
@@ -665,7 +710,9 @@ fn replay_engine(changeset: &Path, meta: &super::Meta) -> Result<Arc<airlock_pro
     Ok(airlock_proxy::Engine::new(airlock_proxy::EngineConfig {
         policy: Arc::new(policy),
         audit: None,
-        approver: Arc::new(airlock_proxy::DenyApprover),
+        approver: Arc::new(ReplayApprover {
+            hosts: entries.iter().filter_map(|e| host_port(&e.url)).collect(),
+        }),
         identity: Arc::new(airlock_proxy::SourceAddressOnly),
         dns_server: s.dns_server,
         inspect,
