@@ -156,6 +156,25 @@ pub(crate) async fn hold(
         Ok(b) => b,
         Err(e) => return refuse(e),
     };
+    // Git's probe before a push larger than `http.postBuffer`: a bare
+    // flush packet to receive-pack, to learn that the request would be
+    // taken before it streams the pack in a second POST. Answered here and
+    // kept nowhere: held, it would stand in the changeset for the push,
+    // and git would never send the pack to be held.
+    if method == "POST"
+        && url
+            .split('?')
+            .next()
+            .is_some_and(|u| u.ends_with("/git-receive-pack"))
+        && body.as_ref() == b"0000"
+    {
+        let mut resp = Response::new(Full::new(Bytes::new()));
+        resp.headers_mut().insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/x-git-receive-pack-result"),
+        );
+        return resp;
+    }
     crate::http::strip_hop_by_hop(&mut headers, false);
     headers.remove(header::HOST);
     // The credential is the user's: set again from their configuration

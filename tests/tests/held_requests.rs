@@ -645,3 +645,34 @@ print(n)
             .any(|l| l.starts_with("PUT /airlock-pub")));
     }
 }
+
+/// A push larger than git's `http.postBuffer`: git first sends a probe (a
+/// bare flush packet) and then streams the pack. The probe is answered,
+/// not held, so the pack itself is what the changeset keeps, and apply
+/// pushes exactly that commit.
+#[test]
+fn a_push_larger_than_the_post_buffer_holds_the_pack_not_the_probe() {
+    for who in Who::all() {
+        let s = setup(who);
+        let push = "head -c 200000 /dev/urandom > big.bin && git add big.bin && \
+            git -c user.email=t@t -c user.name=t commit -q -m big-commit && \
+            echo \"commit=$(git rev-parse HEAD)\"; \
+            git -c http.postBuffer=4096 push origin HEAD:main 2>&1; echo \"push=$?\"";
+        let out = s.review(who, push, None);
+        let commit = commit_of(&out);
+        assert!(!out.stdout.contains("push=0"), "{who:?}: {}", show(&out));
+        assert!(s.pushes_seen().is_empty(), "{who:?}: {:?}", s.git.seen());
+        let id = held_id(&out);
+        let json = airlock_host(&s.f, who, &["changes", "diff", &id, "--json"]);
+        let v: serde_json::Value = serde_json::from_str(&json.stdout).expect("json");
+        let reqs = v["requests"].as_array().expect("requests");
+        assert_eq!(reqs.len(), 1, "{who:?}: {v}");
+        assert!(
+            reqs[0]["size"].as_u64().unwrap_or(0) > 100_000,
+            "{who:?}: the held request is not the pack: {v}"
+        );
+        let apply = airlock_host(&s.f, who, &["changes", "apply", &id]);
+        assert_eq!(apply.code, 0, "{who:?}: {}", show(&apply));
+        assert_eq!(s.remote_main(), commit, "{who:?}: {}", show(&apply));
+    }
+}
