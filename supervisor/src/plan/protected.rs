@@ -224,9 +224,10 @@ pub const TOOL_REDIRECTS: &[&str] = &[
     // asdf's and mise's `path:` versions run the binary named for every
     // shimmed command in the directory (a prompt's `node -v` too).
     ".tool-versions",
-    // bazelisk runs the workspace's `tools/bazel` in place of bazel, and
-    // downloads from `.bazeliskrc`'s `BAZELISK_BASE_URL` unverified.
-    "tools/bazel",
+    // bazelisk downloads from `.bazeliskrc`'s `BAZELISK_BASE_URL`
+    // unverified. (Its `tools/bazel`, run in place of bazel, is judged by
+    // name wherever it is (`redirects_tool`): protected while absent, a
+    // `tools/` directory the sandbox made would be set aside whole.)
     ".bazeliskrc",
 ];
 
