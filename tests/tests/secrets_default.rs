@@ -515,7 +515,7 @@ fn a_hidden_file_saved_over_on_the_host_stops_the_run() {
         assert!(!stdout.contains("SECRET"), "{who:?}: {stdout} {stderr}");
         assert_eq!(out.status.code(), Some(125), "{who:?}: {stdout} {stderr}");
         assert!(
-            stderr.contains("saved over the hidden one on the host"),
+            stderr.contains("put in place of the hidden one on the host"),
             "{who:?}: {stderr}"
         );
         // The next run hides the new file as it hid the old.
@@ -589,5 +589,67 @@ fn a_flood_of_directories_does_not_uncover_a_found_env() {
             run(&mut who.wrap(f.command(&["--network", "none"], "cat apps/web/.env; echo end")));
         assert!(out.stdout.contains("end"), "{who:?}: {}", show(&out));
         assert!(!out.stdout.contains("SECRET"), "{who:?}: {}", show(&out));
+    }
+}
+
+/// The same when the host replaces the directory a hidden file is in
+/// (`mv cfg cfg.old; mkdir cfg`, a sync tool), or a hidden directory
+/// itself with HOME writable (`~/.kube` made anew): the cover's mount went
+/// with the old inode, and the run stops (red team round 10).
+#[test]
+fn a_hidden_files_directory_replaced_on_the_host_stops_the_run() {
+    for (who, case) in Who::all()
+        .into_iter()
+        .flat_map(|w| [(w, "parent"), (w, "hidden-dir")])
+    {
+        let f = Fixture::new_in(&base());
+        f.write("cfg/.env", "API_KEY=SECRET-OLD\n");
+        f.write("~/.kube/config", "token: SECRET-OLD\n");
+        who.prepare(&f);
+        if who == Who::Nobody {
+            airlock_tests::who::chown(&f.home);
+        }
+        let home = f.home.to_str().unwrap().to_string();
+        let (read, dir, file) = match case {
+            "parent" => ("cat cfg/.env".to_string(), f.ws.join("cfg"), ".env"),
+            _ => (
+                format!("cat {home}/.kube/config"),
+                f.home.join(".kube"),
+                "config",
+            ),
+        };
+        let script = format!("{read}; sleep 3; echo \"after=[$({read})]\"");
+        let child = who
+            .wrap(f.command(&["--network", "none", "--write", &home], &script))
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(1500));
+        let old = dir.with_extension("old");
+        std::fs::rename(&dir, &old).unwrap();
+        std::fs::create_dir(&dir).unwrap();
+        std::fs::write(dir.join(file), "SECRET-NEW\n").unwrap();
+        if who == Who::Nobody {
+            airlock_tests::who::chown(&dir);
+        }
+        let out = child.wait_with_output().unwrap();
+        let (stdout, stderr) = (
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr),
+        );
+        assert!(
+            !stdout.contains("SECRET"),
+            "{who:?} {case}: {stdout} {stderr}"
+        );
+        assert_eq!(
+            out.status.code(),
+            Some(125),
+            "{who:?} {case}: {stdout} {stderr}"
+        );
+        assert!(
+            stderr.contains("put in place of the hidden one on the host"),
+            "{who:?} {case}: {stderr}"
+        );
     }
 }

@@ -17,7 +17,7 @@ pub mod windows;
 pub use crate::plan::protected::Protected;
 pub use quarantine::Outcome;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
 /// What the post-run check did, and the roots it could not fully search.
@@ -79,7 +79,14 @@ pub fn check_near(
     // What PID 1's mounts covered, the sandbox could not touch: a change
     // there is the user's own (an edit of `.env`, a shell's history with
     // HOME writable), not to be quarantined (red team round 9).
-    let covered = lock_covered().clone();
+    // Only while each is still the inode covered at the start: one the host
+    // replaced during the run (its mount went with the old one) was the
+    // sandbox's to write, and is judged (red team round 10).
+    let covered: Vec<PathBuf> = lock_covered()
+        .iter()
+        .filter(|(k, id)| identity_of(k) == Some(*id))
+        .map(|(k, _)| k.clone())
+        .collect();
     changes.retain(|c| {
         let p = c.root.join(&c.rel);
         !covered.iter().any(|k| p.starts_with(k))
@@ -213,9 +220,17 @@ pub fn check_near(
     }
 }
 
-static COVERED: std::sync::Mutex<Vec<PathBuf>> = std::sync::Mutex::new(Vec::new());
+/// Each covered path and its inode (device, inode) at the start.
+static COVERED: std::sync::Mutex<Vec<(PathBuf, (u64, u64))>> = std::sync::Mutex::new(Vec::new());
 
-fn lock_covered() -> std::sync::MutexGuard<'static, Vec<PathBuf>> {
+fn identity_of(p: &Path) -> Option<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::symlink_metadata(p)
+        .ok()
+        .map(|m| (m.dev(), m.ino()))
+}
+
+fn lock_covered() -> std::sync::MutexGuard<'static, Vec<(PathBuf, (u64, u64))>> {
     COVERED
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner)
@@ -228,13 +243,14 @@ fn lock_covered() -> std::sync::MutexGuard<'static, Vec<PathBuf>> {
 pub fn covered_by_mounts(paths: impl IntoIterator<Item = PathBuf>) {
     let mut all = vec![];
     for p in paths {
-        if std::fs::symlink_metadata(&p).is_err() {
-            continue;
-        }
         if let Some(real) = crate::resolve::canonical(&p).filter(|r| *r != p) {
-            all.push(real);
+            if let Some(id) = identity_of(&real) {
+                all.push((real, id));
+            }
         }
-        all.push(p);
+        if let Some(id) = identity_of(&p) {
+            all.push((p, id));
+        }
     }
     *lock_covered() = all;
 }

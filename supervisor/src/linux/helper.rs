@@ -277,7 +277,7 @@ fn build_and_run(channel: &mut UnixStream, supervisor: libc::pid_t, ahead: Ahead
                         .iter()
                         .filter_map(|p| crate::resolve::canonical(p)),
                 )
-                .filter(|p| std::fs::symlink_metadata(p).is_ok_and(|m| m.is_file()))
+                .filter(|p| std::fs::symlink_metadata(p).is_ok_and(|m| m.is_file() || m.is_dir()))
                 .collect();
             let deny = DenyWatch::new(
                 notify,

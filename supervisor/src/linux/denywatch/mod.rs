@@ -245,11 +245,7 @@ impl DenyWatch {
             pending: vec![],
             cwd: open_dir(None, Path::new(".")).ok(),
             since: None,
-            covered: covered
-                .iter()
-                .filter(|c| under_any(c, write))
-                .cloned()
-                .collect(),
+            covered: covered_chain(covered, write),
         };
         for (p, shown, writable) in paths {
             w.add_path(&p, shown, writable)?;
@@ -872,6 +868,33 @@ fn remember_first(
     }
 }
 
+/// Each covered path inside a writable root, and every directory between
+/// that root and it: the host replacing one of those (`mv cfg cfg.old;
+/// mkdir cfg`) moves the cover's mount away with the old inode as surely
+/// as a save over the file does (red team round 10). A covered directory
+/// (`~/.kube` with HOME writable) counts as a file does.
+fn covered_chain(covered: &[PathBuf], write: &[PathBuf]) -> std::collections::HashSet<PathBuf> {
+    let mut out = std::collections::HashSet::new();
+    for c in covered {
+        let Some(root) = write
+            .iter()
+            .filter(|w| crate::paths::under(c, w) && c != *w)
+            .max_by_key(|w| w.as_os_str().len())
+        else {
+            continue;
+        };
+        let mut at = c.as_path();
+        while at != root.as_path() {
+            out.insert(at.to_path_buf());
+            match at.parent() {
+                Some(p) => at = p,
+                None => break,
+            }
+        }
+    }
+    out
+}
+
 fn under_any(p: &Path, roots: &[PathBuf]) -> bool {
     roots.iter().any(|w| crate::paths::under(p, w))
 }
@@ -909,7 +932,7 @@ pub fn describe(why: &str) -> &'static str {
         "existing-file" => "an existing file moved or linked in",
         "existing-dir" => "an existing directory moved in",
         "unseen" => "something that was replaced or removed again before the watch could look at it",
-        "replaced" => "a new file saved over the hidden one on the host (a save by rename takes the sandbox's cover away with the old file; a new run hides the new one)",
+        "replaced" => "something new put in place of the hidden one on the host, or of a directory on the way to it (a save by rename, a directory made anew: the sandbox's cover goes away with the old inode; a new run hides the new one)",
         "limit" => "a directory the watch could not follow (the helper's descriptor or inotify watch limit)",
         _ => "something the watch could not tell apart",
     }
