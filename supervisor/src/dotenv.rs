@@ -198,16 +198,22 @@ fn remembered(roots: &[PathBuf], files: &mut Vec<PathBuf>) {
             .and_then(|b| serde_json::from_slice(&b).ok())
             .unwrap_or_default();
         // Still there, still one (a name the sandbox put back as a
-        // directory or a device is no secret of the user's).
-        known.retain(|p| {
-            p.starts_with(root)
-                && is_secret_path(p)
-                && std::fs::symlink_metadata(p).is_ok_and(|m| hideable(p, m.file_type()))
-        });
+        // directory or a device is no secret of the user's). Only airlock
+        // writes the record: what it holds, it found.
+        known.retain(|p| std::fs::symlink_metadata(p).is_ok_and(|m| hideable(p, m.file_type())));
         let before = known.len();
         for f in files.iter().filter(|f| f.starts_with(root)) {
-            if !known.contains(f) && known.len() < REMEMBERED {
-                known.push(f.clone());
+            // A found link's target too, by its own name: a run may remove
+            // the link (its cover is on the target), and the target's name
+            // is none the search looks for (red team round 10).
+            let target = std::fs::symlink_metadata(f)
+                .is_ok_and(|m| m.file_type().is_symlink())
+                .then(|| crate::resolve::canonical(f))
+                .flatten();
+            for p in std::iter::once(f.clone()).chain(target) {
+                if !known.contains(&p) && known.len() < REMEMBERED {
+                    known.push(p);
+                }
             }
         }
         files.extend(known.iter().cloned());

@@ -463,6 +463,18 @@ fn a_linked_env_and_a_directory_descriptor_do_not_carry_the_secret_out() {
         )));
         assert!(out.stdout.contains("end"), "{who:?}: {}", show(&out));
         assert!(!out.stdout.contains("SECRET"), "{who:?}: {}", show(&out));
+        // A run removes the link (its cover is on the target); the next
+        // still hides the target, which it remembers by its own name.
+        let out =
+            run(&mut who
+                .wrap(f.command(&["--network", "none"], "rm apps/web/.env && echo removed")));
+        assert!(out.stdout.contains("removed"), "{who:?}: {}", show(&out));
+        let out = run(&mut who.wrap(f.command(
+            &["--network", "none"],
+            "cat config/env/web.env 2>/dev/null; echo end",
+        )));
+        assert!(out.stdout.contains("end"), "{who:?}: {}", show(&out));
+        assert!(!out.stdout.contains("SECRET"), "{who:?}: {}", show(&out));
         // A directory as stdin: refused before anything runs.
         let c = f.command(&["--network", "none"], "cat apps/web/.env; echo ran");
         // `wrap` gives the ordinary user a null stdin: set it after.
