@@ -324,11 +324,20 @@ pub fn build(policy: &Policy, o: &Options) -> Plan {
     airlock_files
         .extend(crate::places::user_policy_path().and_then(|p| p.parent().map(Path::to_path_buf)));
     airlock_files.extend(airlock_ca::default_dir());
+    // A hidden login reached through a link (a dotfile manager's `~/.kube
+    // -> dotfiles/kube`) is covered where it leads; the link's own name is
+    // protected too, or a run swaps it for a directory of its own that the
+    // host's tools then obey (red team round 10).
+    let linked: Vec<PathBuf> = deny_read_names
+        .iter()
+        .filter(|n| real(n.to_path_buf()) != **n)
+        .cloned()
+        .collect();
     let protected = crate::plan::protected::compute(&crate::plan::protected::Inputs {
         roots: &write,
         home: o.home,
         deny_write: &deny_write,
-        deny_read: &deny_read,
+        deny_read: &[deny_read.as_slice(), linked.as_slice()].concat(),
         airlock_files: &airlock_files,
     });
     let denied = crate::paths::Prefixes::new(&deny_read);

@@ -382,6 +382,20 @@ pub const HOME_SURFACE: &[&str] = &[
     ".config/pnpm",
     ".huskyrc",
     "Library/LaunchAgents",
+    // Logins whose tools run a program they name (red team round 10):
+    // kubectl's `exec` plugins, the AWS CLI's `credential_process`,
+    // docker's `credsStore`/`credHelpers`, gh's `!` aliases, gpg-agent's
+    // `pinentry-program`, terraform's `dev_overrides`, Gradle's JVM
+    // arguments, Maven's settings.
+    ".kube/config",
+    ".aws/config",
+    ".aws/credentials",
+    ".docker/config.json",
+    ".config/gh/config.yml",
+    ".gnupg/gpg-agent.conf",
+    ".terraformrc",
+    ".gradle/gradle.properties",
+    ".m2/settings.xml",
 ];
 
 /// When `/` itself is writable (only with an explicit `--workspace /` or
