@@ -125,9 +125,9 @@ fn user_writes_exist(
         };
         if std::fs::symlink_metadata(&p).is_err() {
             bail!(
-                "writable path {} ({origin}) does not exist: create it first (mkdir -p {}), or remove it",
+                "writable path {} ({origin}) does not exist: create it first (`mkdir -p {s}` for a directory, `touch {s}` for a file), or remove it",
                 crate::text::shown(&p),
-                crate::text::shown(&p)
+                s = crate::text::shown(&p)
             );
         }
     }

@@ -92,6 +92,10 @@ pub struct Summary {
     /// with "Permission denied" and raises no event to report it by
     /// (linux/readwatch.rs), so a failed command is told they exist.
     pub hidden_dirs: Vec<PathBuf>,
+    /// The workspace, when the hidden-directory note is said once an hour
+    /// for it (a one-shot run); `None`: said whenever `hidden_dirs` is set
+    /// (a session gates it itself, once a session).
+    pub hidden_once: Option<PathBuf>,
     /// `--review`: what the changeset holds (`review::finish`).
     pub review: Option<serde_json::Value>,
 }
@@ -173,22 +177,24 @@ impl Summary {
         lines.extend(blocked_line(&self.blocked, self.blocked_beyond));
         lines.extend(upstream_line(&self.upstream, self.upstream_beyond));
         lines.extend(filesystem_line(&self.filesystem, self.filesystem_beyond));
+        // On every failed command (the one that fails for want of a
+        // variable must be told, not only the first to fail: harness
+        // rounds 9 and 10); beside other lines only once an hour per
+        // workspace and set of names, or it would read as their cause.
         if !self.withheld_env.is_empty()
-            && (failed || !lines.is_empty())
-            && self.withheld_once.as_deref().is_none_or(|ws| {
-                // Said once per workspace and set of names: a harness
-                // runs hundreds of commands, and the line on every
-                // failed one reads as the cause.
-                let key = format!("withheld-env-{}", self.withheld_env.join(","));
-                crate::places::first_time(&key, ws)
-            })
+            && (failed
+                || (!lines.is_empty()
+                    && self.withheld_once.as_deref().is_none_or(|ws| {
+                        let key = format!("withheld-env-{}", self.withheld_env.join(","));
+                        crate::places::first_time(&key, ws)
+                    })))
         {
             lines.push(self.withheld_line());
         }
         if !self.hidden_dirs.is_empty()
             && failed
             && self
-                .withheld_once
+                .hidden_once
                 .as_deref()
                 .is_none_or(|ws| crate::places::first_time("hidden-dirs", ws))
         {
@@ -285,7 +291,7 @@ fn times(count: u64) -> String {
 
 /// `airlock: refused 2 writes: /etc/x (create; outside the writable
 /// roots: --write /etc ...), ~/.bashrc (write; protected: ...)`.
-fn filesystem_line(refused: &[FsRefusal], beyond: u64) -> Option<String> {
+pub(crate) fn filesystem_line(refused: &[FsRefusal], beyond: u64) -> Option<String> {
     if refused.is_empty() && beyond == 0 {
         return None;
     }

@@ -989,6 +989,7 @@ fn run_platform(
     summary.withheld_once = Some(workspace.to_path_buf());
     summary.inherit_none = engine.policy().env_inherit.value == airlock_policy::EnvInherit::None;
     summary.hidden_dirs = plan.hidden_dirs();
+    summary.hidden_once = Some(workspace.to_path_buf());
     summary.review = held;
     if let Some(block) = summary.stderr_block(code != 0) {
         eprintln!("{block}");

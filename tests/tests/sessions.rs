@@ -767,6 +767,36 @@ fn a_session_tells_a_failing_command_what_it_withheld_and_says_when_it_died() {
         );
         let out = s.sh(&f.ws, &format!("echo second >> {}", notes.display()));
         assert_eq!(out.code, 0, "{who:?}: {}", out.stderr);
+        // A write a process left running tried between commands is told
+        // to the next command, on stderr and in its report.
+        let out = s.sh(
+            &f.ws,
+            "(sleep 0.3; echo x > /etc/airlock-between-probe) >/dev/null 2>&1 &",
+        );
+        assert_eq!(out.code, 0, "{who:?}: {}", out.stderr);
+        std::thread::sleep(Duration::from_millis(1200));
+        let next = f.home.join("next.json");
+        let out = run(&mut s.cmd(&f.ws, &["--report", next.to_str().unwrap()], &["true"]));
+        assert!(
+            out.stderr
+                .contains("airlock: between commands: the sandbox refused")
+                && out.stderr.contains("/etc/airlock-between-probe"),
+            "{who:?}: {}",
+            out.stderr
+        );
+        let r: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&next).unwrap()).unwrap();
+        assert!(
+            r["between_commands"]["filesystem_refusals"]
+                .as_array()
+                .is_some_and(|a| a.iter().any(|x| x["path"] == "/etc/airlock-between-probe")),
+            "{who:?}: {r}"
+        );
+        assert_eq!(
+            r["filesystem_refusals"],
+            serde_json::json!([]),
+            "{who:?}: {r}"
+        );
         let end = s.end(&[]);
         assert_eq!(end.code, 0, "{who:?}: {}", end.stderr);
         assert_eq!(

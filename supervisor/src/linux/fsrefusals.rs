@@ -206,7 +206,7 @@ fn outside_roots(path: &Path, op: &str, roots: &[PathBuf]) -> String {
     if let Some(h) = home.as_deref() {
         if let Some((dir, preset)) = TOOLS.iter().find(|(d, _)| path.starts_with(h.join(d))) {
             return format!(
-                "outside the writable roots: {} is {preset}'s own cache; --preset {preset} gives {preset} a cache of its own for this project",
+                "outside the writable roots: {} is {preset}'s own cache; a run with --preset {preset} gives {preset} a cache of its own for this project",
                 crate::text::shown(&h.join(dir))
             );
         }

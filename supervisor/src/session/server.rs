@@ -179,6 +179,14 @@ type Routes = Mutex<HashMap<u64, Route>>;
 /// cut short is pointed there.
 static LOG: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
 
+/// The filesystem refusals counted when the last command ended: what
+/// grew while no command ran is the between-commands share.
+static FS_SEEN: Mutex<Vec<crate::refusal::FsRefusal>> = Mutex::new(Vec::new());
+
+/// Whether a command of this session was told which hidden directories
+/// exist (`Summary::hidden_dirs`): once a session.
+static HIDDEN_SAID: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
 pub fn serve(listening: Listening, init: Seq, setup: &Setup) -> Result<Ended> {
     let mut listening = listening;
     let _ = LOG.set(listening.socket.with_extension("log"));
@@ -415,10 +423,34 @@ fn serve_one(
         }
         Some("run") => {
             let id = ids.fetch_add(1, Ordering::Relaxed) + 1;
-            inflight.fetch_add(1, Ordering::SeqCst);
+            // What the sandbox refused while no command ran: a process an
+            // earlier one left running (told with the plants, below).
+            let idle = inflight.fetch_add(1, Ordering::SeqCst) == 0;
+            let now = crate::linux::fsrefusals::refusals().0;
+            let refused_between = match idle {
+                true => grew(
+                    &lock(&FS_SEEN),
+                    &now,
+                    |f| (f.path.clone(), f.op),
+                    |f| f.count,
+                    |f, n| crate::refusal::FsRefusal {
+                        count: n,
+                        ..f.clone()
+                    },
+                ),
+                false => vec![],
+            };
             let mut reply = run_command(id, &req, fds, &conn, init, routes, checking, setup);
+            *lock(&FS_SEEN) = crate::linux::fsrefusals::refusals().0;
             inflight.fetch_sub(1, Ordering::SeqCst);
-            let earlier = std::mem::take(&mut *lock(between));
+            let mut earlier = std::mem::take(&mut *lock(between));
+            if let Some(line) = crate::report::filesystem_line(&refused_between, 0) {
+                let line = for_session(&line);
+                earlier.lines.push(match line.strip_prefix("airlock: ") {
+                    Some(rest) => format!("airlock: between commands: {rest}"),
+                    None => line,
+                });
+            }
             if !earlier.lines.is_empty() {
                 if let Some(notes) = reply.get_mut("notes").and_then(Value::as_array_mut) {
                     for (i, l) in earlier.lines.into_iter().enumerate() {
@@ -428,13 +460,17 @@ fn serve_one(
             }
             // In the report too, apart from this command's own: a process
             // an earlier command left running did it.
-            if !earlier.changes.is_empty() || !earlier.failed.is_empty() {
+            if !earlier.changes.is_empty()
+                || !earlier.failed.is_empty()
+                || !refused_between.is_empty()
+            {
                 if let Some(r) = reply.get_mut("report").and_then(Value::as_object_mut) {
                     r.insert(
                         "between_commands".into(),
                         json!({
                             "protected_changes": earlier.changes,
                             "check_failed": earlier.failed,
+                            "filesystem_refusals": refused_between,
                         }),
                     );
                 }
@@ -472,13 +508,14 @@ fn serve_one(
 /// is given to `airlock session start` (a new session), never to `run
 /// --session`, which refuses it.
 fn for_session(advice: &str) -> String {
-    const FLAGS: [&str; 6] = [
+    const FLAGS: [&str; 7] = [
         "--allow ",
         "--write ",
         "--read ",
         "--publish ",
         "--allow-private ",
         "--pass-env ",
+        "--preset ",
     ];
     const WITH: &str = "start a session with ";
     const PASS: &str = "--pass-env NAME passes one";
@@ -487,6 +524,7 @@ fn for_session(advice: &str) -> String {
         true => advice.to_string(),
         false => advice.replace(PASS, PASS_SESSION),
     };
+    let advice = advice.replace("a run with --preset ", "a session started with --preset ");
     let mut out = String::with_capacity(advice.len() + 64);
     let mut rest = advice.as_str();
     // Every flag that starts a word (at the start of the advice too: a
@@ -552,10 +590,10 @@ fn run_command(
     let cwd = match setup.plan.start_dir(&req.cwd) {
         Ok(dir) => dir,
         Err(why) => {
-            notes.push(format!(
+            notes.push(for_session(&format!(
                 "airlock: the command starts in the workspace root {}: {why}",
                 crate::text::shown(&setup.plan.cwd)
-            ));
+            )));
             setup.plan.cwd.clone()
         }
     };
@@ -764,7 +802,11 @@ fn run_command(
     summary.withheld_once = Some(setup.workspace.to_path_buf());
     summary.inherit_none =
         setup.engine.policy().env_inherit.value == airlock_policy::EnvInherit::None;
-    summary.hidden_dirs = setup.plan.hidden_dirs();
+    // Said to the first failing command of the session (a new session is
+    // a new model's context), not once an hour per workspace.
+    if code != 0 && !HIDDEN_SAID.swap(true, std::sync::atomic::Ordering::Relaxed) {
+        summary.hidden_dirs = setup.plan.hidden_dirs();
+    }
     // The session was built when it started: advice that names a flag
     // says where it goes (`run --session` refuses what shapes the sandbox).
     for b in &mut summary.blocked {
@@ -877,6 +919,10 @@ mod tests {
             "start a session with --allow-private or start a session with --allow x"
         );
         assert_eq!(for_session(&once), once);
+        assert_eq!(
+            for_session("x is npm's own cache; a run with --preset npm gives npm one"),
+            "x is npm's own cache; a session started with --preset npm gives npm one"
+        );
         let pass = for_session("K; --pass-env NAME passes one.");
         assert_eq!(for_session(&pass), pass);
         assert_eq!(for_session("--allowance"), "--allowance");
