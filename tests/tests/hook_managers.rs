@@ -199,6 +199,12 @@ fn package_manager_and_agent_files_cannot_be_changed_or_planted() {
         "packages/web/bunfig.toml",
         "packages/web/.pnpmfile.cjs",
         "packages/web/.bazeliskrc",
+        // Red team round 10: REPLs and editors that run what they find
+        // where they start.
+        ".irbrc",
+        "packages/web/.Rprofile",
+        "packages/web/.nvim.lua",
+        "packages/web/.bazelrc",
     ];
     for tier in TIERS {
         for who in Who::all() {

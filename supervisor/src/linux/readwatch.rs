@@ -47,7 +47,7 @@ fn lock() -> std::sync::MutexGuard<'static, Option<Masks>> {
 /// hidden file that exists (`plan.deny_read_masks`, which the mounts use
 /// in place of `/dev/null`). What cannot be watched keeps `/dev/null`.
 pub fn prepare(plan: &mut Plan) {
-    let Some(base) = covers_dir() else {
+    let Some(base) = covers_dir(plan) else {
         return;
     };
     let files: Vec<PathBuf> = plan
@@ -107,7 +107,7 @@ pub fn prepare(plan: &mut Plan) {
 /// `/tmp` (each sandbox mounts its own there), else beside the CA, which
 /// every sandbox has hidden (a `deny_read` default); a further hidden
 /// path of its own cost every run a mount and a Landlock split.
-fn covers_dir() -> Option<PathBuf> {
+fn covers_dir(plan: &Plan) -> Option<PathBuf> {
     // Judged where it leads: a link or `..` in the variable otherwise
     // named a place under /run that is not (red team round 9).
     let run = std::env::var_os("XDG_RUNTIME_DIR")
@@ -115,7 +115,19 @@ fn covers_dir() -> Option<PathBuf> {
         .filter(|d| d.is_absolute())
         .and_then(|d| std::fs::canonicalize(d).ok())
         .filter(|d| d.is_dir())
-        .filter(|d| d.starts_with("/run") || d.starts_with("/tmp"));
+        .filter(|d| d.starts_with("/run") || d.starts_with("/tmp"))
+        // Unless this run is given it (`--read`/`--write` on it or above):
+        // then other runs' covers would be within its reach (red team
+        // round 10).
+        .filter(|d| {
+            !plan
+                .read
+                .iter()
+                .chain(&plan.write)
+                .chain(&plan.tmp_binds)
+                .chain(&plan.tmp_read_binds)
+                .any(|r| d.starts_with(r) || r.starts_with(d))
+        });
     match run {
         Some(d) => Some(d.join("airlock/masks")),
         None => crate::places::ca_dir().ok().map(|d| d.join("masks")),

@@ -289,6 +289,19 @@ pub fn redirects_tool(dir: &std::ffi::OsStr, name: &std::ffi::OsStr) -> bool {
             | b"bunfig.toml"
             | b".pnpmfile.cjs"
             | b".pnpmfile.mjs"
+            | b".bazelrc"
+            // REPLs and editors that run what they find where they start
+            // (red team round 10): irb and pry, R, GHCi, the OCaml
+            // toplevel, vi's `exrc`, Neovim's and lazy.nvim's local files.
+            | b".irbrc"
+            | b".pryrc"
+            | b".Rprofile"
+            | b".ghci"
+            | b".ocamlinit"
+            | b".exrc"
+            | b".nvimrc"
+            | b".nvim.lua"
+            | b".lazy.lua"
     );
     matches!(n, b"rust-toolchain" | b"rust-toolchain.toml" | b".rtx.toml")
         || nearest_wins
