@@ -190,6 +190,20 @@ pub fn run(args: &RunArgs, early: Early, log: String, session: Option<&str>) -> 
     for w in &plan.env_warnings {
         eprintln!("airlock: {w}");
     }
+    // A writable root that is itself one of the files host tools obey in
+    // HOME (`--write ~/.gitconfig`) is the user's explicit grant: the
+    // check keeps what the sandbox writes there, so it is said (red team
+    // round 10).
+    for w in &plan.write {
+        if crate::plan::protected::HOME_SURFACE.iter().any(|r| {
+            home.join(r) == *w || crate::resolve::canonical(&home.join(r)).as_ref() == Some(w)
+        }) {
+            eprintln!(
+                "airlock: warning: {} is made writable as a whole, and host tools run or obey what it says: what the command writes there is kept, unchecked (--review shows it first)",
+                crate::text::shown(w)
+            );
+        }
+    }
     for h in crate::hints::at_start(&plan, &policy) {
         eprintln!("airlock: note: {h}");
     }
