@@ -164,6 +164,28 @@ impl Setup {
         run(&mut who.wrap(c))
     }
 
+    /// The same policy and origins without `--review`.
+    fn plain(&self, who: Who, script: &str) -> Out {
+        let mut c = self.f.command(
+            &[
+                "-p",
+                self.policy.to_str().unwrap(),
+                "--upstream-ca",
+                self.pki.ca_pem.to_str().unwrap(),
+                "--resolve",
+                "registry.test=127.0.0.1",
+                "--allow-private",
+                "127.0.0.0/8",
+                "--ask",
+                "deny",
+            ],
+            script,
+        );
+        c.env("REG_TOKEN", REG_TOKEN)
+            .env("GIT_TEST_TOKEN", "unused");
+        run(&mut who.wrap(c))
+    }
+
     fn remote_main(&self) -> String {
         git(&self.bare, &["rev-parse", "main"])
     }
@@ -464,28 +486,14 @@ fn a_publish_and_a_hold_rule_request_are_held_applied_in_order_and_discard_sends
 #[test]
 fn without_review_nothing_is_held() {
     let s = setup(Who::Me);
-    let mut c = s.f.command(
-        &[
-            "-p",
-            s.policy.to_str().unwrap(),
-            "--upstream-ca",
-            s.pki.ca_pem.to_str().unwrap(),
-            "--resolve",
-            "registry.test=127.0.0.1",
-            "--allow-private",
-            "127.0.0.0/8",
-            "--ask",
-            "deny",
-        ],
+    let out = s.plain(
+        Who::Me,
         &format!(
             "curl -s -o /dev/null -D h -X PUT -d x -w 'pub=%{{http_code}}' https://registry.test:{r}/airlock-pub; echo \" $(grep -i '^x-airlock-reason' h | tr -d '\\r')\"; \
              curl -s -o /dev/null -w 'secret=%{{http_code}}\\n' https://registry.test:{r}/secret-read",
             r = s.reg.port()
         ),
     );
-    c.env("REG_TOKEN", REG_TOKEN)
-        .env("GIT_TEST_TOKEN", "unused");
-    let out = run(&mut c);
     assert!(
         out.stdout
             .contains("pub=403 x-airlock-reason: credential-write"),
@@ -528,24 +536,7 @@ fn a_write_a_credential_is_lent_to_is_held_in_review_and_sent_without() {
             s.reg.seen()
         );
         // Without review, lent means sent.
-        let mut c = s.f.command(
-            &[
-                "-p",
-                s.policy.to_str().unwrap(),
-                "--upstream-ca",
-                s.pki.ca_pem.to_str().unwrap(),
-                "--resolve",
-                "registry.test=127.0.0.1",
-                "--allow-private",
-                "127.0.0.0/8",
-                "--ask",
-                "deny",
-            ],
-            &script,
-        );
-        c.env("REG_TOKEN", REG_TOKEN)
-            .env("GIT_TEST_TOKEN", "unused");
-        let out = run(&mut who.wrap(c));
+        let out = s.plain(who, &script);
         assert!(out.stdout.contains("pub=200"), "{who:?}: {}", show(&out));
     }
 }

@@ -268,17 +268,7 @@ fn build_and_run(channel: &mut UnixStream, supervisor: libc::pid_t, ahead: Ahead
             super::denywatch::raise_nofile();
             let started = std::time::Instant::now();
             // The hidden files PID 1 covers with a mount (mounts.rs).
-            let covered: Vec<std::path::PathBuf> = plan
-                .deny_read
-                .iter()
-                .cloned()
-                .chain(
-                    plan.deny_read_env
-                        .iter()
-                        .filter_map(|p| crate::resolve::canonical(p)),
-                )
-                .filter(|p| std::fs::symlink_metadata(p).is_ok_and(|m| m.is_file() || m.is_dir()))
-                .collect();
+            let covered = plan.covered(|m| m.is_file() || m.is_dir());
             let deny = DenyWatch::new(
                 notify,
                 &plan.deny_read_names,

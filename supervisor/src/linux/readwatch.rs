@@ -51,15 +51,8 @@ pub fn prepare(plan: &mut Plan) {
         return;
     };
     let files: Vec<PathBuf> = plan
-        .deny_read
-        .iter()
-        .cloned()
-        .chain(
-            plan.deny_read_env
-                .iter()
-                .filter_map(|p| crate::resolve::canonical(p)),
-        )
-        .filter(|p| std::fs::metadata(p).is_ok_and(|m| m.is_file()))
+        .covered(std::fs::Metadata::is_file)
+        .into_iter()
         .take(MAX)
         .collect();
     tracing::debug!(files = files.len(), "hidden files to watch for reads");

@@ -484,6 +484,22 @@ pub fn build(policy: &Policy, o: &Options) -> Plan {
 }
 
 impl Plan {
+    /// What PID 1's mounts cover (mounts.rs): every `deny_read` path and
+    /// found `.env` file (where its link leads), as they exist now, kept
+    /// by `keep` on their metadata (links followed).
+    pub fn covered(&self, keep: impl Fn(&std::fs::Metadata) -> bool) -> Vec<PathBuf> {
+        self.deny_read
+            .iter()
+            .cloned()
+            .chain(
+                self.deny_read_env
+                    .iter()
+                    .filter_map(|p| crate::resolve::canonical(p)),
+            )
+            .filter(|p| std::fs::metadata(p).is_ok_and(|m| keep(&m)))
+            .collect()
+    }
+
     /// The hidden directories that exist: a read below one fails with
     /// "Permission denied" and nothing reports it (linux/readwatch.rs).
     /// airlock's own (its CA) is no secret of the user's to name.
