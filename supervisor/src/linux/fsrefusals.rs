@@ -118,8 +118,40 @@ fn record(path: PathBuf, op: &'static str, rule: &'static str) {
     record_n(path, op, rule, 1);
 }
 
+/// A package manager's own cache or logs in HOME: its preset gives the
+/// tool a cache of its own (per project), which no other run shares.
+const TOOLS: &[(&str, &str)] = &[
+    (".npm", "npm"),
+    (".cargo/registry", "cargo"),
+    (".cargo/git", "cargo"),
+    (".cache/pip", "pypi"),
+    (".cache/go-build", "go"),
+    ("go/pkg/mod", "go"),
+];
+
+/// A write refused in a tool's cache counts for the cache as a whole: npm
+/// alone writes a new log, an index entry and a content file on every run
+/// (harness round 10), and the advice is the same for all of them.
+fn folded(path: PathBuf, op: &'static str, rule: &str) -> (PathBuf, &'static str) {
+    if rule != "outside-writable-roots" {
+        return (path, op);
+    }
+    let Some(home) = std::env::var_os("HOME").map(PathBuf::from) else {
+        return (path, op);
+    };
+    match TOOLS
+        .iter()
+        .map(|(d, _)| home.join(d))
+        .find(|d| path.starts_with(d))
+    {
+        Some(cache) => (cache, "write"),
+        None => (path, op),
+    }
+}
+
 /// Record `n` refused attempts alike.
 pub fn record_n(path: PathBuf, op: &'static str, rule: &'static str, n: u64) {
+    let (path, op) = folded(path, op, rule);
     let mut g = lock();
     let t = g.get_or_insert_with(Tally::default);
     let key = (path, op);
@@ -193,16 +225,6 @@ fn outside_roots(path: &Path, op: &str, roots: &[PathBuf]) -> String {
             crate::text::shown(path)
         );
     }
-    // A package manager's own cache or logs in HOME: its preset gives the
-    // tool a cache of its own (per project), which no other run shares.
-    const TOOLS: &[(&str, &str)] = &[
-        (".npm", "npm"),
-        (".cargo/registry", "cargo"),
-        (".cargo/git", "cargo"),
-        (".cache/pip", "pypi"),
-        (".cache/go-build", "go"),
-        ("go/pkg/mod", "go"),
-    ];
     if let Some(h) = home.as_deref() {
         if let Some((dir, preset)) = TOOLS.iter().find(|(d, _)| path.starts_with(h.join(d))) {
             return format!(
