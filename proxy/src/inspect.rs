@@ -464,7 +464,11 @@ async fn handle(
         // A review run holds every credentialed write (SPEC §4.8), one a
         // `methods` list lends to writes too: what it lends is the
         // person's to release, once the changeset is looked at.
-        let writes = !matches!(method.as_str(), "GET" | "HEAD" | "OPTIONS");
+        // A read by its shape (a git fetch's upload-pack POST is one), as
+        // the lending itself judges it: not held.
+        let writes = airlock_policy::request::normalize_path(&path).map_or(true, |norm| {
+            !airlock_policy::request::is_read(method.as_str(), &norm)
+        });
         if held.is_none() && engine.holder().is_some() {
             if !unlent.is_empty() {
                 held = Some(format!(

@@ -667,3 +667,24 @@ fn a_push_larger_than_the_post_buffer_holds_the_pack_not_the_probe() {
         assert_eq!(s.remote_main(), commit, "{who:?}: {}", show(&apply));
     }
 }
+
+/// A credentialed read that is a POST by its protocol (git's fetch posts
+/// to upload-pack) is a read: a review run sends it, holds nothing.
+#[test]
+fn a_fetch_in_review_is_a_read_and_goes_through() {
+    for who in Who::all() {
+        let s = setup(who);
+        let out = s.review(who, "git fetch -q origin 2>&1 && echo fetched", None);
+        assert!(out.stdout.contains("fetched"), "{who:?}: {}", show(&out));
+        // FETCH_HEAD is held as a file; no request is.
+        assert!(!out.stderr.contains("request"), "{who:?}: {}", show(&out));
+        assert!(
+            s.git
+                .seen()
+                .iter()
+                .any(|l| l.starts_with("POST ") && l.contains("git-upload-pack")),
+            "{who:?}: {:?}",
+            s.git.seen()
+        );
+    }
+}
