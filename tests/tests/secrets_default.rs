@@ -665,3 +665,29 @@ fn a_hidden_files_directory_replaced_on_the_host_stops_the_run() {
         );
     }
 }
+
+/// A file in a hidden directory with a second name elsewhere in a
+/// writable root (a backup made with `cp -al`) would be readable, and
+/// writable, through that name: the run is refused and says which file
+/// (red team round 11).
+#[test]
+fn a_hidden_directorys_file_with_a_second_name_refuses_the_run() {
+    for who in Who::all() {
+        let f = Fixture::new_in(&base());
+        f.write("~/.kube/config", "token: SECRET-KUBE\n");
+        std::fs::create_dir_all(f.home.join("backup")).unwrap();
+        std::fs::hard_link(f.home.join(".kube/config"), f.home.join("backup/config")).unwrap();
+        who.prepare(&f);
+        if who == Who::Nobody {
+            airlock_tests::who::chown(&f.home);
+        }
+        let home = f.home.to_str().unwrap().to_string();
+        let out = run(&mut who.wrap(f.command(
+            &["--network", "none", "--write", &home],
+            &format!("cat {home}/backup/config; echo ran"),
+        )));
+        assert_eq!(out.code, 125, "{who:?}: {}", show(&out));
+        assert!(!out.stdout.contains("SECRET"), "{who:?}: {}", show(&out));
+        assert!(out.stderr.contains("hard links"), "{who:?}: {}", show(&out));
+    }
+}
