@@ -206,10 +206,14 @@ fn remembered(roots: &[PathBuf], files: &mut Vec<PathBuf>) {
             // A found link's target too, by its own name: a run may remove
             // the link (its cover is on the target), and the target's name
             // is none the search looks for (red team round 10).
+            // Not one inside a git directory: a run's `.env -> .git/index`
+            // would hide git's own files from every later run (red team
+            // round 11).
             let target = std::fs::symlink_metadata(f)
                 .is_ok_and(|m| m.file_type().is_symlink())
                 .then(|| crate::resolve::canonical(f))
-                .flatten();
+                .flatten()
+                .filter(|t| !t.components().any(|c| c.as_os_str() == ".git"));
             for p in std::iter::once(f.clone()).chain(target) {
                 if !known.contains(&p) && known.len() < REMEMBERED {
                     known.push(p);

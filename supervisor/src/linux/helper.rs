@@ -268,7 +268,20 @@ fn build_and_run(channel: &mut UnixStream, supervisor: libc::pid_t, ahead: Ahead
             super::denywatch::raise_nofile();
             let started = std::time::Instant::now();
             // The hidden files PID 1 covers with a mount (mounts.rs).
-            let covered = plan.covered(|m| m.is_file() || m.is_dir());
+            // And the links that lead to them by their own names (a
+            // `.env -> envs/dev.vars` the host re-points during the run
+            // would show the new target uncovered: red team round 11).
+            let mut covered = plan.covered(|m| m.is_file() || m.is_dir());
+            covered.extend(
+                plan.deny_read_env
+                    .iter()
+                    .chain(&plan.deny_read_names)
+                    // Only inside the writable roots (a string test first:
+                    // the built-in list is long).
+                    .filter(|p| plan.write.iter().any(|w| p.starts_with(w)))
+                    .filter(|p| std::fs::symlink_metadata(p).is_ok_and(|m| m.is_symlink()))
+                    .cloned(),
+            );
             let deny = DenyWatch::new(
                 notify,
                 &plan.deny_read_names,
