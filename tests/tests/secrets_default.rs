@@ -691,3 +691,36 @@ fn a_hidden_directorys_file_with_a_second_name_refuses_the_run() {
         assert!(out.stderr.contains("hard links"), "{who:?}: {}", show(&out));
     }
 }
+
+/// A `.env` that is a link, re-pointed by the host during the run (`ln
+/// -sf envs/prod.vars .env`), would show the new target uncovered: the
+/// link's own name is watched, and the run stops (red team round 11).
+#[test]
+fn a_hidden_link_repointed_on_the_host_stops_the_run() {
+    for who in Who::all() {
+        let f = Fixture::new_in(&base());
+        f.write("envs/dev.vars", "API_KEY=SECRET-DEV\n");
+        f.write("envs/prod.vars", "API_KEY=SECRET-PROD\n");
+        std::os::unix::fs::symlink("envs/dev.vars", f.ws.join(".env")).unwrap();
+        who.prepare(&f);
+        let child = who
+            .wrap(f.command(
+                &["--network", "none"],
+                "cat .env; sleep 3; echo \"after=[$(cat .env)]\"",
+            ))
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(1500));
+        std::fs::remove_file(f.ws.join(".env")).unwrap();
+        std::os::unix::fs::symlink("envs/prod.vars", f.ws.join(".env")).unwrap();
+        let out = child.wait_with_output().unwrap();
+        let (stdout, stderr) = (
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr),
+        );
+        assert!(!stdout.contains("SECRET"), "{who:?}: {stdout} {stderr}");
+        assert_eq!(out.status.code(), Some(125), "{who:?}: {stdout} {stderr}");
+    }
+}
