@@ -179,6 +179,10 @@ type Routes = Mutex<HashMap<u64, Route>>;
 /// cut short is pointed there.
 static LOG: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
 
+/// The last caller environment's logins the session does not hide.
+type Unhidden = (Vec<(String, String)>, Vec<String>);
+static UNHIDDEN_LAST: Mutex<Option<Unhidden>> = Mutex::new(None);
+
 /// The filesystem refusals counted when the last command ended: what
 /// grew while no command ran is the between-commands share.
 static FS_SEEN: Mutex<Vec<crate::refusal::FsRefusal>> = Mutex::new(Vec::new());
@@ -600,19 +604,26 @@ fn run_command(
     // Logins this command's environment moves (KUBECONFIG, ...) were hidden
     // where the session's starting environment put them, not here: said,
     // since the sandbox can read them (red team round 9).
-    let unhidden: Vec<String> = airlock_policy::fragment::relocated_logins(&|k| {
-        req.env.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone())
-    })
-    .into_iter()
-    .filter(|p| {
-        !setup
-            .plan
-            .deny_read
-            .iter()
-            .any(|d| Path::new(p).starts_with(d))
-    })
-    .filter(|p| Path::new(p).exists())
-    .collect();
+    // Worked out once per caller environment (a harness sends the same one
+    // with every command; the XDG variables alone name hundreds of paths).
+    let unhidden: Vec<String> = {
+        let mut last = lock(&UNHIDDEN_LAST);
+        match last.as_ref() {
+            Some((env, found)) if *env == req.env => found.clone(),
+            _ => {
+                let denied = crate::paths::Prefixes::new(&setup.plan.deny_read);
+                let found: Vec<String> = airlock_policy::fragment::relocated_logins(&|k| {
+                    req.env.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone())
+                })
+                .into_iter()
+                .filter(|p| !denied.covers(Path::new(p)))
+                .filter(|p| Path::new(p).exists())
+                .collect();
+                *last = Some((req.env.clone(), found.clone()));
+                found
+            }
+        }
+    };
     if !unhidden.is_empty() {
         notes.push(format!(
             "airlock: warning: this command's environment names logins the session does not hide, and the sandbox can read them: {}; start the session with that environment to hide them",
