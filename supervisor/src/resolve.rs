@@ -45,6 +45,17 @@ pub fn canonical(p: &Path) -> Option<PathBuf> {
     found
 }
 
+/// `p` was asked of [`canonical`] since the last [`forget`] and did not
+/// resolve (absent, or a dangling link): a stat of it would fail too.
+// Only the Linux sandbox's Landlock split asks.
+#[cfg_attr(not(target_os = "linux"), allow(dead_code))]
+pub fn known_absent(p: &Path) -> bool {
+    CACHE.lock().ok().is_some_and(|c| {
+        c.as_ref()
+            .is_some_and(|m| matches!(m.get(p.as_os_str()), Some(None)))
+    })
+}
+
 /// The file a path names, as a comparable place: made absolute, its
 /// parent resolved now (never from the cache: also used after the run),
 /// its own name kept (a file not made yet, or a link airlock will not

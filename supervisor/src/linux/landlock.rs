@@ -234,7 +234,8 @@ fn add_carved(
 impl Shared {
     /// In the helper, in the host's view: the rules for every path not at
     /// or under `fresh`; returns the others, for PID 1. A rule binds the
-    /// inode it names from now on: the deny_read watch must be in place.
+    /// inode it names from now on: the deny_read watch must be in place,
+    /// and what was resolved before it forgotten (`resolve::forget`).
     pub fn add_host_rules(
         &mut self,
         read: &[PathBuf],
@@ -261,7 +262,15 @@ impl Shared {
         if !self.allow_degraded {
             created = created.set_compatibility(landlock::CompatLevel::HardRequirement);
         }
-        let guard = guarded(&denied, &listable);
+        // Resolved just above, after the watch went in: a path found absent
+        // then is not looked up again (the watch stops the run if the host
+        // makes it now). Most of the built-in list is absent on a machine.
+        let present: Vec<PathBuf> = denied
+            .iter()
+            .filter(|d| !crate::resolve::known_absent(d))
+            .cloned()
+            .collect();
+        let guard = guarded(&present, &listable);
         let created = add_carved(created, &read, &listable, abi, &guard)?;
         let created = add(
             created,

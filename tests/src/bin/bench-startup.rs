@@ -241,8 +241,10 @@ fn main() {
     }
     // Columns: unshare, one-shot (proxy), one-shot --network none, the
     // bubblewrap references, then per place: one-shot, session command.
+    // The bubblewrap columns are kept (empty) when it is not installed, so
+    // that the places' columns sit at the same indices either way.
     let extra = bwrap.as_ref().map_or(0, |_| bwrap_runs.len());
-    let cols = 3 + extra + 2 * places.len();
+    let cols = 3 + bwrap_runs.len() + 2 * places.len();
     let mut all: Vec<Vec<f64>> = vec![vec![]; cols];
     // Each round runs them in a new order: whichever runs right after
     // another one's exit pays for its teardown (measured: 0.5 ms).
