@@ -252,7 +252,13 @@ fn lock_covered() -> std::sync::MutexGuard<'static, Vec<(PathBuf, (u64, u64))>> 
 pub fn covered_by_mounts(paths: impl IntoIterator<Item = PathBuf>) {
     let mut all = vec![];
     for p in paths {
-        if let Some(real) = crate::resolve::canonical(&p).filter(|r| *r != p) {
+        // Resolved when the plan was made, moments ago: what did not
+        // resolve then (absent, most of the built-in list) is not looked
+        // up again. Left out, a path is only judged the more strictly.
+        let Some(real) = crate::resolve::canonical(&p) else {
+            continue;
+        };
+        if real != p {
             if let Some(id) = identity_of(&real) {
                 all.push((real, id));
             }

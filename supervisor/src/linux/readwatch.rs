@@ -51,7 +51,7 @@ pub fn prepare(plan: &mut Plan) {
         return;
     };
     let files: Vec<PathBuf> = plan
-        .covered(std::fs::Metadata::is_file)
+        .covered_at_start(std::fs::Metadata::is_file)
         .into_iter()
         .take(MAX)
         .collect();

@@ -488,6 +488,22 @@ impl Plan {
     /// found `.env` file (where its link leads), as they exist now, kept
     /// by `keep` on their metadata (links followed).
     pub fn covered(&self, keep: impl Fn(&std::fs::Metadata) -> bool) -> Vec<PathBuf> {
+        self.covered_where(|_| true, keep)
+    }
+
+    /// [`Plan::covered`], in the supervisor as it starts the run: a path
+    /// that did not resolve when the plan was made, moments ago, is not
+    /// looked up again (most of the built-in list is absent on a machine).
+    /// Not for the helper, whose answers must postdate its watch.
+    pub fn covered_at_start(&self, keep: impl Fn(&std::fs::Metadata) -> bool) -> Vec<PathBuf> {
+        self.covered_where(|p| !crate::resolve::known_absent(p), keep)
+    }
+
+    fn covered_where(
+        &self,
+        look: impl Fn(&Path) -> bool,
+        keep: impl Fn(&std::fs::Metadata) -> bool,
+    ) -> Vec<PathBuf> {
         self.deny_read
             .iter()
             .cloned()
@@ -496,7 +512,7 @@ impl Plan {
                     .iter()
                     .filter_map(|p| crate::resolve::canonical(p)),
             )
-            .filter(|p| std::fs::metadata(p).is_ok_and(|m| keep(&m)))
+            .filter(|p| look(p) && std::fs::metadata(p).is_ok_and(|m| keep(&m)))
             .collect()
     }
 
