@@ -214,6 +214,27 @@ pub fn lexical(p: &Path) -> PathBuf {
     out
 }
 
+/// An absolute `p` resolved as far as it exists: its longest existing
+/// prefix made canonical (links and `..` as the kernel takes them), the
+/// rest appended and folded lexically (a `..` after a name that does not
+/// exist fails in the kernel; folded, it names one more path, never one
+/// less). `<top>/.git/../team.gitconfig` not made yet is
+/// `<top>/team.gitconfig`, the name a sandbox would create.
+pub fn as_far_as_exists(p: &Path) -> PathBuf {
+    let comps: Vec<Component> = p.components().collect();
+    for k in (1..=comps.len()).rev() {
+        let head: PathBuf = comps[..k].iter().collect();
+        if let Ok(real) = std::fs::canonicalize(&head) {
+            let rest: PathBuf = comps[k..].iter().collect();
+            return match rest.as_os_str().is_empty() {
+                true => real,
+                false => lexical(&real.join(rest)),
+            };
+        }
+    }
+    lexical(p)
+}
+
 /// A glob made absolute the way `resolve_path` makes paths absolute.
 pub(crate) fn absolute_glob(raw: &str, home: &Path, workspace: &Path) -> String {
     if let Some(rest) = raw.strip_prefix("~/") {
@@ -294,6 +315,28 @@ pub fn refused_stdio(fd: std::os::fd::BorrowedFd<'_>) -> Option<&'static str> {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    #[test]
+    fn as_far_as_exists_folds_what_is_not_there_yet() {
+        let dir = tempfile::tempdir().unwrap();
+        let top = std::fs::canonicalize(dir.path()).unwrap();
+        std::fs::create_dir_all(top.join(".git")).unwrap();
+        std::os::unix::fs::symlink(top.join(".git"), top.join("g")).unwrap();
+        for (asked, want) in [
+            (".git/../.gitconfig", ".gitconfig"),
+            (".git/../tools/gitconfig.d/main", "tools/gitconfig.d/main"),
+            ("g/../x", "x"),
+            ("g/hooks", ".git/hooks"),
+            ("absent/../y", "y"),
+            (".git", ".git"),
+        ] {
+            assert_eq!(
+                as_far_as_exists(&top.join(asked)),
+                top.join(want),
+                "{asked}"
+            );
+        }
+    }
 
     #[test]
     fn normal_form() {

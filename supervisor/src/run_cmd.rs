@@ -741,8 +741,21 @@ fn run_platform(
             // Where the roots change between checks: each check then
             // searches near the change, not the whole workspace.
             #[cfg(target_os = "linux")]
-            let dirty =
-                std::sync::Mutex::new(crate::integrity::dirty::Dirty::watch(&plan.write).ok());
+            let dirty = std::sync::Mutex::new(
+                crate::integrity::dirty::Dirty::watch(&plan.write)
+                    .map(|mut d| {
+                        // The user's own repositories are looked at by
+                        // identity from the start, as they are before any
+                        // command: a process a command leaves running can
+                        // rewrite one's config through a shared mapping,
+                        // which no event reports, and a command that wrote
+                        // nothing else has no check to add them after (red
+                        // team round 12).
+                        d.add_repos(nested_before.known_dirs());
+                        d
+                    })
+                    .ok(),
+            );
             let checks = std::sync::atomic::AtomicU64::new(0);
             // Called by the session with the sandbox held still (its PID 1
             // stops every process for it): nothing can race the check.

@@ -1083,6 +1083,63 @@ fn hooks_path_and_included_config_are_protected() {
     }
 }
 
+/// A configuration file the repository includes but that is not there yet
+/// (a team's shared config, to be made later) is set aside when a sandbox
+/// makes it, at the top or in a directory not made yet either (red team
+/// round 12: the path stayed `<top>/.git/../x`, which the check could not
+/// quarantine, and the host's git ran what it said).
+#[test]
+fn included_config_not_made_yet_is_set_aside_when_made() {
+    if !git_available() {
+        eprintln!("skipped: git is not installed");
+        return;
+    }
+    for who in Who::all() {
+        let f = repo(who);
+        if who == Who::Nobody {
+            airlock_tests::who::chown(&f.ws);
+        }
+        for args in [
+            &["config", "--add", "include.path", "../.gitconfig"][..],
+            &[
+                "config",
+                "--add",
+                "include.path",
+                "../tools/gitconfig.d/main",
+            ],
+            &["config", "includeIf.gitdir:/.path", "../config/git.inc"],
+        ] {
+            let o = host(&f, who, &f.ws, "git", args);
+            assert_eq!(o.code, 0, "{}", show(&o));
+        }
+        let marker = f.home.join("PWNED");
+        let out = sandboxed(
+            &f,
+            who,
+            &["--network", "none"],
+            &format!(
+                "c='[core]\n\tfsmonitor = touch {m}\n'; mkdir -p tools/gitconfig.d config; \
+                 printf \"$c\" > .gitconfig; printf \"$c\" > tools/gitconfig.d/main; \
+                 printf \"$c\" > config/git.inc; echo wrote",
+                m = marker.display()
+            ),
+        );
+        assert!(out.stdout.contains("wrote"), "{who:?}: {}", show(&out));
+        for made in [".gitconfig", "tools/gitconfig.d/main", "config/git.inc"] {
+            assert!(
+                !f.ws.join(made).exists(),
+                "{who:?}: {made} was left in place: {}",
+                show(&out)
+            );
+        }
+        assert!(out.stderr.contains("quarantine"), "{who:?}: {}", show(&out));
+        host_git_runs_nothing(&f, who, &f.ws, &marker);
+        // And the next run is not refused over it.
+        let next = sandboxed(&f, who, &["--network", "none"], "echo again");
+        assert_eq!(next.code, 0, "{who:?}: {}", show(&next));
+    }
+}
+
 /// A sandbox that makes `sub/.git` (empty, or a real repository) cannot make
 /// `sub` the next run's workspace and so drop the project's policy.
 #[test]

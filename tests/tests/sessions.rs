@@ -569,26 +569,41 @@ fn a_config_rewritten_through_a_mapping_between_commands_runs_nothing() {
         let f = Fixture::new_in(&base());
         who.prepare(&f);
         git(&f, who, &f.ws, &["init", "-q", "."]);
+        // The user's own nested repository, there before the session (red
+        // team round 12: only those a check had found were looked at, and a
+        // command that wrote nothing else had no check).
+        std::fs::create_dir_all(f.ws.join("own")).expect("mkdir");
+        if who == Who::Nobody {
+            airlock_tests::who::chown(&f.ws);
+        }
+        git(&f, who, &f.ws.join("own"), &["init", "-q", "."]);
         let mut s = Session::start(&f, who, "mapped", &[]);
-        let out = s.sh(&f.ws, "git init -q sub && echo made");
-        assert!(out.stdout.contains("made"), "{who:?}: {}", out.stderr);
         let marker = f.home.join("PWNED");
-        let script = format!(
-            r#"nohup python3 -c '
+        // The session's first command maps the user's config and writes
+        // nothing else; a later one makes `sub` and maps its config. Each
+        // is looked at before any other command runs.
+        for repo in ["own", "sub"] {
+            if repo == "sub" {
+                let out = s.sh(&f.ws, "git init -q sub && echo made");
+                assert!(out.stdout.contains("made"), "{who:?}: {}", out.stderr);
+            }
+            let script = format!(
+                r#"nohup python3 -c '
 import mmap, time
-f = open("sub/.git/config", "r+b"); m = mmap.mmap(f.fileno(), 0); f.close()
+f = open("{repo}/.git/config", "r+b"); m = mmap.mmap(f.fileno(), 0); f.close()
 time.sleep(1)
 new = b"[core]\n\tfsmonitor = \"touch {m}; false\"\n#"
 m[:len(new)] = new
 time.sleep(60)
 ' >/dev/null 2>&1 &
 echo left"#,
-            m = marker.display()
-        );
-        let out = s.sh(&f.ws, &script);
-        assert!(out.stdout.contains("left"), "{who:?}: {}", out.stderr);
-        std::thread::sleep(Duration::from_secs(3));
-        airlock_tests::repos::host_git_runs_nothing(&f, who, &f.ws.join("sub"), &marker);
+                m = marker.display()
+            );
+            let out = s.sh(&f.ws, &script);
+            assert!(out.stdout.contains("left"), "{who:?}: {}", out.stderr);
+            std::thread::sleep(Duration::from_secs(3));
+            airlock_tests::repos::host_git_runs_nothing(&f, who, &f.ws.join(repo), &marker);
+        }
         let out = s.end(&[]);
         assert_eq!(out.code, 0, "{who:?}: {}", out.stderr);
     }

@@ -521,7 +521,13 @@ fn config_targets(config: &Path, reach: &Reach, depth: u8, out: &mut Vec<PathBuf
             (Some(rest), Some(h)) => h.join(OsStr::from_bytes(rest)).into_os_string().into_vec(),
             _ => value,
         };
-        let target = joined(config.parent().unwrap_or(Path::new("/")), value);
+        // Folded even when absent: `<top>/.git/../team.gitconfig` not made
+        // yet could not be set aside once a sandbox made it (red team
+        // round 12).
+        let target = crate::paths::as_far_as_exists(&joined(
+            config.parent().unwrap_or(Path::new("/")),
+            value,
+        ));
         out.push(target.clone());
         config_targets(&target, reach, depth - 1, out);
     }
