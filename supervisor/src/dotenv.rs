@@ -55,9 +55,13 @@ const SECRET_PREFIXES: &[&str] = &[".secrets"];
 /// Rails' master key too (its per-environment keys: [`is_secret_path`]).
 const SECRET_IN_DIR: &[(&str, &str)] = &[(".streamlit", "secrets.toml"), ("config", "master.key")];
 
+/// A directory that holds environment files and nothing else, by its
+/// convention.
+const SECRETS_DIR: &str = ".envs";
+
 /// The rule's name in messages and `policy explain --path`.
 pub const RULE: &str =
-    "built-in default: .env, .env.*, .env-* and .env_* files (and .dev.vars, .secrets.*, .streamlit/secrets.toml, Rails' config/master.key and config/credentials/*.key) in every writable root (not templates such as .env.example)";
+    "built-in default: .env, .env.*, .env-* and .env_* files and editors' copies of them (and .dev.vars, .secrets.*, files below .envs/, .streamlit/secrets.toml, Rails' config/master.key and config/credentials/*.key) in every writable root (not templates such as .env.example)";
 
 /// Whether a file name is one the rule hides: `.env`, `.dev.vars`, or one
 /// of those or `.secrets` followed by `.<x>` where no dotted part of `<x>`
@@ -65,6 +69,13 @@ pub const RULE: &str =
 pub fn is_secret_name(name: &OsStr) -> bool {
     let Some(name) = name.to_str() else {
         return false;
+    };
+    // An editor's copy holds the same lines: Emacs's backup (`.env~`) and
+    // auto-save (`#.env#`) files, other editors' `~` backups (red team
+    // round 12). Vim's swap file (`.env.swp`) is a dotted suffix already.
+    let name = match name.strip_prefix('#').and_then(|n| n.strip_suffix('#')) {
+        Some(inner) => inner,
+        None => name.strip_suffix('~').unwrap_or(name),
     };
     if SECRET_STEMS.contains(&name) {
         return true;
@@ -101,6 +112,18 @@ pub fn is_secret_path(path: &Path) -> bool {
         .iter()
         .any(|(d, f)| name == *f && dir == Some(OsStr::new(d)))
     {
+        return true;
+    }
+    // cookiecutter-django's layout: `.envs/.production/.django`, each
+    // dot-file in a `.envs` directory or one level below it a service's
+    // settings (red team round 12). Dot-files only: a virtual environment
+    // kept in `~/.envs/<name>` holds none of its own at its top.
+    let envs = Some(OsStr::new(SECRETS_DIR));
+    let up2 = path
+        .parent()
+        .and_then(Path::parent)
+        .and_then(Path::file_name);
+    if name.as_encoded_bytes().starts_with(b".") && (dir == envs || up2 == envs) {
         return true;
     }
     // Rails' per-environment keys: config/credentials/<env>.key.
@@ -309,13 +332,33 @@ mod tests {
         ] {
             assert!(is_secret_name(OsStr::new(n)), "{n}");
         }
-        for p in ["app/config/master.key", "config/credentials/production.key"] {
+        for n in [
+            "#.env#",
+            ".env~",
+            ".dev.vars~",
+            "#.env.local#",
+            ".env.local~",
+        ] {
+            assert!(is_secret_name(OsStr::new(n)), "{n}");
+        }
+        for n in [".env.example~", "#.env.sample#", ".envrc~", "#x#", "~", "#"] {
+            assert!(!is_secret_name(OsStr::new(n)), "{n}");
+        }
+        for p in [
+            "app/config/master.key",
+            "config/credentials/production.key",
+            "w/.envs/.production/.django",
+            "w/.envs/.local/.postgres",
+            "w/.envs/.django",
+        ] {
             assert!(is_secret_path(Path::new(p)), "{p}");
         }
         for p in [
             "app/master.key",
             "credentials/production.key",
             "config/app.key",
+            "home/.envs/venv/pyvenv.cfg",
+            "w/.envs/a/b/.django",
         ] {
             assert!(!is_secret_path(Path::new(p)), "{p}");
         }

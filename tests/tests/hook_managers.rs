@@ -205,6 +205,16 @@ fn package_manager_and_agent_files_cannot_be_changed_or_planted() {
         "packages/web/.Rprofile",
         "packages/web/.nvim.lua",
         "packages/web/.bazelrc",
+        // Red team round 12: debuggers', Vim's, IEx's and R's local
+        // start-up files, and a Mercurial repository's config.
+        ".pdbrc",
+        "packages/web/.perldb",
+        "packages/web/.vimrc",
+        "_vimrc",
+        "packages/web/.iex.exs",
+        "packages/web/.Renviron",
+        "packages/web/.gdbinit",
+        "vendor/lib/.hg/hgrc",
     ];
     for tier in TIERS {
         for who in Who::all() {

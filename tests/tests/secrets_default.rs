@@ -123,6 +123,13 @@ const WS_FILES: &[(&str, bool)] = &[
     ("config/master.key", true),
     ("config/credentials/production.key", true),
     ("config/credentials/production.yml.enc", false),
+    // Red team round 12: editors' copies, cookiecutter-django's layout.
+    (".env~", true),
+    ("#.env#", true),
+    ("worker/.dev.vars~", true),
+    (".envs/.production/.django", true),
+    (".envs/.local/.postgres", true),
+    (".env.example~", false),
 ];
 
 fn secret(rel: &str) -> String {

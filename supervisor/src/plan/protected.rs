@@ -302,6 +302,21 @@ pub fn redirects_tool(dir: &std::ffi::OsStr, name: &std::ffi::OsStr) -> bool {
             | b".nvimrc"
             | b".nvim.lua"
             | b".lazy.lua"
+            // Red team round 12: pdb's and Perl's debugger start-up
+            // files, Vim's own local rc files under `exrc`, IEx's, R's
+            // environment file (it can name a profile to run), and the
+            // debuggers' local init files.
+            | b".pdbrc"
+            | b".perldb"
+            | b".vimrc"
+            | b"_vimrc"
+            | b".gvimrc"
+            | b"_gvimrc"
+            | b"_exrc"
+            | b".iex.exs"
+            | b".Renviron"
+            | b".gdbinit"
+            | b".lldbinit"
     );
     matches!(n, b"rust-toolchain" | b"rust-toolchain.toml" | b".rtx.toml")
         || nearest_wins
@@ -310,6 +325,9 @@ pub fn redirects_tool(dir: &std::ffi::OsStr, name: &std::ffi::OsStr) -> bool {
         || (matches!(dir.as_bytes(), b".mise" | b"mise") && n.ends_with(b".toml"))
         || (dir == ".config" && n.starts_with(b"mise"))
         || (dir == "tools" && n == b"bazel")
+        // A Mercurial repository's own configuration (its hooks run on the
+        // host's next `hg` there, as a git config's would).
+        || (dir == ".hg" && n == b"hgrc")
 }
 
 /// [`ROOT_SURFACE`]: hook managers', package managers' and agents' files.
