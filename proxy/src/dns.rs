@@ -225,6 +225,23 @@ impl RequestHandler for Handler {
             m
         };
         let Ok(info) = request.request_info() else {
+            // Not exactly one question: refused, and every name in it is
+            // still an audit event (SPEC §5.5: each name asked is data
+            // leaving; red team round 12 found two in one query unlogged).
+            for q in request.queries.queries() {
+                let name = q.name().to_string();
+                self.engine.audit_event(
+                    0,
+                    Event::Dns(schema::Dns {
+                        name: crate::escape::line(name.strip_suffix('.').unwrap_or(&name), 300),
+                        qtype: q.query_type().to_string(),
+                        answer: vec![],
+                        outcome: "refused".into(),
+                        reason: Some("more than one question in a query".into()),
+                        client: request.src().to_string(),
+                    }),
+                );
+            }
             let msg = builder.error_msg(&request.metadata, ResponseCode::FormErr);
             return send(&mut response, msg, &request.metadata).await;
         };

@@ -70,6 +70,10 @@ pub fn is_secret_name(name: &OsStr) -> bool {
     let Some(name) = name.to_str() else {
         return false;
     };
+    // `.ENV` is the same store to whoever made it (and to a case-folding
+    // file system).
+    let lower = name.to_ascii_lowercase();
+    let name = lower.as_str();
     // An editor's copy holds the same lines: Emacs's backup (`.env~`) and
     // auto-save (`#.env#`) files, other editors' `~` backups (red team
     // round 12). Vim's swap file (`.env.swp`) is a dotted suffix already.
@@ -338,6 +342,8 @@ mod tests {
             ".dev.vars~",
             "#.env.local#",
             ".env.local~",
+            ".ENV",
+            ".Env.Local",
         ] {
             assert!(is_secret_name(OsStr::new(n)), "{n}");
         }

@@ -348,10 +348,20 @@ fn blocked_line(blocked: &[Blocked], beyond: u64) -> Option<String> {
         .collect::<Vec<_>>()
         .join(", ");
     let unlisted = total - shown.iter().map(|b| b.count).sum::<u64>();
-    let noun = if total == 1 {
-        "connection"
-    } else {
-        "connections"
+    // A name refused at the sandbox's DNS has no port: it is a lookup, not
+    // a connection (SPEC §5.5), and a resolver asks for each name twice
+    // (A and AAAA), so calling both connections doubled the names.
+    let lookup = |b: &&Blocked| b.port.is_none() && b.reason != "invalid-host";
+    let lookups: u64 = blocked.iter().filter(lookup).map(|b| b.count).sum();
+    let plural = |n: u64, one: &str| match n {
+        1 => format!("1 {one}"),
+        n => format!("{} {one}s", thousands(n)),
+    };
+    let what = match (total - lookups, lookups) {
+        (_, 0) => plural(total, "connection"),
+        (0, _) if beyond == 0 => plural(total, "lookup"),
+        (c, l) if beyond == 0 => format!("{} and {}", plural(c, "connection"), plural(l, "lookup")),
+        _ => format!("{} connections and lookups", thousands(total)),
     };
     let generic = ["not-allowlisted", "approval-denied", "approval-timeout"];
     let mut advice = vec![];
@@ -376,8 +386,7 @@ fn blocked_line(blocked: &[Blocked], beyond: u64) -> Option<String> {
     }
     advice.dedup();
     Some(format!(
-        "airlock: blocked {} {noun}: {list}{}. {}",
-        thousands(total),
+        "airlock: blocked {what}: {list}{}. {}",
         more(unlisted),
         advice.join(" ")
     ))
@@ -499,6 +508,43 @@ mod tests {
             "airlock: blocked 3 connections: 169.254.169.254:80 (private-address) x2, evil.example:443 (not-allowlisted). \
              To allow a host: --allow HOST or add it to [network].allow in airlock.toml. \
              169.254.169.254:80: 169.254.169.254 resolved to 169.254.169.254; allow the range."
+        );
+    }
+
+    #[test]
+    fn refused_names_are_lookups_not_connections() {
+        let names = block(vec![b(
+            "x.exfil.test",
+            None,
+            "not-allowlisted",
+            2,
+            "--allow x.exfil.test or add",
+        )])
+        .unwrap();
+        assert!(
+            names.starts_with("airlock: blocked 2 lookups: x.exfil.test (not-allowlisted) x2."),
+            "{names}"
+        );
+        let both = block(vec![
+            b(
+                "a.test",
+                None,
+                "not-allowlisted",
+                2,
+                "--allow a.test or add",
+            ),
+            b(
+                "b.test",
+                Some(443),
+                "not-allowlisted",
+                1,
+                "--allow b.test or add",
+            ),
+        ])
+        .unwrap();
+        assert!(
+            both.starts_with("airlock: blocked 1 connection and 2 lookups: "),
+            "{both}"
         );
     }
 

