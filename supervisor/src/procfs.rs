@@ -33,3 +33,106 @@ pub fn holds_socket(pid: u32, ino: impl std::fmt::Display) -> bool {
             .any(|fd| std::fs::read_link(fd.path()).is_ok_and(|l| l.as_os_str() == want.as_str()))
     })
 }
+
+/// The children of `pid`, of every thread of it.
+#[cfg(target_os = "linux")]
+pub fn children(pid: u32) -> Vec<u32> {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return vec![];
+    };
+    tasks
+        .flatten()
+        .filter_map(|t| std::fs::read_to_string(t.path().join("children")).ok())
+        .flat_map(|text| {
+            text.split_whitespace()
+                .filter_map(|c| c.parse().ok())
+                .collect::<Vec<u32>>()
+        })
+        .collect()
+}
+
+/// The processes below those in `top` (their children, theirs, ...), at
+/// most `max`: `None` when there are more.
+#[cfg(target_os = "linux")]
+pub fn descendants(top: &[u32], max: usize) -> Option<Vec<u32>> {
+    let mut out: Vec<u32> = vec![];
+    let mut queue: Vec<u32> = top.to_vec();
+    while let Some(p) = queue.pop() {
+        for c in children(p) {
+            if out.len() >= max {
+                return None;
+            }
+            out.push(c);
+            queue.push(c);
+        }
+    }
+    Some(out)
+}
+
+/// The files `pid` has mapped shared and writable (a write through one
+/// raises no inotify event), as its mount namespace names them; not those
+/// deleted since.
+#[cfg(target_os = "linux")]
+pub fn shared_writable_maps(pid: u32) -> std::io::Result<Vec<std::path::PathBuf>> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/maps"))?;
+    Ok(text.lines().filter_map(shared_writable_file).collect())
+}
+
+/// One line of /proc/PID/maps (`start-end perms offset dev inode path`):
+/// its path, when the mapping is a file's, shared and writable.
+#[cfg(target_os = "linux")]
+fn shared_writable_file(line: &str) -> Option<std::path::PathBuf> {
+    let mut rest = line;
+    let mut fields = [""; 5];
+    for f in &mut fields {
+        rest = rest.trim_start();
+        let end = rest.find(char::is_whitespace)?;
+        *f = &rest[..end];
+        rest = &rest[end..];
+    }
+    let perms = fields[1].as_bytes();
+    let path = rest.trim_start();
+    (perms.get(1) == Some(&b'w')
+        && perms.get(3) == Some(&b's')
+        && fields[4] != "0"
+        && path.starts_with('/')
+        && !path.ends_with(" (deleted)"))
+    .then(|| std::path::PathBuf::from(path))
+}
+
+#[cfg(all(test, target_os = "linux"))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_shared_writable_file_mappings_count() {
+        let line = |perms: &str, ino: &str, path: &str| {
+            format!(
+                "7f0000000000-7f0000001000 {perms} 00000000 fd:01 {ino}                    {path}"
+            )
+        };
+        assert_eq!(
+            shared_writable_file(&line("rw-s", "1234", "/w/sub/.git/config")),
+            Some("/w/sub/.git/config".into())
+        );
+        assert_eq!(
+            shared_writable_file(&line("rw-s", "1234", "/w/a name")),
+            Some("/w/a name".into())
+        );
+        for (perms, ino, path) in [
+            ("rw-p", "1234", "/w/f"),
+            ("r--s", "1234", "/w/f"),
+            ("rw-s", "0", "/SYSV00000000"),
+            ("rw-s", "1234", "/w/f (deleted)"),
+            ("rw-p", "0", "[heap]"),
+        ] {
+            assert_eq!(
+                shared_writable_file(&line(perms, ino, path)),
+                None,
+                "{perms} {path}"
+            );
+        }
+        // This process's own maps read.
+        assert!(shared_writable_maps(std::process::id()).is_ok());
+    }
+}

@@ -736,6 +736,8 @@ fn run_platform(
         Option<crate::integrity::snapshot::Snapshot>,
         std::time::SystemTime,
     )> = std::sync::Mutex::new((None, run_start));
+    #[cfg(target_os = "linux")]
+    let helper = sandbox.pid;
     let ended = match (listening, sandbox.session, env_recipe) {
         (Some(listening), Some(to_init), Some(env)) => {
             // Where the roots change between checks: each check then
@@ -752,6 +754,12 @@ fn run_platform(
                         // nothing else has no check to add them after (red
                         // team round 12).
                         d.add_repos(nested_before.known_dirs());
+                        // What the processes a command leaves running
+                        // hold mapped: the sandbox's PID 1 is its helper's
+                        // one child.
+                        if let Some(init) = crate::procfs::children(helper).first() {
+                            d.watch_mappings(*init);
+                        }
                         d
                     })
                     .ok(),

@@ -609,6 +609,53 @@ echo left"#,
     }
 }
 
+/// The same for any file a host tool obeys, not only a repository's: a
+/// process a command leaves running maps the user's own `pkg/.npmrc` and
+/// rewrites it later; the session sees what it holds mapped and judges the
+/// file between commands (red team round 12: it stayed until the end).
+#[test]
+fn a_tool_file_rewritten_through_a_mapping_between_commands_is_set_aside() {
+    if std::process::Command::new("python3")
+        .arg("-V")
+        .output()
+        .is_err()
+    {
+        eprintln!("skipped: python3 is not installed");
+        return;
+    }
+    for who in Who::all() {
+        let f = Fixture::new_in(&base());
+        f.write(
+            "pkg/.npmrc",
+            "registry=https://registry.example.invalid/\n# the user's own, padded to be rewritten in place\n",
+        );
+        who.prepare(&f);
+        git(&f, who, &f.ws, &["init", "-q", "."]);
+        let mut s = Session::start(&f, who, "mapped-npmrc", &[]);
+        let out = s.sh(
+            &f.ws,
+            r#"nohup python3 -c '
+import mmap, time
+f = open("pkg/.npmrc", "r+b"); m = mmap.mmap(f.fileno(), 0); f.close()
+time.sleep(1)
+new = b"script-shell=/tmp/evil-shell\n#"
+m[:len(new)] = new
+time.sleep(60)
+' >/dev/null 2>&1 &
+echo left"#,
+        );
+        assert!(out.stdout.contains("left"), "{who:?}: {}", out.stderr);
+        std::thread::sleep(Duration::from_secs(3));
+        let now = std::fs::read_to_string(f.ws.join("pkg/.npmrc")).unwrap_or_default();
+        assert!(
+            !now.contains("script-shell"),
+            "{who:?}: the rewritten .npmrc is still in place between commands: {now}"
+        );
+        let out = s.end(&[]);
+        assert_eq!(out.code, 0, "{who:?}: {}", out.stderr);
+    }
+}
+
 /// A session's check that cannot search everything fails the command, as
 /// a one-shot run fails (red team round 5: it used to say nothing and
 /// exit 0): here a directory of the user's own that they cannot list, with

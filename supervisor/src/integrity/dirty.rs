@@ -32,6 +32,35 @@ pub struct Dirty {
     seen: HashMap<PathBuf, Option<Identity>>,
     /// Directories where that look saw a change, for the next `take`.
     swept: BTreeSet<PathBuf>,
+    /// The sandbox's PID 1 (host pid), whose descendants are the processes
+    /// a command left running ([`Dirty::watch_mappings`]).
+    init: Option<u32>,
+    /// Files of the roots that such a process holds mapped shared and
+    /// writable: looked at by identity like the repositories' items, since
+    /// a write through the mapping raises no event (red team round 12: a
+    /// background process rewrote a `.npmrc` it had mapped, and the session
+    /// saw it only at its end).
+    mapped: BTreeSet<PathBuf>,
+    /// Too many processes to look at: the next `take` searches everything.
+    unsure: bool,
+}
+
+/// Processes looked at for mappings; past this, every root is searched.
+const MAX_PROCESSES: usize = 1024;
+
+/// A file's identity now, links not followed.
+fn identity(p: &Path) -> Option<Identity> {
+    std::fs::symlink_metadata(p).ok().map(|m| {
+        (
+            m.dev(),
+            m.ino(),
+            m.ctime(),
+            m.ctime_nsec(),
+            m.mtime(),
+            m.mtime_nsec(),
+            m.size(),
+        )
+    })
 }
 
 fn mask() -> AddWatchFlags {
@@ -58,6 +87,9 @@ impl Dirty {
             repos: BTreeSet::new(),
             seen: HashMap::new(),
             swept: BTreeSet::new(),
+            init: None,
+            mapped: BTreeSet::new(),
+            unsure: false,
         };
         for r in roots {
             d.add_tree(r);
@@ -76,7 +108,53 @@ impl Dirty {
         };
         // SAFETY: poll on our own descriptor, without waiting.
         let event = self.incomplete || unsafe { libc::poll(&mut p, 1, 0) } != 0;
-        self.sweep() || event || !self.swept.is_empty()
+        let mapped = self.look_at_mappings();
+        self.sweep() || event || mapped || !self.swept.is_empty()
+    }
+
+    /// Look at the mappings of the processes below `init` (the sandbox's
+    /// PID 1, by its host pid) from now on.
+    pub fn watch_mappings(&mut self, init: u32) {
+        self.init = Some(init);
+    }
+
+    /// What the processes left running hold mapped shared and writable in
+    /// the roots; whether a file is newly so (its directory is then dirty:
+    /// it may have been written before this look). When none is left,
+    /// only PID 1's children are listed.
+    fn look_at_mappings(&mut self) -> bool {
+        let Some(init) = self.init else {
+            return false;
+        };
+        let Some(procs) = crate::procfs::descendants(&[init], MAX_PROCESSES) else {
+            self.unsure = true;
+            return true;
+        };
+        let mut now = BTreeSet::new();
+        for pid in procs {
+            match crate::procfs::shared_writable_maps(pid) {
+                Ok(files) => now.extend(
+                    files
+                        .into_iter()
+                        .filter(|f| self.roots.iter().any(|r| f.starts_with(r))),
+                ),
+                // Gone since it was listed: nothing of its is mapped.
+                Err(e) if e.raw_os_error() == Some(libc::ESRCH) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                // One we may not read: only a whole search is certain.
+                Err(_) => self.unsure = true,
+            }
+        }
+        let mut new = false;
+        for f in now.difference(&self.mapped) {
+            new = true;
+            self.seen.insert(f.clone(), identity(f));
+            if let Some(dir) = f.parent() {
+                self.swept.insert(dir.to_path_buf());
+            }
+        }
+        self.mapped = now;
+        new || self.unsure
     }
 
     /// Git directories to look at by identity from now on (what it is now
@@ -101,18 +179,9 @@ impl Dirty {
                 items.extend(rd.flatten().map(|e| e.path()));
             }
         }
+        items.extend(self.mapped.iter().cloned());
         for item in items {
-            let now = std::fs::symlink_metadata(&item).ok().map(|m| {
-                (
-                    m.dev(),
-                    m.ino(),
-                    m.ctime(),
-                    m.ctime_nsec(),
-                    m.mtime(),
-                    m.mtime_nsec(),
-                    m.size(),
-                )
-            });
+            let now = identity(&item);
             match self.seen.insert(item.clone(), now) {
                 Some(before) if before != now => {
                     changed = true;
@@ -223,7 +292,7 @@ impl Dirty {
     pub fn take(&mut self) -> Option<Vec<PathBuf>> {
         self.sweep();
         let mut dirty = std::mem::take(&mut self.swept);
-        let mut all = self.incomplete;
+        let mut all = self.incomplete || std::mem::take(&mut self.unsure);
         loop {
             let events = match self.ino.read_events() {
                 Ok(e) => e,
