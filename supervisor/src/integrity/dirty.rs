@@ -108,8 +108,12 @@ impl Dirty {
         };
         // SAFETY: poll on our own descriptor, without waiting.
         let event = self.incomplete || unsafe { libc::poll(&mut p, 1, 0) } != 0;
-        let mapped = self.look_at_mappings();
-        self.sweep() || event || mapped || !self.swept.is_empty()
+        let (mapped, left) = self.look_at_mappings();
+        // Only a process still running can write through a mapping unseen:
+        // the last reference to a file open for writing raises an event
+        // when it goes (a process's exit unmaps it).
+        let swept = left && self.sweep();
+        swept || event || mapped || !self.swept.is_empty()
     }
 
     /// Look at the mappings of the processes below `init` (the sandbox's
@@ -119,17 +123,19 @@ impl Dirty {
     }
 
     /// What the processes left running hold mapped shared and writable in
-    /// the roots; whether a file is newly so (its directory is then dirty:
-    /// it may have been written before this look). When none is left,
-    /// only PID 1's children are listed.
-    fn look_at_mappings(&mut self) -> bool {
+    /// the roots: whether a file is newly so (its directory is then dirty:
+    /// it may have been written before this look), and whether any process
+    /// is left (without PID 1 known: assumed). When none is left, only PID
+    /// 1's children are listed.
+    fn look_at_mappings(&mut self) -> (bool, bool) {
         let Some(init) = self.init else {
-            return false;
+            return (false, true);
         };
         let Some(procs) = crate::procfs::descendants(&[init], MAX_PROCESSES) else {
             self.unsure = true;
-            return true;
+            return (true, true);
         };
+        let left = !procs.is_empty();
         let mut now = BTreeSet::new();
         for pid in procs {
             match crate::procfs::shared_writable_maps(pid) {
@@ -154,7 +160,7 @@ impl Dirty {
             }
         }
         self.mapped = now;
-        new || self.unsure
+        (new || self.unsure, left)
     }
 
     /// Git directories to look at by identity from now on (what it is now
