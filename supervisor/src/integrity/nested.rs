@@ -784,7 +784,8 @@ fn save_found(found: &[(PathBuf, Vec<PathBuf>)]) {
     use std::io::Write;
     use std::os::unix::fs::OpenOptionsExt;
     let Some(p) = found_record() else { return };
-    let mut all = read_found();
+    let before = read_found();
+    let mut all = before.clone();
     for (root, list) in found {
         if list.len() <= FOUND_PER_ROOT {
             all.insert(root.clone(), list.clone());
@@ -801,6 +802,11 @@ fn save_found(found: &[(PathBuf, Vec<PathBuf>)]) {
             break;
         };
         all.remove(&k);
+    }
+    // The same as on disk (most runs): not written again (a write and a
+    // rename on every run).
+    if all == before {
+        return;
     }
     let Ok(text) = serde_json::to_vec(&all) else {
         return;
