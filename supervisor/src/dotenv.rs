@@ -147,6 +147,9 @@ pub struct Found {
     pub files: Vec<PathBuf>,
     /// The directory budget ran out before every root was searched.
     pub truncated: bool,
+    /// Hidden files git tracks with other content: git inside sees them
+    /// emptied (dotenv_git.rs).
+    pub git_emptied: Vec<PathBuf>,
 }
 
 /// The `.env` files below `roots` that exist now: regular files, or links to
@@ -206,6 +209,11 @@ pub fn prefetch(root: PathBuf) {
 pub fn find_with_prefetch(roots: &[PathBuf]) -> Found {
     let mut found = search_with_prefetch(roots);
     remembered(roots, &mut found.files);
+    // What git holds as it is lies in the repository the sandbox reads
+    // anyway; hidden, `git commit -a` inside would record it empty.
+    let held = crate::dotenv_git::held(&found.files);
+    found.files.retain(|f| !held.as_is.contains(f));
+    found.git_emptied = held.differs;
     found
 }
 

@@ -17,6 +17,7 @@ mod cli;
 mod clock;
 mod doctor;
 mod dotenv;
+mod dotenv_git;
 mod env;
 mod explain_cmd;
 mod explain_path;

@@ -249,6 +249,18 @@ pub fn run(args: &RunArgs, early: Early, log: String, session: Option<&str>) -> 
             crate::dotenv::MAX_DIRS
         );
     }
+    // A hidden file git tracks: inside, git sees it emptied, and a commit
+    // of everything there would record it so (harness round 11).
+    for f in &plan.deny_read_env_in_git {
+        if crate::places::first_time("dotenv-in-git", f) {
+            eprintln!(
+                "airlock: note: {} is hidden (it differs from what git holds, so it may hold secrets), and git inside \
+                 sees it emptied: a `git commit -a` in the sandbox would commit it empty; stage other files by name \
+                 (said once an hour)",
+                crate::text::shown(f)
+            );
+        }
+    }
     plan.session = session.is_some();
     // --review (SPEC §4.8): refused where it cannot hold, never written through.
     let review = match args.review {

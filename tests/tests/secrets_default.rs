@@ -313,6 +313,88 @@ fn a_hard_linked_env_file_is_refused_not_read_through_its_other_name() {
     }
 }
 
+/// A `.env` file git tracks with its own content is in the repository the
+/// sandbox reads anyway: it stays readable, so git inside does not see it
+/// emptied and `git commit -a` does not record it empty (harness round 11).
+/// One git tracks with other content (local edits), or one only staged by
+/// an earlier run and marked unchanged, stays hidden, and the run says git
+/// sees it emptied.
+#[test]
+fn env_files_git_tracks_as_they_are_stay_readable_and_are_not_committed_empty() {
+    if std::process::Command::new("git")
+        .arg("--version")
+        .output()
+        .is_err()
+    {
+        eprintln!("skipped: git is not installed");
+        return;
+    }
+    for who in Who::all() {
+        let f = Fixture::new_in(&base());
+        f.write(".env.development", "PUBLIC_URL=http://localhost\n");
+        f.write(".env.production", "PUBLIC_URL=https://example.invalid\n");
+        f.write(".env", &secret(".env"));
+        f.write(".env.staged", "");
+        let git = |args: &[&str]| {
+            let st = std::process::Command::new("git")
+                .args(["-c", "user.email=t@t", "-c", "user.name=t"])
+                .args(args)
+                .current_dir(&f.ws)
+                .status()
+                .unwrap();
+            assert!(st.success(), "git {args:?}");
+        };
+        git(&["init", "-q", "."]);
+        git(&["add", ".env.development", ".env.production", ".env.staged"]);
+        git(&["commit", "-q", "-m", "defaults"]);
+        git(&["update-index", "--assume-unchanged", ".env.staged"]);
+        f.write(".env.production", &secret(".env.production"));
+        f.write(".env.staged", &secret(".env.staged"));
+        who.prepare(&f);
+        let out = run(&mut who.wrap(f.command(
+            &["--network", "none"],
+            "cat .env.development .env .env.production .env.staged; \
+             git -c safe.directory='*' status --porcelain; \
+             git -c safe.directory='*' -c user.email=t@t -c user.name=t commit -qam inside; echo committed",
+        )));
+        assert!(out.stdout.contains("committed"), "{who:?}: {}", show(&out));
+        assert!(
+            out.stdout.contains("PUBLIC_URL=http://localhost"),
+            "{who:?}: {}",
+            show(&out)
+        );
+        for hidden in [".env", ".env.production", ".env.staged"] {
+            assert!(
+                !out.stdout.contains(&secret(hidden)),
+                "{who:?}: {hidden}: {}",
+                show(&out)
+            );
+        }
+        assert!(
+            !out.stdout.contains(".env.development"),
+            "{who:?}: git saw the tracked file changed: {}",
+            show(&out)
+        );
+        assert!(
+            out.stderr.contains(".env.production is hidden")
+                && out.stderr.contains("git inside sees it emptied"),
+            "{who:?}: {}",
+            show(&out)
+        );
+        // The file git holds as it was is still what HEAD holds.
+        let head = std::process::Command::new("git")
+            .args(["-c", "safe.directory=*", "show", "HEAD:.env.development"])
+            .current_dir(&f.ws)
+            .output()
+            .unwrap();
+        assert_eq!(
+            String::from_utf8_lossy(&head.stdout),
+            "PUBLIC_URL=http://localhost\n",
+            "{who:?}"
+        );
+    }
+}
+
 /// Yarn 1's `~/.yarnrc` holding a registry token is hidden; one without a
 /// token (its registry, its settings) stays readable, so yarn keeps working.
 #[test]

@@ -86,6 +86,10 @@ pub struct Plan {
     /// The search for them stopped at its budget.
     #[serde(default)]
     pub deny_read_env_truncated: bool,
+    /// Those of them git tracks with other content: git inside sees them
+    /// emptied (dotenv_git.rs), which the run says.
+    #[serde(default)]
+    pub deny_read_env_in_git: Vec<PathBuf>,
     /// Deny entries the mount layer cannot express, for warnings.
     pub unsupported: Vec<String>,
     pub allow_degraded: bool,
@@ -446,6 +450,7 @@ pub fn build(policy: &Policy, o: &Options) -> Plan {
         deny_read_names,
         deny_read_env: env_found.files,
         deny_read_env_truncated: env_found.truncated,
+        deny_read_env_in_git: env_found.git_emptied,
         deny_read_masks: vec![],
         unsupported,
         allow_degraded: o.allow_degraded,
