@@ -495,3 +495,31 @@ fn an_empty_git_marker_in_airlocks_own_cache_is_not_reported() {
     assert!(out.stderr.contains("protected path"), "{}", show(&out));
     assert!(!cache.join("sub/.git").exists());
 }
+
+/// Run from the host's /tmp itself, the workspace would be /tmp, which the
+/// sandbox replaces with a private one: what the command wrote vanished,
+/// exit 0 (harness round 11). Refused, and said how to go on; a directory
+/// of its own under /tmp works.
+#[test]
+fn the_hosts_tmp_itself_is_refused_as_a_workspace() {
+    let f = airlock_tests::Fixture::new_in(&base());
+    let mut c = f.command(&["--network", "none"], "echo made > made-in-tmp; echo ran");
+    c.current_dir("/tmp");
+    let out = run(&mut c);
+    assert_eq!(out.code, 125, "{}", show(&out));
+    assert!(!out.stdout.contains("ran"), "{}", show(&out));
+    assert!(
+        out.stderr.contains("mkdir -p /tmp/work && cd /tmp/work"),
+        "{}",
+        show(&out)
+    );
+    let own = tempfile::tempdir_in("/tmp").unwrap();
+    let mut c = f.command(&["--network", "none"], "echo made > made-in-tmp; echo ran");
+    c.current_dir(own.path());
+    let out = run(&mut c);
+    assert_eq!(out.code, 0, "{}", show(&out));
+    assert_eq!(
+        std::fs::read_to_string(own.path().join("made-in-tmp")).unwrap(),
+        "made\n"
+    );
+}

@@ -547,9 +547,15 @@ impl Plan {
         if under(&self.deny_read) {
             return Err(format!("{shown} is hidden by deny_read"));
         }
+        if dir == Path::new("/tmp") {
+            return Err(
+                "/tmp is the sandbox's own inside (work in a directory of its own under /tmp: mkdir -p /tmp/work && cd /tmp/work)"
+                    .into(),
+            );
+        }
         if dir.starts_with("/tmp") && !under(&self.tmp_binds) && !under(&self.tmp_read_binds) {
             return Err(format!(
-                "{shown} is under the host's /tmp, which is private inside (add --write {shown} or --read {shown} to bring it in)"
+                "{shown} is under the host's /tmp, which is private inside (bring it in: --write {shown}, or --read {shown})"
             ));
         }
         if ["/run", "/var/run", "/dev/shm", "/proc"]
