@@ -88,6 +88,13 @@ pub trait Approver: Send + Sync {
     /// file). Called once nothing is asked any more, before the exit,
     /// which does not wait for the tasks that would drop it.
     fn close(&self) {}
+
+    /// Why a question may go unanswered now (nobody is connected to an
+    /// approval socket), for the command that asked; `None` when someone
+    /// could answer.
+    fn unheard(&self) -> Option<String> {
+        None
+    }
 }
 
 /// `--ask deny`, and what "ask" means when no approver is available.

@@ -917,6 +917,19 @@ impl Engine {
         lock(&self.approvals).clone()
     }
 
+    /// The targets a question is being asked about now, and why it may go
+    /// unanswered: a session's command that ended while it waited is told
+    /// (its refusal, when it comes, is counted after it).
+    pub fn asking(&self) -> (Vec<Target>, Option<String>) {
+        let mut targets: Vec<Target> = lock(&self.inflight).keys().cloned().collect();
+        targets.sort_by_key(|t| t.to_string());
+        let why = match targets.is_empty() {
+            true => None,
+            false => self.approver.unheard(),
+        };
+        (targets, why)
+    }
+
     /// Refusals not among `blocked()` (its distinct entries reached
     /// `TALLY_CAP`): counted, not listed.
     pub fn blocked_beyond(&self) -> u64 {

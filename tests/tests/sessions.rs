@@ -656,6 +656,51 @@ echo left"#,
     }
 }
 
+/// A command that ends while the question it raised is still open (the
+/// session asks on a socket nobody is connected to) is told so on its own
+/// stderr and report, with how to answer; it no longer waits in silence
+/// with the refusal told to the next command (harness round 11).
+#[test]
+fn a_command_that_ends_before_its_question_is_answered_is_told() {
+    for who in Who::all() {
+        let f = Fixture::new_in(&base());
+        who.prepare(&f);
+        let sock = f.home.join("approve.sock");
+        let ask = format!("socket:{}", sock.display());
+        let mut s = Session::start(&f, who, "unanswered", &["--ask", &ask]);
+        let report = f.home.join("r.json");
+        let out = run(&mut s.cmd(
+            &f.ws,
+            &["--report", report.to_str().unwrap()],
+            &[
+                "sh",
+                "-c",
+                "curl -s -m 2 -o /dev/null http://unanswered.test/; echo curl=$?",
+            ],
+        ));
+        assert!(out.stdout.contains("curl="), "{who:?}: {}", out.stderr);
+        assert!(
+            out.stderr
+                .contains("still waiting for an answer about unanswered.test:80")
+                && out
+                    .stderr
+                    .contains("nobody is connected to the approval socket")
+                && out.stderr.contains("airlock approve"),
+            "{who:?}: {}",
+            out.stderr
+        );
+        let r: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
+        assert_eq!(
+            r["waiting_for_approval"],
+            serde_json::json!(["unanswered.test:80"]),
+            "{who:?}: {r}"
+        );
+        let out = s.end(&[]);
+        assert_eq!(out.code, 0, "{who:?}: {}", out.stderr);
+    }
+}
+
 /// A session's check that cannot search everything fails the command, as
 /// a one-shot run fails (red team round 5: it used to say nothing and
 /// exit 0): here a directory of the user's own that they cannot list, with

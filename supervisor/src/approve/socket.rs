@@ -244,6 +244,13 @@ impl Approver for SocketApprover {
         self.remove();
     }
 
+    fn unheard(&self) -> Option<String> {
+        let shown = crate::text::shown(&self.path);
+        lock(&self.hub.clients).is_empty().then(|| {
+            format!("nobody is connected to the approval socket {shown}: `airlock approve {shown}` answers")
+        })
+    }
+
     fn ask(&self, q: Question) -> AnswerFuture<'_> {
         Box::pin(async move {
             let id = self.next_id.fetch_add(1, Ordering::Relaxed).to_string();

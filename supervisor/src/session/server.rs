@@ -829,6 +829,21 @@ fn run_command(
     if let Some(block) = summary.stderr_block(code != 0) {
         notes.push(for_session(&block));
     }
+    // A question still open when the command ended (an approver that has
+    // not answered, or nobody connected to the socket): said now, to the
+    // command that asked; its refusal, when the answer or the timeout
+    // comes, is counted after it (harness round 11: the command hung in
+    // silence and the next one was told).
+    let (asking, why) = setup.engine.asking();
+    let waiting: Vec<String> = asking.iter().map(ToString::to_string).collect();
+    if !waiting.is_empty() {
+        notes.push(format!(
+            "airlock: still waiting for an answer about {} ({}); the command ended first: run it again once it is answered, or {}",
+            waiting.join(", "),
+            why.unwrap_or_else(|| "the approver has not answered yet".into()),
+            for_session("--allow HOST lets it through without asking"),
+        ));
+    }
     let blocked = &summary.blocked;
     let upstream = &summary.upstream;
     let report = json!({
@@ -845,6 +860,7 @@ fn run_command(
         "check_failed": failed,
         "withheld_env": withheld,
         "killed": killed,
+        "waiting_for_approval": waiting,
     });
     let mut answer = answer;
     if !failed.is_empty() {
