@@ -191,6 +191,10 @@ static FS_SEEN: Mutex<Vec<crate::refusal::FsRefusal>> = Mutex::new(Vec::new());
 /// exist (`Summary::hidden_dirs`): once a session.
 static HIDDEN_SAID: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
+/// Whether the session's first command was told what `session start` said
+/// of the `.env` search (its stderr is the session's log by then).
+static START_NOTES_SAID: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
 pub fn serve(listening: Listening, init: Seq, setup: &Setup) -> Result<Ended> {
     let mut listening = listening;
     let _ = LOG.set(listening.socket.with_extension("log"));
@@ -828,6 +832,26 @@ fn run_command(
     }
     if let Some(block) = summary.stderr_block(code != 0) {
         notes.push(for_session(&block));
+    }
+    // What the session's start found about hidden `.env` files, said to
+    // its first command: `session start` said it to a log nobody reads
+    // (harness round 11: a `.env` past the search's bounds was read in
+    // silence).
+    if !START_NOTES_SAID.swap(true, std::sync::atomic::Ordering::Relaxed) {
+        if setup.plan.deny_read_env_truncated {
+            notes.push(format!(
+                "airlock: warning: .env files were looked for in the first {} directories of the writable roots only, \
+                 when the session started; those beyond are readable: name them in deny_read",
+                crate::dotenv::MAX_DIRS
+            ));
+        }
+        for f in &setup.plan.deny_read_env_in_git {
+            notes.push(format!(
+                "airlock: note: {} is hidden (it differs from what git holds), and git inside sees it emptied: \
+                 a `git commit -a` would commit it empty; stage other files by name",
+                crate::text::shown(f)
+            ));
+        }
     }
     // A question still open when the command ended (an approver that has
     // not answered, or nobody connected to the socket): said now, to the
