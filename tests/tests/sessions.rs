@@ -701,6 +701,55 @@ fn a_command_that_ends_before_its_question_is_answered_is_told() {
     }
 }
 
+/// The user's nested repository sends git outside its own tree (a hooks
+/// path `../githooks`, an include `../../shared/git.inc`, neither there
+/// yet): a command that makes them is judged when it ends, though the
+/// change is not near the repository (red team round 13).
+#[test]
+fn a_nested_repositorys_targets_outside_it_are_judged_when_the_command_ends() {
+    if !repos_git() {
+        return;
+    }
+    for who in Who::all() {
+        let f = Fixture::new_in(&base());
+        std::fs::create_dir_all(f.ws.join("sub")).unwrap();
+        who.prepare(&f);
+        git(&f, who, &f.ws, &["init", "-q", "."]);
+        git(&f, who, &f.ws.join("sub"), &["init", "-q", "."]);
+        git(
+            &f,
+            who,
+            &f.ws.join("sub"),
+            &["config", "core.hooksPath", "../githooks"],
+        );
+        git(
+            &f,
+            who,
+            &f.ws.join("sub"),
+            &["config", "include.path", "../../shared/git.inc"],
+        );
+        let mut s = Session::start(&f, who, "far-targets", &[]);
+        let marker = f.home.join("PWNED");
+        let out = s.sh(
+            &f.ws,
+            &format!(
+                "mkdir -p githooks shared && printf '#!/bin/sh\\ntouch {m}\\n' > githooks/post-checkout && \
+                 chmod +x githooks/post-checkout && printf '[core]\\n\\tfsmonitor = touch {m}; false\\n' > shared/git.inc && echo planted",
+                m = marker.display()
+            ),
+        );
+        assert!(out.stdout.contains("planted"), "{who:?}: {}", out.stderr);
+        assert!(
+            out.stderr.contains("quarantined"),
+            "{who:?}: {}",
+            out.stderr
+        );
+        airlock_tests::repos::host_git_runs_nothing(&f, who, &f.ws.join("sub"), &marker);
+        let out = s.end(&[]);
+        assert_eq!(out.code, 0, "{who:?}: {}", out.stderr);
+    }
+}
+
 /// A session's check that cannot search everything fails the command, as
 /// a one-shot run fails (red team round 5: it used to say nothing and
 /// exit 0): here a directory of the user's own that they cannot list, with

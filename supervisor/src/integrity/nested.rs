@@ -915,6 +915,33 @@ pub fn changes_near(
                     all.dirs += w.dirs;
                     all.complete &= w.complete;
                 }
+                // A repository whose configuration sends git outside its
+                // own tree (a hooks path `../githooks`, an include
+                // `../../shared/git.inc`): a change there is a change to
+                // it, however far from it (red team round 13: a session
+                // command planted them, and its own check did not look).
+                let mut known_repos = judge.before.known_dirs();
+                known_repos.extend(read_found().remove(root).unwrap_or_default());
+                known_repos.sort();
+                known_repos.dedup();
+                for repo in known_repos {
+                    if !repo.starts_with(root)
+                        || all.found.contains(&repo)
+                        || !crate::plan::protected::repo_config_mentions_targets(
+                            &repo,
+                            home.as_deref(),
+                        )
+                    {
+                        continue;
+                    }
+                    let items = items_of(&repo, home.as_deref(), &global_hooks, judge);
+                    if items
+                        .iter()
+                        .any(|i| dirs.iter().any(|d| i.starts_with(d) || d.starts_with(i)))
+                    {
+                        all.found.push(repo);
+                    }
+                }
                 all
             }
         };

@@ -605,7 +605,7 @@ fn git_config_targets(top: &Path, home: &Path) -> Vec<PathBuf> {
 /// `config.worktree`, and the common directory's of a linked worktree),
 /// or configuration given in the environment. When none does, `git
 /// config` can list no target, so it is not run.
-fn repo_config_mentions_targets(git_dir: &Path, home: Option<&Path>) -> bool {
+pub fn repo_config_mentions_targets(git_dir: &Path, home: Option<&Path>) -> bool {
     if ["GIT_CONFIG_PARAMETERS", "GIT_CONFIG_COUNT", "GIT_CONFIG"]
         .iter()
         .any(|v| std::env::var_os(v).is_some())
