@@ -69,19 +69,63 @@ pub fn descendants(top: &[u32], max: usize) -> Option<Vec<u32>> {
     Some(out)
 }
 
-/// The files `pid` has mapped shared and writable (a write through one
-/// raises no inotify event), as its mount namespace names them; not those
-/// deleted since.
+/// The files `pid` could write through a mapping without another open
+/// (a write through one raises no inotify event), of those `keep` keeps,
+/// as its mount namespace names them: every file it has mapped shared,
+/// writable or not (`mprotect` makes a mapping of a file opened for
+/// writing writable again), and every file it holds open for writing (it
+/// can map one for a moment at any time). Not those deleted since.
 #[cfg(target_os = "linux")]
-pub fn shared_writable_maps(pid: u32) -> std::io::Result<Vec<std::path::PathBuf>> {
+pub fn files_it_can_write(
+    pid: u32,
+    keep: &dyn Fn(&std::path::Path) -> bool,
+) -> std::io::Result<Vec<std::path::PathBuf>> {
     let text = std::fs::read_to_string(format!("/proc/{pid}/maps"))?;
-    Ok(text.lines().filter_map(shared_writable_file).collect())
+    let mut out: Vec<std::path::PathBuf> = text
+        .lines()
+        .filter_map(shared_file)
+        .filter(|p| keep(p))
+        .collect();
+    let fds = std::fs::read_dir(format!("/proc/{pid}/fd"))?;
+    for fd in fds.flatten() {
+        let Ok(target) = std::fs::read_link(fd.path()) else {
+            continue;
+        };
+        if !target.is_absolute()
+            || target
+                .as_os_str()
+                .as_encoded_bytes()
+                .ends_with(b" (deleted)")
+            || !keep(&target)
+        {
+            continue;
+        }
+        let info = std::fs::read_to_string(format!(
+            "/proc/{pid}/fdinfo/{}",
+            fd.file_name().to_string_lossy()
+        ));
+        let writable = info.ok().and_then(|t| {
+            let flags = t
+                .lines()
+                .find_map(|l| l.strip_prefix("flags:"))?
+                .trim()
+                .to_string();
+            u32::from_str_radix(&flags, 8).ok()
+        });
+        // Unreadable: counted as writable (fails closed).
+        if writable.is_none_or(|f| f & libc::O_ACCMODE as u32 != libc::O_RDONLY as u32) {
+            out.push(target);
+        }
+    }
+    out.sort();
+    out.dedup();
+    Ok(out)
 }
 
 /// One line of /proc/PID/maps (`start-end perms offset dev inode path`):
-/// its path, when the mapping is a file's, shared and writable.
+/// its path, when the mapping is a file's and shared.
 #[cfg(target_os = "linux")]
-fn shared_writable_file(line: &str) -> Option<std::path::PathBuf> {
+fn shared_file(line: &str) -> Option<std::path::PathBuf> {
     let mut rest = line;
     let mut fields = [""; 5];
     for f in &mut fields {
@@ -92,8 +136,7 @@ fn shared_writable_file(line: &str) -> Option<std::path::PathBuf> {
     }
     let perms = fields[1].as_bytes();
     let path = rest.trim_start();
-    (perms.get(1) == Some(&b'w')
-        && perms.get(3) == Some(&b's')
+    (perms.get(3) == Some(&b's')
         && fields[4] != "0"
         && path.starts_with('/')
         && !path.ends_with(" (deleted)"))
@@ -105,34 +148,34 @@ mod tests {
     use super::*;
 
     #[test]
-    fn only_shared_writable_file_mappings_count() {
+    fn only_shared_file_mappings_count() {
         let line = |perms: &str, ino: &str, path: &str| {
             format!(
                 "7f0000000000-7f0000001000 {perms} 00000000 fd:01 {ino}                    {path}"
             )
         };
         assert_eq!(
-            shared_writable_file(&line("rw-s", "1234", "/w/sub/.git/config")),
+            shared_file(&line("rw-s", "1234", "/w/sub/.git/config")),
             Some("/w/sub/.git/config".into())
         );
         assert_eq!(
-            shared_writable_file(&line("rw-s", "1234", "/w/a name")),
+            shared_file(&line("r--s", "1234", "/w/a name")),
             Some("/w/a name".into())
         );
         for (perms, ino, path) in [
             ("rw-p", "1234", "/w/f"),
-            ("r--s", "1234", "/w/f"),
+            ("r--p", "1234", "/w/f"),
             ("rw-s", "0", "/SYSV00000000"),
             ("rw-s", "1234", "/w/f (deleted)"),
             ("rw-p", "0", "[heap]"),
         ] {
-            assert_eq!(
-                shared_writable_file(&line(perms, ino, path)),
-                None,
-                "{perms} {path}"
-            );
+            assert_eq!(shared_file(&line(perms, ino, path)), None, "{perms} {path}");
         }
-        // This process's own maps read.
-        assert!(shared_writable_maps(std::process::id()).is_ok());
+        // This process's own: a file it holds open for writing counts.
+        let dir = tempfile::tempdir().unwrap();
+        let held = dir.path().join("held");
+        let _f = std::fs::File::create(&held).unwrap();
+        let got = files_it_can_write(std::process::id(), &|p| p.starts_with(dir.path())).unwrap();
+        assert_eq!(got, vec![held]);
     }
 }

@@ -629,6 +629,10 @@ fn a_tool_file_rewritten_through_a_mapping_between_commands_is_set_aside() {
             "pkg/.npmrc",
             "registry=https://registry.example.invalid/\n# the user's own, padded to be rewritten in place\n",
         );
+        f.write(
+            "tools/.irbrc",
+            "# the user's own irb settings, padded to be rewritten in place\n",
+        );
         who.prepare(&f);
         git(&f, who, &f.ws, &["init", "-q", "."]);
         let mut s = Session::start(&f, who, "mapped-npmrc", &[]);
@@ -645,11 +649,30 @@ time.sleep(60)
 echo left"#,
         );
         assert!(out.stdout.contains("left"), "{who:?}: {}", out.stderr);
+        // Round 13: a descriptor kept open for writing, mapped only for a
+        // moment, later.
+        let out = s.sh(
+            &f.ws,
+            r#"nohup python3 -c '
+import mmap, os, time
+fd = os.open("tools/.irbrc", os.O_RDWR)
+time.sleep(1)
+m = mmap.mmap(fd, 0); new = b"system(1)\n#"; m[:len(new)] = new; m.close()
+time.sleep(60)
+' >/dev/null 2>&1 &
+echo left"#,
+        );
+        assert!(out.stdout.contains("left"), "{who:?}: {}", out.stderr);
         std::thread::sleep(Duration::from_secs(3));
         let now = std::fs::read_to_string(f.ws.join("pkg/.npmrc")).unwrap_or_default();
         assert!(
             !now.contains("script-shell"),
             "{who:?}: the rewritten .npmrc is still in place between commands: {now}"
+        );
+        let now = std::fs::read_to_string(f.ws.join("tools/.irbrc")).unwrap_or_default();
+        assert!(
+            !now.contains("system(1)"),
+            "{who:?}: the rewritten .irbrc is still in place between commands: {now}"
         );
         let out = s.end(&[]);
         assert_eq!(out.code, 0, "{who:?}: {}", out.stderr);

@@ -35,11 +35,13 @@ pub struct Dirty {
     /// The sandbox's PID 1 (host pid), whose descendants are the processes
     /// a command left running ([`Dirty::watch_mappings`]).
     init: Option<u32>,
-    /// Files of the roots that such a process holds mapped shared and
-    /// writable: looked at by identity like the repositories' items, since
-    /// a write through the mapping raises no event (red team round 12: a
-    /// background process rewrote a `.npmrc` it had mapped, and the session
-    /// saw it only at its end).
+    /// Files of the roots that such a process could write through a
+    /// mapping, now or later (`procfs::files_it_can_write`): looked at by
+    /// identity like the repositories' items, since a write through a
+    /// mapping raises no event (red team round 12: a background process
+    /// rewrote a `.npmrc` it had mapped, and the session saw it only at its
+    /// end; round 13: mapped read-only then made writable, or mapped only
+    /// for a moment from a descriptor kept open).
     mapped: BTreeSet<PathBuf>,
     /// Too many processes to look at: the next `take` searches everything.
     unsure: bool,
@@ -138,12 +140,9 @@ impl Dirty {
         let left = !procs.is_empty();
         let mut now = BTreeSet::new();
         for pid in procs {
-            match crate::procfs::shared_writable_maps(pid) {
-                Ok(files) => now.extend(
-                    files
-                        .into_iter()
-                        .filter(|f| self.roots.iter().any(|r| f.starts_with(r))),
-                ),
+            let in_roots = |f: &Path| self.roots.iter().any(|r| f.starts_with(r));
+            match crate::procfs::files_it_can_write(pid, &in_roots) {
+                Ok(files) => now.extend(files),
                 // Gone since it was listed: nothing of its is mapped.
                 Err(e) if e.raw_os_error() == Some(libc::ESRCH) => {}
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
@@ -185,12 +184,21 @@ impl Dirty {
                 items.extend(rd.flatten().map(|e| e.path()));
             }
         }
+        let mapped = items.len();
         items.extend(self.mapped.iter().cloned());
-        for item in items {
+        for (n, item) in items.into_iter().enumerate() {
             let now = identity(&item);
             match self.seen.insert(item.clone(), now) {
                 Some(before) if before != now => {
                     changed = true;
+                    // A file held by a process left running that has
+                    // another name: the name a host tool obeys may be any
+                    // of them (red team round 13), so only a whole search
+                    // is certain.
+                    if n >= mapped && std::fs::symlink_metadata(&item).is_ok_and(|m| m.nlink() > 1)
+                    {
+                        self.unsure = true;
+                    }
                     if let Some(dir) = item.parent() {
                         self.swept.insert(dir.to_path_buf());
                     }
