@@ -61,7 +61,7 @@ const SECRETS_DIR: &str = ".envs";
 
 /// The rule's name in messages and `policy explain --path`.
 pub const RULE: &str =
-    "built-in default: .env, .env.*, .env-* and .env_* files and editors' copies of them (and .dev.vars, .secrets.*, files below .envs/, .streamlit/secrets.toml, Rails' config/master.key and config/credentials/*.key) in every writable root (not templates such as .env.example)";
+    "built-in default: .env, .env.*, .env-*, .env_* and *.env files and editors' copies of them (and .dev.vars, .secrets.*, files below .envs/, .streamlit/secrets.toml, Rails' config/master.key and config/credentials/*.key) in every writable root (not templates such as .env.example)";
 
 /// Whether a file name is one the rule hides: `.env`, `.dev.vars`, or one
 /// of those or `.secrets` followed by `.<x>` where no dotted part of `<x>`
@@ -83,6 +83,25 @@ pub fn is_secret_name(name: &OsStr) -> bool {
     };
     if SECRET_STEMS.contains(&name) {
         return true;
+    }
+    // A copy a file manager made (`.env copy`, `.env (1)`), and the
+    // `<name>.env` files Docker Compose's `env_file` and others read
+    // (`secrets.env`, `prod.env`), not templates (`example.env`); red team
+    // round 13.
+    if name.starts_with(".env ") {
+        return true;
+    }
+    if let Some(stem) = name
+        .strip_suffix(".env")
+        .filter(|s| !s.is_empty() && *s != ".")
+    {
+        let stem = stem.trim_start_matches('.');
+        if !stem
+            .split(['.', '-', '_'])
+            .any(|part| TEMPLATE.contains(&part))
+        {
+            return true;
+        }
     }
     // `.env-local`, `.env_prod`: the same store by another spelling.
     let other_sep = |stem: &&str| {
@@ -352,10 +371,26 @@ mod tests {
             ".env.local~",
             ".ENV",
             ".Env.Local",
+            ".env copy",
+            ".env (1)",
+            "secrets.env",
+            "prod.env",
+            "app.local.env",
         ] {
             assert!(is_secret_name(OsStr::new(n)), "{n}");
         }
-        for n in [".env.example~", "#.env.sample#", ".envrc~", "#x#", "~", "#"] {
+        for n in [
+            ".env.example~",
+            "#.env.sample#",
+            ".envrc~",
+            "#x#",
+            "~",
+            "#",
+            "example.env",
+            "app.example.env",
+            "env.sample.env",
+            "x.env.example",
+        ] {
             assert!(!is_secret_name(OsStr::new(n)), "{n}");
         }
         for p in [
@@ -392,7 +427,6 @@ mod tests {
             ".dev.vars.example",
             ".secrets.example.toml",
             "secrets.toml",
-            "x.env",
             "env",
         ] {
             assert!(!is_secret_name(OsStr::new(n)), "{n}");

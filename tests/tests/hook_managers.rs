@@ -215,6 +215,9 @@ fn package_manager_and_agent_files_cannot_be_changed_or_planted() {
         "packages/web/.Renviron",
         "packages/web/.gdbinit",
         "vendor/lib/.hg/hgrc",
+        // Round 13: what a trusted .envrc sources unasked.
+        ".envrc.local",
+        "packages/web/.envrc.private",
     ];
     for tier in TIERS {
         for who in Who::all() {

@@ -130,6 +130,10 @@ const WS_FILES: &[(&str, bool)] = &[
     (".envs/.production/.django", true),
     (".envs/.local/.postgres", true),
     (".env.example~", false),
+    // Round 13: a file manager's copy, Compose's `env_file` names.
+    (".env copy", true),
+    ("config/prod.env", true),
+    ("config/example.env", false),
 ];
 
 fn secret(rel: &str) -> String {

@@ -317,6 +317,10 @@ pub fn redirects_tool(dir: &std::ffi::OsStr, name: &std::ffi::OsStr) -> bool {
             | b".Renviron"
             | b".gdbinit"
             | b".lldbinit"
+            // What a trusted `.envrc` sources without direnv asking again
+            // (`source_env_if_exists .envrc.local`; red team round 13).
+            | b".envrc.local"
+            | b".envrc.private"
     );
     matches!(n, b"rust-toolchain" | b"rust-toolchain.toml" | b".rtx.toml")
         || nearest_wins
