@@ -34,6 +34,29 @@ pub fn holds_socket(pid: u32, ino: impl std::fmt::Display) -> bool {
     })
 }
 
+/// The peer of a connected unix socket: its pid, once it is known to be
+/// this user's and to live outside every sandbox (in our own user
+/// namespace: every sandbox of the full tier has one of its own).
+#[cfg(target_os = "linux")]
+pub fn peer_outside(fd: impl std::os::fd::AsFd) -> Result<u32, String> {
+    let cred = nix::sys::socket::getsockopt(&fd, nix::sys::socket::sockopt::PeerCredentials)
+        .map_err(|e| format!("reading the peer's credentials: {e}"))?;
+    // SAFETY: getuid cannot fail.
+    let uid = unsafe { libc::getuid() };
+    if cred.uid() != uid {
+        return Err(format!("the peer runs as uid {}, not as you", cred.uid()));
+    }
+    let pid = cred.pid();
+    let ours =
+        std::fs::read_link("/proc/self/ns/user").map_err(|e| format!("our user namespace: {e}"))?;
+    let theirs = std::fs::read_link(format!("/proc/{pid}/ns/user"))
+        .map_err(|e| format!("the peer's user namespace: {e}"))?;
+    if ours != theirs {
+        return Err(format!("the peer (pid {pid}) runs inside a sandbox"));
+    }
+    Ok(pid as u32)
+}
+
 /// The children of `pid`, of every thread of it.
 #[cfg(target_os = "linux")]
 pub fn children(pid: u32) -> Vec<u32> {

@@ -175,6 +175,16 @@ fn connect(path: &Path, wait: Option<std::time::Duration>) -> Result<UnixStream>
 
 pub fn run(path: &Path, wait: Option<std::time::Duration>) -> Result<ExitCode> {
     let stream = connect(path, wait)?;
+    // Only airlock's own listener, of this user, outside every sandbox: a
+    // socket in a directory a sandbox can write may be one it put there,
+    // to show forged questions and take the answers (red team round 13).
+    #[cfg(target_os = "linux")]
+    crate::procfs::peer_outside(&stream).map_err(|e| {
+        anyhow::anyhow!(
+            "refusing the approval socket {}: {e}; a sandbox may have replaced it (keep it outside the writable roots)",
+            escape::line(&path.display().to_string(), 300)
+        )
+    })?;
     let mut writer = stream.try_clone().context("socket")?;
     eprintln!(
         "airlock approve: connected to {}; answer each question with one lowercase key: o (once), s (session), a (always) or d (deny){}; anything else denies, as at the --ask tty prompt",

@@ -63,21 +63,7 @@ pub fn log_path(dir: &Path, name: &str) -> PathBuf {
 /// directory the sandbox could write would be the first place to plant
 /// one, and the client sends its environment).
 pub fn peer_outside(fd: &OwnedFd) -> Result<u32> {
-    let cred = nix::sys::socket::getsockopt(fd, nix::sys::socket::sockopt::PeerCredentials)
-        .context("reading the peer's credentials")?;
-    // SAFETY: getuid cannot fail.
-    let uid = unsafe { libc::getuid() };
-    if cred.uid() != uid {
-        bail!("the peer runs as uid {}, not as you", cred.uid());
-    }
-    let pid = cred.pid();
-    let ours = std::fs::read_link("/proc/self/ns/user").context("our user namespace")?;
-    let theirs =
-        std::fs::read_link(format!("/proc/{pid}/ns/user")).context("the peer's user namespace")?;
-    if ours != theirs {
-        bail!("the peer (pid {pid}) runs inside a sandbox");
-    }
-    Ok(pid as u32)
+    crate::procfs::peer_outside(fd).map_err(anyhow::Error::msg)
 }
 
 /// Connect to session `name`'s socket and check who serves it.
