@@ -262,6 +262,20 @@ impl Policy {
         let mut resolve = BTreeMap::new();
         for f in &frags {
             for (h, ip) in &f.resolve {
+                // With `user_allow = false` a lower layer's pin would send
+                // a name only the managed policy allows to any address
+                // (red team round 13): only the managed layer's count.
+                if let (Some(m), false) = (&user_allow_off, f.layer == Layer::Managed) {
+                    conflicts.push(Conflict {
+                        origin: ip.origin.clone(),
+                        message: format!(
+                            "resolve {:?} is ignored: with network.user_allow = false only the managed policy's resolve counts",
+                            h.to_string()
+                        ),
+                        managed: m.origin.clone(),
+                    });
+                    continue;
+                }
                 resolve.insert(h.clone(), ip.clone());
             }
         }

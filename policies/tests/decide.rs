@@ -115,6 +115,41 @@ fn managed_unknown_deny_and_user_allow_off() {
     assert_eq!(p.conflicts.len(), 2, "{:?}", p.conflicts);
 }
 
+/// With `user_allow = false`, a lower layer's `resolve` cannot send a name
+/// the managed policy allows to another address (red team round 13); the
+/// managed layer's own pins stand.
+#[test]
+fn user_allow_off_ignores_lower_layers_resolve() {
+    let p = policy(vec![
+        frag(
+            Layer::User,
+            "u.toml",
+            "[network]\nresolve = { \"ok.test\" = \"203.0.113.9\", \"pinned.test\" = \"203.0.113.8\" }\n",
+        ),
+        frag(
+            Layer::Managed,
+            "m.toml",
+            "[network]\nunknown = \"deny\"\nuser_allow = false\nallow = [\"ok.test\", \"pinned.test\"]\nresolve = { \"pinned.test\" = \"198.51.100.1\" }\n",
+        ),
+    ]);
+    let pins: Vec<(String, String)> = p
+        .resolve
+        .iter()
+        .map(|(h, ip)| (h.to_string(), ip.value.to_string()))
+        .collect();
+    assert_eq!(
+        pins,
+        vec![("pinned.test".to_string(), "198.51.100.1".to_string())]
+    );
+    assert!(
+        p.conflicts
+            .iter()
+            .any(|c| c.message.contains("resolve \"ok.test\" is ignored")),
+        "{:?}",
+        p.conflicts
+    );
+}
+
 #[test]
 fn require_sandbox_conflicts_with_host_mode() {
     let p = policy(vec![
