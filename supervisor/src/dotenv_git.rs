@@ -98,33 +98,16 @@ fn ls_files(top: &Path, files: &[&PathBuf]) -> Vec<(PathBuf, String)> {
         .iter()
         .filter_map(|f| f.strip_prefix(top).ok())
         .collect();
-    let child = std::process::Command::new("git")
-        .args(["-c", "core.fsmonitor=false", "--no-optional-locks"])
+    let mut git = std::process::Command::new("git");
+    git.args(["-c", "core.fsmonitor=false", "--no-optional-locks"])
         .args(["ls-files", "-s", "-z", "--"])
         .args(&rel)
         .current_dir(top)
-        .env("GIT_TERMINAL_PROMPT", "0")
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::null())
-        .spawn();
-    let Ok(mut child) = child else {
+        .env("GIT_TERMINAL_PROMPT", "0");
+    let Some(bytes) = crate::child::output_within(&mut git, std::time::Duration::from_secs(2))
+    else {
         return vec![];
     };
-    let (tx, rx) = std::sync::mpsc::channel();
-    if let Some(mut so) = child.stdout.take() {
-        std::thread::spawn(move || {
-            let mut buf = vec![];
-            let _ = std::io::Read::read_to_end(&mut so, &mut buf);
-            let _ = tx.send(buf);
-        });
-    }
-    let Ok(bytes) = rx.recv_timeout(std::time::Duration::from_secs(2)) else {
-        let _ = child.kill();
-        let _ = child.wait();
-        return vec![];
-    };
-    let _ = child.wait();
     parse_ls_files(&bytes, top)
 }
 

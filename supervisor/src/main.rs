@@ -13,6 +13,7 @@ mod approve;
 mod audit_cmd;
 mod ca_cmd;
 mod cache_cmd;
+mod child;
 mod cli;
 mod clock;
 mod doctor;

@@ -536,35 +536,16 @@ pub fn git_dir_surface(git_dir: &Path, depth: u32, out: &mut Vec<PathBuf>) {
 /// path from there, as git does in a non-bare repository; the paths it
 /// shows as origins are relative to it too.
 fn git_config_targets(top: &Path, home: &Path) -> Vec<PathBuf> {
-    let child = std::process::Command::new("git")
-        .args(["config", "--show-origin", "-z", "--get-regexp"])
+    let mut git = std::process::Command::new("git");
+    git.args(["config", "--show-origin", "-z", "--get-regexp"])
         .arg(r"^(core\.hookspath|include\.path|includeif\..+\.path)$")
         .current_dir(top)
-        .env("GIT_TERMINAL_PROMPT", "0")
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::null())
-        .spawn();
-    let Ok(mut child) = child else {
-        return vec![];
-    };
-    // Read as it comes (no polling: git answers in a few milliseconds); a
-    // config that includes something endless must not hang the run.
-    let (tx, rx) = std::sync::mpsc::channel();
-    if let Some(mut so) = child.stdout.take() {
-        std::thread::spawn(move || {
-            let mut buf = vec![];
-            let _ = std::io::Read::read_to_end(&mut so, &mut buf);
-            let _ = tx.send(buf);
-        });
-    }
-    let Ok(out_bytes) = rx.recv_timeout(std::time::Duration::from_secs(2)) else {
-        let _ = child.kill();
-        let _ = child.wait();
+        .env("GIT_TERMINAL_PROMPT", "0");
+    let Some(out_bytes) = crate::child::output_within(&mut git, std::time::Duration::from_secs(2))
+    else {
         tracing::warn!("git config in {} did not answer in time", top.display());
         return vec![];
     };
-    let _ = child.wait();
     let text = String::from_utf8_lossy(&out_bytes);
     let items: Vec<&str> = text.split('\0').collect();
     let mut out = vec![];
