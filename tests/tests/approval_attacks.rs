@@ -684,20 +684,21 @@ open(sys.argv[2], "wb").write(c.recv(4096))
     let mut child = approve.spawn().unwrap();
     let _ = child.stdin.take().unwrap().write_all(b"a\n");
     let done = child.wait_with_output().unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    // (It records what it received: nothing, the approver having closed.)
+    let got = std::fs::read(&seen).unwrap_or_default();
+    // Ended before any assertion, so that a failure leaves no session.
+    let _ = run(Command::new(airlock_bin())
+        .args(["session", "end", &name])
+        .current_dir(&f.ws)
+        .env("HOME", &f.home));
     let err = String::from_utf8_lossy(&done.stderr);
     assert!(!done.status.success(), "{err}");
     assert!(err.contains("refusing the approval socket"), "{err}");
     assert!(!err.contains("forged.test"), "{err}");
-    std::thread::sleep(Duration::from_millis(300));
-    // (It records what it received: nothing, the approver having closed.)
-    let got = std::fs::read(&seen).unwrap_or_default();
     assert!(
         got.is_empty(),
         "the sandbox's listener got an answer: {}",
         String::from_utf8_lossy(&got)
     );
-    let _ = run(Command::new(airlock_bin())
-        .args(["session", "end", &name])
-        .current_dir(&f.ws)
-        .env("HOME", &f.home));
 }
