@@ -642,22 +642,36 @@ fn airlock_approve_drops_a_stale_question() {
 /// questions and send it the user's answers (red team round 13).
 #[test]
 fn an_approval_socket_a_sandbox_replaced_is_refused_by_the_approver() {
-    let f = Fixture::new_in(&base());
+    for who in [Who::Root, Who::User] {
+        approval_socket_replaced(who);
+    }
+}
+
+fn approval_socket_replaced(who: Who) {
+    let Setup { f, .. } = setup(who);
     let sock = f.ws.join("ask.sock");
     let ask = format!("socket:{}", sock.display());
-    let name = format!("asksock{}", std::process::id());
-    let start = run(Command::new(airlock_bin())
-        .args(["session", "start", "--name", &name, "--ask", &ask])
-        .current_dir(&f.ws)
-        .env("HOME", &f.home));
-    assert_eq!(start.code, 0, "{}", start.stderr);
+    let name = format!("asksock{}{who:?}", std::process::id());
+    let path = std::env::var("PATH").unwrap_or_else(|_| "/usr/bin:/bin".into());
+    let airlock = |args: &[&str]| {
+        let mut c = Command::new(airlock_bin());
+        c.args(args)
+            .current_dir(&f.ws)
+            .env("HOME", &f.home)
+            .env("PATH", &path);
+        as_who(who, c)
+    };
+    let start = run(&mut airlock(&[
+        "session", "start", "--name", &name, "--ask", &ask,
+    ]));
+    assert_eq!(start.code, 0, "{who:?}: {}", start.stderr);
     let fake = r#"
 import socket, os, sys
 p = sys.argv[1]
 os.unlink(p)
 s = socket.socket(socket.AF_UNIX); s.bind(p); s.listen(4)
 if os.fork() > 0:
-    print("replaced"); os._exit(0)
+    print("replaced", flush=True); os._exit(0)
 os.setsid()
 null = os.open("/dev/null", os.O_RDWR)
 for fd in (0, 1, 2): os.dup2(null, fd)
@@ -666,39 +680,47 @@ c.send(b'{"type":"ask","id":"1","host":"forged.test","port":443,"command":"x"}\n
 open(sys.argv[2], "wb").write(c.recv(4096))
 "#;
     let seen = f.ws.join("seen");
-    let out = run(Command::new(airlock_bin())
-        .args(["run", "--session", &name, "--", "python3", "-c", fake])
-        .arg(&sock)
-        .arg(&seen)
-        .current_dir(&f.ws)
-        .env("HOME", &f.home));
-    assert!(out.stdout.contains("replaced"), "{}", out.stderr);
-    let mut approve = Command::new(airlock_bin());
-    approve
-        .args(["approve", "--socket"])
-        .arg(&sock)
-        .env("HOME", &f.home)
+    let out = run(&mut airlock(&[
+        "run",
+        "--session",
+        &name,
+        "--",
+        "python3",
+        "-c",
+        fake,
+        sock.to_str().unwrap(),
+        seen.to_str().unwrap(),
+    ]));
+    assert!(
+        out.stdout.contains("replaced"),
+        "{who:?}: code {} {} {}",
+        out.code,
+        out.stdout,
+        out.stderr
+    );
+    let mut child = airlock(&["approve", "--socket", sock.to_str().unwrap()])
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped());
-    let mut child = approve.spawn().unwrap();
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
     let _ = child.stdin.take().unwrap().write_all(b"a\n");
     let done = child.wait_with_output().unwrap();
     std::thread::sleep(Duration::from_millis(300));
     // (It records what it received: nothing, the approver having closed.)
     let got = std::fs::read(&seen).unwrap_or_default();
     // Ended before any assertion, so that a failure leaves no session.
-    let _ = run(Command::new(airlock_bin())
-        .args(["session", "end", &name])
-        .current_dir(&f.ws)
-        .env("HOME", &f.home));
+    let _ = run(&mut airlock(&["session", "end", &name]));
     let err = String::from_utf8_lossy(&done.stderr);
-    assert!(!done.status.success(), "{err}");
-    assert!(err.contains("refusing the approval socket"), "{err}");
-    assert!(!err.contains("forged.test"), "{err}");
+    assert!(!done.status.success(), "{who:?}: {err}");
+    assert!(
+        err.contains("refusing the approval socket"),
+        "{who:?}: {err}"
+    );
+    assert!(!err.contains("forged.test"), "{who:?}: {err}");
     assert!(
         got.is_empty(),
-        "the sandbox's listener got an answer: {}",
+        "{who:?}: the sandbox's listener got an answer: {}",
         String::from_utf8_lossy(&got)
     );
 }

@@ -124,8 +124,8 @@ impl Dirty {
         self.init = Some(init);
     }
 
-    /// What the processes left running hold mapped shared and writable in
-    /// the roots: whether a file is newly so (its directory is then dirty:
+    /// What the processes left running could write through a mapping in
+    /// the roots (`procfs::files_it_can_write`): whether a file is newly so (its directory is then dirty:
     /// it may have been written before this look), and whether any process
     /// is left (without PID 1 known: assumed). When none is left, only PID
     /// 1's children are listed.
@@ -184,7 +184,9 @@ impl Dirty {
                 items.extend(rd.flatten().map(|e| e.path()));
             }
         }
-        let mapped = items.len();
+        // The repositories' items first, then the files held by processes
+        // left running.
+        let repo_items = items.len();
         items.extend(self.mapped.iter().cloned());
         for (n, item) in items.into_iter().enumerate() {
             let now = identity(&item);
@@ -195,7 +197,8 @@ impl Dirty {
                     // another name: the name a host tool obeys may be any
                     // of them (red team round 13), so only a whole search
                     // is certain.
-                    if n >= mapped && std::fs::symlink_metadata(&item).is_ok_and(|m| m.nlink() > 1)
+                    if n >= repo_items
+                        && std::fs::symlink_metadata(&item).is_ok_and(|m| m.nlink() > 1)
                     {
                         self.unsure = true;
                     }
