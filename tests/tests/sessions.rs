@@ -1011,3 +1011,139 @@ fn a_session_tells_a_failing_command_what_it_withheld_and_says_when_it_died() {
         );
     }
 }
+
+/// A process a command leaves running keeps neither the caller's output
+/// nor its terminal (red team round 13, N3): a harness reading the
+/// command's output until its end is not kept waiting by a dev server,
+/// what the process writes later goes to the session's log, and what the
+/// person types at the next prompt reaches the host's shell, not the
+/// sandbox. The process itself runs on. A command on a terminal still
+/// has one, and its caller's terminal is given back as it was.
+#[test]
+fn a_process_left_running_keeps_neither_the_callers_output_nor_terminal() {
+    for who in Who::all() {
+        let f = Fixture::new_in(&base());
+        who.prepare(&f);
+        let mut s = Session::start(&f, who, "let-go", &[]);
+
+        // Output: a pipe, read to its end as a harness reads it.
+        let t = Instant::now();
+        let out = s.sh(
+            &f.ws,
+            "(sleep 2; echo late-output; touch survived; sleep 30) & echo started",
+        );
+        assert!(
+            t.elapsed() < Duration::from_secs(20),
+            "{who:?}: the caller's output was held open"
+        );
+        assert_eq!(out.code, 0, "{who:?}: {}", out.stderr);
+        assert_eq!(out.stdout, "started\n", "{who:?}: {}", out.stderr);
+        let log = out
+            .stderr
+            .lines()
+            .find_map(|l| l.split("goes to the session's log, ").nth(1))
+            .unwrap_or_else(|| panic!("{who:?}: not told where: {}", out.stderr))
+            .to_string();
+        wait_for_file(&f.ws.join("survived"));
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !std::fs::read_to_string(&log)
+            .unwrap_or_default()
+            .contains("late-output")
+        {
+            assert!(Instant::now() < deadline, "{who:?}: not in {log}");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+
+        // A terminal: the command has one of its own.
+        let (master, slave) = pty();
+        let with_tty = |c: &mut Command| {
+            let fd = |_| Stdio::from(slave.try_clone().expect("dup"));
+            c.stdin(fd(0)).stdout(fd(1)).stderr(fd(2));
+        };
+        let mut c = s.cmd(
+            &f.ws,
+            &[],
+            &[
+                "sh",
+                "-c",
+                "test -t 0 && test -t 1 && echo on-a-terminal; exec 3<&0; (sleep 1; read -r x <&3; echo \"$x\" > stolen) & exit 0",
+            ],
+        );
+        with_tty(&mut c);
+        let st = c.status().expect("run");
+        assert!(st.success(), "{who:?}: {st:?}");
+        let said = read_for(&master, Duration::from_millis(500));
+        assert!(said.contains("on-a-terminal"), "{who:?}: {said}");
+        let mut mode: libc::termios = unsafe { std::mem::zeroed() };
+        // SAFETY: tcgetattr into a termios we own, on our pty.
+        unsafe { libc::tcgetattr(slave.as_raw_fd(), &mut mode) };
+        assert_ne!(mode.c_lflag & libc::ICANON, 0, "{who:?}: left in raw mode");
+        // The person types at the host's next prompt, after the command.
+        std::thread::sleep(Duration::from_millis(1500));
+        (&master).write_all(b"typed-later\n").unwrap();
+        let host = read_for(&slave, Duration::from_secs(3));
+        assert!(
+            host.contains("typed-later"),
+            "{who:?}: the host got {host:?}"
+        );
+        std::thread::sleep(Duration::from_millis(500));
+        let stolen = std::fs::read_to_string(f.ws.join("stolen")).unwrap_or_default();
+        assert!(
+            !stolen.contains("typed"),
+            "{who:?}: the sandbox read {stolen:?}"
+        );
+        let out = s.end(&[]);
+        assert_eq!(out.code, 0, "{who:?}: {}", out.stderr);
+    }
+}
+
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+
+/// A pseudo-terminal: its master and its slave.
+fn pty() -> (std::fs::File, std::fs::File) {
+    let (mut m, mut s) = (0, 0);
+    // SAFETY: openpty into two ints we own; no name, default settings.
+    let rc = unsafe {
+        libc::openpty(
+            &mut m,
+            &mut s,
+            std::ptr::null_mut(),
+            std::ptr::null(),
+            std::ptr::null(),
+        )
+    };
+    assert_eq!(rc, 0, "openpty");
+    // SAFETY: both are descriptors openpty just opened for us.
+    unsafe {
+        (
+            std::fs::File::from(OwnedFd::from_raw_fd(m)),
+            std::fs::File::from(OwnedFd::from_raw_fd(s)),
+        )
+    }
+}
+
+/// What `f` gives within `wait`.
+fn read_for(f: &std::fs::File, wait: Duration) -> String {
+    use std::io::Read;
+    let mut got = vec![];
+    let deadline = Instant::now() + wait;
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let mut p = libc::pollfd {
+            fd: f.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: poll on one descriptor we hold.
+        let n = unsafe { libc::poll(&mut p, 1, left.as_millis() as i32) };
+        if n <= 0 {
+            break;
+        }
+        let mut buf = [0u8; 4096];
+        match (&*f).read(&mut buf) {
+            Ok(0) | Err(_) => break,
+            Ok(k) => got.extend_from_slice(&buf[..k]),
+        }
+    }
+    String::from_utf8_lossy(&got).into_owned()
+}

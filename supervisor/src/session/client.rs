@@ -152,6 +152,10 @@ fn send(args: &Request, name: &str) -> Result<ExitCode> {
         nix::sys::signalfd::SfdFlags::SFD_CLOEXEC | nix::sys::signalfd::SfdFlags::SFD_NONBLOCK,
     )
     .context("signalfd")?;
+    // The session puts this terminal in raw mode while the command has a
+    // terminal of its own (`relay.rs`); it is given back as it was here
+    // too, should the session go away first.
+    let _terminal = Terminal::saved();
     seq.send_json(
         &json!({"op": "run", "argv": args.command, "cwd": cwd, "env": env}),
         &[0, 1, 2],
@@ -230,4 +234,29 @@ fn send(args: &Request, name: &str) -> Result<ExitCode> {
         crate::report::write_value(file, &r)?;
     }
     Ok(ExitCode::from(code.clamp(0, 255) as u8))
+}
+
+/// The caller's terminal settings, put back when dropped.
+struct Terminal(Option<nix::sys::termios::Termios>);
+
+impl Terminal {
+    fn saved() -> Terminal {
+        let stdin = std::io::stdin();
+        Terminal(nix::sys::termios::tcgetattr(&stdin).ok())
+    }
+}
+
+impl Drop for Terminal {
+    fn drop(&mut self) {
+        if let Some(mode) = &self.0 {
+            let stdin = std::io::stdin();
+            if nix::sys::termios::tcgetattr(&stdin).ok().as_ref() != Some(mode) {
+                let _ = nix::sys::termios::tcsetattr(
+                    &stdin,
+                    nix::sys::termios::SetArg::TCSADRAIN,
+                    mode,
+                );
+            }
+        }
+    }
 }

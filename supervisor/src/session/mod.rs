@@ -7,6 +7,7 @@
 //! who may use it; `server` and `client` are the two ends.
 
 pub mod client;
+mod relay;
 pub mod server;
 
 use std::os::fd::{AsRawFd, OwnedFd};

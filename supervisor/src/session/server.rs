@@ -1,8 +1,8 @@
 //! The session's supervisor while it serves (SPEC §4.7): it accepts
 //! commands on the session's socket from this user's processes outside
-//! every sandbox, hands each to the sandbox's PID 1 with the caller's
-//! stdio, and answers with its exit status, what the proxy refused for it
-//! and what the check found when it ended.
+//! every sandbox, hands each to the sandbox's PID 1 with stdio that ends
+//! with the command (`relay.rs`), and answers with its exit status, what
+//! the proxy refused for it and what the check found when it ended.
 
 use std::collections::{BTreeMap, HashMap};
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
@@ -645,11 +645,27 @@ fn run_command(
     let Ok((wake_r, wake_w)) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC) else {
         return json!({"type": "error", "code": 125, "message": "out of descriptors"});
     };
+    let wake_w = Arc::new(wake_w);
+    // Keys typed at the caller's terminal that interrupt the command come
+    // back as the caller's own signals would.
+    let signaller: super::relay::Signaller = {
+        let (tx, wake) = (Mutex::new(tx.clone()), Arc::clone(&wake_w));
+        Box::new(move |sig| {
+            let _ = lock(&tx).send(Event::Client(json!({"op": "signal", "sig": sig})));
+            let _ = nix::unistd::write(&*wake, b"s");
+        })
+    };
+    let mut relay = match super::relay::Relay::new(stdio, id, LOG.get().cloned(), signaller) {
+        Ok(r) => r,
+        Err(e) => {
+            return json!({"type": "error", "code": 125, "message": format!("the command's stdio could not be set up: {e}")});
+        }
+    };
     lock(routes).insert(
         id,
         Route {
             tx,
-            wake: Some(Arc::new(wake_w)),
+            wake: Some(wake_w),
         },
     );
     // PID 1's words come on `rx` (with a byte on `wake_r`); the caller's
@@ -699,6 +715,7 @@ fn run_command(
             }
         }
     };
+    let stdio = relay.take_command();
     let raw: Vec<i32> = stdio.iter().map(AsRawFd::as_raw_fd).collect();
     // No command starts while a check holds the sandbox still: it would
     // run unseen by it.
@@ -739,6 +756,9 @@ fn run_command(
                     killed = true;
                     let _ = init.send_json(&json!({"op": "kill", "id": id}), &[]);
                 } else if op == Some("signal") {
+                    if v.get("sig").and_then(Value::as_i64) == Some(i64::from(libc::SIGWINCH)) {
+                        relay.resize();
+                    }
                     let _ = init
                         .send_json(&json!({"op": "signal", "id": id, "sig": v.get("sig")}), &[]);
                 }
@@ -751,6 +771,12 @@ fn run_command(
     };
     drop(starting);
     lock(routes).remove(&id);
+    if relay.finish() {
+        notes.push(format!(
+            "airlock: processes this command left running still write to its output; what they write from now on goes to the session's log{}",
+            LOG.get().map_or(String::new(), |l| format!(", {}", crate::text::shown(l)))
+        ));
+    }
     // What this command planted, judged now that it ended (SPEC §4.7).
     let (changes, failed) = {
         let _one_at_a_time = lock(checking);
