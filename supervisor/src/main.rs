@@ -147,11 +147,14 @@ fn main() -> ExitCode {
     }
     // A command for a running session: nothing to build, nothing to parse
     // beyond its few options.
-    if let Some(result) = session::client::quick(&std::env::args_os().collect::<Vec<_>>()) {
+    if let Some((result, report_file)) =
+        session::client::quick(&std::env::args_os().collect::<Vec<_>>())
+    {
         return match result {
             Ok(code) => code,
             Err(e) => {
                 eprintln!("airlock: {e:#}");
+                report::refused(report_file.as_deref(), &format!("{e:#}"));
                 ExitCode::from(EXIT_AIRLOCK)
             }
         };
@@ -233,7 +236,8 @@ fn main() -> ExitCode {
             Some(name) if args.review => match session::review_of(&name) {
                 Ok(Some(_)) => session::client::run(args, &name),
                 Ok(None) => Err(anyhow::anyhow!(
-                    "--review: the session {name:?} writes through (it was started without --review); start one with `airlock session start --review`, or run the command with `airlock run --review` outside the session"
+                    "--review: the session {name:?} writes through (it was started without --review); start one with `airlock session start --review`, or run the command with `airlock run --review` outside the session{}",
+                    if args.session.is_none() { " (unset AIRLOCK_SESSION, which names it)" } else { "" }
                 )),
                 Err(e) => Err(e),
             },
@@ -284,6 +288,9 @@ fn main() -> ExitCode {
         Ok(code) => code,
         Err(e) => {
             eprintln!("airlock: {e:#}");
+            if let Command::Run(args) = &cli.command {
+                report::refused(args.report.as_deref(), &format!("{e:#}"));
+            }
             ExitCode::from(EXIT_AIRLOCK)
         }
     }

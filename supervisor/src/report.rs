@@ -457,6 +457,24 @@ pub fn write(out: ReportFile, report: &Report) -> Result<()> {
         .with_context(|| format!("writing the report to {}", out.path.display()))
 }
 
+/// A run refused before it started (exit 125): its `--report` says so
+/// rather than being absent or empty, which a harness's JSON reader
+/// trips on (harness round 12). Written only where no report is: a file
+/// that is missing or empty, never through a link.
+pub fn refused(path: Option<&Path>, message: &str) {
+    let Some(path) = path else { return };
+    match std::fs::symlink_metadata(path) {
+        Ok(m) if !(m.file_type().is_file() && m.len() == 0) => return,
+        _ => {}
+    }
+    if let Ok(out) = open(path) {
+        let _ = write_value(
+            out,
+            &serde_json::json!({"exit_code": 125, "error": message}),
+        );
+    }
+}
+
 /// A report already in JSON (a session's command, `session end`).
 pub fn write_value(out: ReportFile, report: &serde_json::Value) -> Result<()> {
     let text = serde_json::to_string_pretty(report).context("encoding the report")?;

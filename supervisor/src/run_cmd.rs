@@ -182,10 +182,7 @@ pub fn run(args: &RunArgs, early: Early, log: String, session: Option<&str>) -> 
         }
     }
     if let Some(why) = &plan.start_note {
-        eprintln!(
-            "airlock: the command starts in the workspace root {}: {why}",
-            crate::text::shown(&plan.cwd)
-        );
+        bail!("{}", why.said(&plan.cwd, "run with"));
     }
     for w in &plan.env_warnings {
         eprintln!("airlock: {w}");

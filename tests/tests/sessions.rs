@@ -1147,3 +1147,74 @@ fn read_for(f: &std::fs::File, wait: Duration) -> String {
     }
     String::from_utf8_lossy(&got).into_owned()
 }
+
+/// A command asked to start in a directory the sandbox cannot use (one
+/// under the host's private /tmp) is refused, in a session and in a
+/// one-shot run with a named workspace: never run in the workspace root
+/// instead, where `rm` meant for a scratch directory would delete the
+/// project's files (harness round 12).
+#[test]
+fn a_command_from_a_directory_the_sandbox_cannot_use_is_refused_not_moved() {
+    for who in Who::all() {
+        let f = Fixture::new_in(&base());
+        f.write("keep.txt", "mine\n");
+        who.prepare(&f);
+        let scratch = tempfile::Builder::new()
+            .prefix("airlock-scratch")
+            .tempdir_in("/tmp")
+            .unwrap();
+        airlock_tests::who::chown(scratch.path());
+        let s = Session::start(&f, who, "elsewhere", &[]);
+        let ws = f.ws.to_str().unwrap();
+        let report = f.home.join("refused.json");
+        let rep = report.to_str().unwrap();
+        for mut c in [
+            s.cmd(
+                scratch.path(),
+                &["--report", rep],
+                &["sh", "-c", "rm -f keep.txt; touch made"],
+            ),
+            airlock_in(
+                &f,
+                who,
+                scratch.path(),
+                &[
+                    "run",
+                    "--workspace",
+                    ws,
+                    "--report",
+                    rep,
+                    "--",
+                    "sh",
+                    "-c",
+                    "rm -f keep.txt; touch made",
+                ],
+            ),
+        ] {
+            let out = run(&mut c);
+            assert_eq!(out.code, 125, "{who:?}: {}", out.stderr);
+            assert!(
+                out.stderr.contains("refused: the command would start in")
+                    && out.stderr.contains("--write "),
+                "{who:?}: {}",
+                out.stderr
+            );
+            assert!(f.ws.join("keep.txt").exists(), "{who:?}: deleted");
+            assert!(!f.ws.join("made").exists(), "{who:?}");
+            assert!(!scratch.path().join("made").exists(), "{who:?}");
+            // The harness's report says so (not an empty file, not none).
+            let r: serde_json::Value =
+                serde_json::from_str(&std::fs::read_to_string(&report).unwrap_or_default())
+                    .unwrap_or_else(|e| panic!("{who:?}: the report: {e}"));
+            assert_eq!(r["exit_code"], 125, "{who:?}: {r}");
+            assert!(
+                r["error"].as_str().is_some_and(|e| e.contains("refused")),
+                "{r}"
+            );
+            let _ = std::fs::remove_file(&report);
+        }
+        // From inside the workspace it runs, where it was asked to.
+        let out = s.sh(&f.ws, "pwd");
+        assert_eq!(out.stdout.trim(), ws, "{who:?}: {}", out.stderr);
+    }
+}

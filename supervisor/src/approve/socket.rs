@@ -247,7 +247,7 @@ impl Approver for SocketApprover {
     fn unheard(&self) -> Option<String> {
         let shown = crate::text::shown(&self.path);
         lock(&self.hub.clients).is_empty().then(|| {
-            format!("nobody is connected to the approval socket {shown}: `airlock approve {shown}` answers")
+            format!("nobody is connected to the approval socket {shown}: `airlock approve --socket {shown}` answers")
         })
     }
 

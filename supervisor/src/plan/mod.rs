@@ -108,10 +108,10 @@ pub struct Plan {
     /// How the environment was filtered, for a session's commands.
     #[serde(skip)]
     pub env_rule: Option<crate::env::Rule>,
-    /// Why the command starts in the workspace root rather than the
-    /// caller's directory, said on stderr.
+    /// Why the command cannot start in the caller's directory: the run
+    /// is refused (`Plan::start_dir`).
     #[serde(skip)]
-    pub start_note: Option<String>,
+    pub start_note: Option<StartRefused>,
     /// Writes are not watched for the report (`AIRLOCK_BENCH_NO_WRITE_NOTES`,
     /// for measuring what watching costs; the boundary is the same).
     #[serde(default)]
@@ -535,36 +535,73 @@ impl Plan {
     }
 
     /// Where a command asked to start in `wanted` starts: that directory,
-    /// as the sandbox sees it, or why the sandbox cannot see it (then it
-    /// starts in the workspace root).
-    pub fn start_dir(&self, wanted: &Path) -> Result<PathBuf, String> {
+    /// as the sandbox sees it, or why the sandbox cannot use it. It is
+    /// then refused, never moved to the workspace root: `rm -rf *` or
+    /// `git clean -fdx` meant for a scratch directory would land in the
+    /// project (harness round 12).
+    pub fn start_dir(&self, wanted: &Path) -> Result<PathBuf, StartRefused> {
         let dir = real(lexical(wanted));
         let shown = crate::text::shown(&dir);
+        let refused = |why: &str, bring: Option<String>| StartRefused {
+            dir: shown.clone(),
+            why: why.to_string(),
+            bring_in: bring,
+        };
         let under = |roots: &[PathBuf]| roots.iter().any(|r| dir.starts_with(r));
         if !under(&self.read) && !under(&self.write) {
-            return Err(format!("{shown} is outside every readable root"));
+            return Err(refused(
+                "it is outside every readable root",
+                Some(format!("--read {shown}")),
+            ));
         }
         if under(&self.deny_read) {
-            return Err(format!("{shown} is hidden by deny_read"));
+            return Err(refused("it is hidden by deny_read", None));
         }
         if dir == Path::new("/tmp") {
-            return Err(
-                "/tmp is the sandbox's own inside (work in a directory of its own under /tmp: mkdir -p /tmp/work && cd /tmp/work)"
-                    .into(),
-            );
+            return Err(refused(
+                "the sandbox has a private /tmp of its own; the host's is not there",
+                None,
+            ));
         }
         if dir.starts_with("/tmp") && !under(&self.tmp_binds) && !under(&self.tmp_read_binds) {
-            return Err(format!(
-                "{shown} is under the host's /tmp, which is private inside (bring it in: --write {shown}, or --read {shown})"
+            return Err(refused(
+                "it is under the host's /tmp, and the sandbox's /tmp is a private one of its own",
+                Some(format!("--write {shown}")),
             ));
         }
         if ["/run", "/var/run", "/dev/shm", "/proc"]
             .iter()
             .any(|h| dir.starts_with(h))
         {
-            return Err(format!("{shown} is hidden inside the sandbox"));
+            return Err(refused("it is hidden inside the sandbox", None));
         }
         Ok(dir)
+    }
+}
+
+/// Why a command cannot start in the caller's directory.
+#[derive(Debug, Clone)]
+pub struct StartRefused {
+    pub dir: String,
+    pub why: String,
+    /// The option that would bring the directory in, if one can.
+    pub bring_in: Option<String>,
+}
+
+impl StartRefused {
+    /// The refusal, with the ways on: `flag` words how a sandbox-shaping
+    /// option is given (`"give it"`, or `"start a session with"`).
+    pub fn said(&self, seen: &Path, with: &str) -> String {
+        let bring = self
+            .bring_in
+            .as_ref()
+            .map_or(String::new(), |b| format!(", or {with} {b}"));
+        format!(
+            "refused: the command would start in {}, which the sandbox cannot use ({}); it is not run elsewhere instead: cd first into a directory the sandbox sees, such as {}{bring}",
+            self.dir,
+            self.why,
+            crate::text::shown(seen)
+        )
     }
 }
 

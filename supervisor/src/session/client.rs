@@ -49,7 +49,11 @@ fn refuse_sandbox_options(args: &RunArgs) -> Result<()> {
     ];
     if let Some((flag, _)) = shaping.iter().find(|(_, set)| *set) {
         bail!(
-            "{flag} shapes the sandbox, which the session built when it started: give it to `airlock session start`, or run without --session"
+            "{flag} shapes the sandbox, which the session built when it started: give it to `airlock session start`, or {}",
+            match args.session {
+                Some(_) => "run without --session",
+                None => "unset AIRLOCK_SESSION (it names the session this command runs in)",
+            }
         );
     }
     Ok(())
@@ -60,6 +64,8 @@ pub struct Request<'a> {
     pub command: &'a [String],
     pub timeout: Option<&'a str>,
     pub report: Option<&'a std::path::Path>,
+    /// The session was named by `AIRLOCK_SESSION`, not `--session`.
+    pub from_env: bool,
 }
 
 pub fn run(args: &RunArgs, name: &str) -> Result<ExitCode> {
@@ -69,6 +75,7 @@ pub fn run(args: &RunArgs, name: &str) -> Result<ExitCode> {
             command: &args.command,
             timeout: args.timeout.as_deref(),
             report: args.report.as_deref(),
+            from_env: args.session.is_none(),
         },
         name,
     )
@@ -81,7 +88,9 @@ pub fn run(args: &RunArgs, name: &str) -> Result<ExitCode> {
 /// logging cost as much as the rest of the client. Anything else (an
 /// option, a missing `--`, no session, arguments that are not UTF-8) is
 /// left to the parser, which gives every error its usual words.
-pub fn quick(args: &[std::ffi::OsString]) -> Option<Result<ExitCode>> {
+pub fn quick(
+    args: &[std::ffi::OsString],
+) -> Option<(Result<ExitCode>, Option<std::path::PathBuf>)> {
     let args: Vec<&str> = args.iter().map(|a| a.to_str()).collect::<Option<_>>()?;
     let mut it = args.iter().skip(1);
     if it.next() != Some(&"run") {
@@ -124,8 +133,9 @@ pub fn quick(args: &[std::ffi::OsString]) -> Option<Result<ExitCode>> {
         command: &command,
         timeout,
         report: report.map(std::path::Path::new),
+        from_env: session.is_none(),
     };
-    Some(send(&request, &name))
+    Some((send(&request, &name), report.map(std::path::PathBuf::from)))
 }
 
 fn send(args: &Request, name: &str) -> Result<ExitCode> {
@@ -137,7 +147,12 @@ fn send(args: &Request, name: &str) -> Result<ExitCode> {
         .transpose()?;
     // Opened now, without following links, as a one-shot run opens it.
     let report = args.report.map(crate::report::open).transpose()?;
-    let seq = super::connect(name)?;
+    let seq = match super::connect(name) {
+        Err(e) if args.from_env => {
+            return Err(e.context("the session AIRLOCK_SESSION names (unset it to run without one)"))
+        }
+        r => r?,
+    };
     let cwd = std::env::current_dir().context("the current directory")?;
     let env: Vec<(String, String)> = std::env::vars().collect();
     // Signals are taken from here on: the command gets them.
@@ -223,13 +238,17 @@ fn send(args: &Request, name: &str) -> Result<ExitCode> {
     }
     if timed_out {
         eprintln!(
-            "airlock: timed out after {:?}; the command was killed (what it left in the background runs until the session ends)",
+            "airlock: timed out after {:?}; the command was killed with its process group and what runs below it (only a daemon that left both runs on until the session ends)",
             timeout.unwrap_or(Duration::ZERO)
         );
         code = i32::from(crate::report::EXIT_TIMEOUT);
     }
-    if let (Some(file), Some(r)) = (report, answer.get("report")) {
-        let mut r = r.clone();
+    if let Some(file) = report {
+        // A command refused before it ran has no report of its own: the
+        // file still says why (harness round 12).
+        let mut r = answer.get("report").cloned().unwrap_or_else(|| {
+            json!({"error": answer.get("message").and_then(Value::as_str).unwrap_or("")})
+        });
         r["exit_code"] = json!(code);
         crate::report::write_value(file, &r)?;
     }

@@ -598,11 +598,8 @@ fn run_command(
     let cwd = match setup.plan.start_dir(&req.cwd) {
         Ok(dir) => dir,
         Err(why) => {
-            notes.push(for_session(&format!(
-                "airlock: the command starts in the workspace root {}: {why}",
-                crate::text::shown(&setup.plan.cwd)
-            )));
-            setup.plan.cwd.clone()
+            return json!({"type": "error", "code": 125,
+                "message": why.said(&setup.plan.cwd, "start a session with")});
         }
     };
     // Logins this command's environment moves (KUBECONFIG, ...) were hidden
@@ -888,10 +885,9 @@ fn run_command(
     let waiting: Vec<String> = asking.iter().map(ToString::to_string).collect();
     if !waiting.is_empty() {
         notes.push(format!(
-            "airlock: still waiting for an answer about {} ({}); the command ended first: run it again once it is answered, or {}",
+            "airlock: still waiting for an answer about {} ({}); the command ended first: run it again once it is answered, or start a session with --allow HOST to let it through without asking",
             waiting.join(", "),
             why.unwrap_or_else(|| "the approver has not answered yet".into()),
-            for_session("--allow HOST lets it through without asking"),
         ));
     }
     let blocked = &summary.blocked;
