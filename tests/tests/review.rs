@@ -344,3 +344,58 @@ fn a_killed_review_runs_changeset_is_finished_by_the_next_changes_command() {
         );
     }
 }
+
+/// A commit made in review reaches the host's repository with `changes
+/// apply` (objects, refs, logs), as a run without review leaves it; the
+/// host's `git status` meanwhile (which rewrites the index) does not make
+/// the whole apply refused: the index is left as the host has it, and
+/// `git reset` matches it. Deleting the user's own history stays held
+/// until named (harness round 12).
+#[test]
+fn a_commit_made_in_review_is_applied_with_the_files() {
+    if !airlock_tests::repos::git_available() {
+        return;
+    }
+    for who in Who::all() {
+        let f = fixture(who);
+        let git = |args: &[&str]| host(&f, who, &f.ws, "git", args);
+        let id = ["-c", "user.email=t@t", "-c", "user.name=t"];
+        assert_eq!(git(&["init", "-q", "."]).code, 0);
+        assert_eq!(git(&["add", "-A"]).code, 0);
+        let mut c = id.to_vec();
+        c.extend(["commit", "-qm", "init"]);
+        assert_eq!(git(&c).code, 0, "{who:?}");
+        let first = git(&["rev-parse", "HEAD"]).stdout;
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        let out = sandboxed(
+            &f,
+            who,
+            &["--network", "none", "--review"],
+            "set -e; sed -i s/two/TWO/ a.txt; git -c user.email=t@t -c user.name=t commit -qam agent; \
+             rm -f .git/logs/HEAD; echo done",
+        );
+        assert_eq!(out.code, 0, "{who:?}: {}", show(&out));
+        let held = held_id(&out);
+        // The host's git looks meanwhile: its index is rewritten.
+        assert_eq!(git(&["rev-parse", "HEAD"]).stdout, first, "{who:?}");
+        let _ = git(&["status", "--short"]);
+        let apply = airlock_on_host(&f, who, &["changes", "apply", &held]);
+        assert_eq!(apply.code, 0, "{who:?}: {}", show(&apply));
+        let log = git(&["log", "--format=%s"]).stdout;
+        assert_eq!(log, "agent\ninit\n", "{who:?}: {}", show(&apply));
+        assert!(
+            apply.stderr.contains("git reset") || apply.stdout.contains("git reset"),
+            "{who:?}: {}",
+            show(&apply)
+        );
+        assert_eq!(git(&["reset", "-q"]).code, 0);
+        assert_eq!(git(&["status", "--short"]).stdout, "", "{who:?}");
+        // Deleting the user's own history is held until named.
+        assert!(f.ws.join(".git/logs/HEAD").exists(), "{who:?}");
+        let list = format!("{}{}", apply.stdout, apply.stderr);
+        assert!(
+            list.contains(".git/logs/HEAD: protected"),
+            "{who:?}: {list}"
+        );
+    }
+}

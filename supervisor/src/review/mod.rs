@@ -60,8 +60,17 @@ pub struct Meta {
     pub home: PathBuf,
     /// The layered roots; layer `n` lives in `layers/<n>`.
     pub roots: Vec<PathBuf>,
-    /// The protected set as the run computed it (SPEC §4.5).
+    /// The protected set as the run computed it (SPEC §4.5), with what
+    /// lies below each.
     pub protected: Vec<PathBuf>,
+    /// The protected paths that are one node (a repository's git
+    /// directory): replacing or deleting it, or deleting what is below
+    /// it, is protected; what git writes in it as it commits (objects,
+    /// refs, logs, the index) is not, as in a run without review
+    /// (harness round 12: a commit made in review was held back whole).
+    /// Its configuration and hooks are in `protected` on their own.
+    #[serde(default)]
+    pub protected_nodes: Vec<PathBuf>,
     /// "running" until the sandbox has ended and the changeset was
     /// scanned; then "held".
     pub state: String,
@@ -292,8 +301,15 @@ pub fn prepare(plan: &mut Plan, workspace: &Path, home: &Path) -> Result<Changes
             protected: plan
                 .protected
                 .iter()
+                .filter(|p| p.deep)
                 .map(crate::plan::protected::Protected::path)
                 .chain(plan.deny_write.iter().cloned())
+                .collect(),
+            protected_nodes: plan
+                .protected
+                .iter()
+                .filter(|p| !p.deep)
+                .map(crate::plan::protected::Protected::path)
                 .collect(),
             state: "running".into(),
             entries: vec![],

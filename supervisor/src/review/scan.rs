@@ -491,7 +491,10 @@ pub fn scan(cs: &Changeset) -> anyhow::Result<Vec<Entry>> {
         let path = cs.meta.roots[e.root].join(&e.rel);
         e.protected = is_protected(&path, &cs.meta.protected, &cs.meta.home)
             || in_a_git_dir_surface(&path, &git_dirs)
-            || makes_a_git_dir(e);
+            || makes_a_git_dir(e)
+            || cs.meta.protected_nodes.iter().any(|n| {
+                *n == path || (e.change == Change::Deleted && crate::paths::under(&path, n))
+            });
     }
     // Below a protected path the run created (a new repository), all is.
     let created_protected: Vec<(usize, PathBuf)> = all

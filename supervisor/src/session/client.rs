@@ -246,9 +246,9 @@ fn send(args: &Request, name: &str) -> Result<ExitCode> {
     if let Some(file) = report {
         // A command refused before it ran has no report of its own: the
         // file still says why (harness round 12).
-        let mut r = answer.get("report").cloned().unwrap_or_else(|| {
-            json!({"error": answer.get("message").and_then(Value::as_str).unwrap_or("")})
-        });
+        let mut r = answer.get("report").cloned().unwrap_or_else(
+            || json!({"error": answer.get("message").and_then(Value::as_str).unwrap_or("")}),
+        );
         r["exit_code"] = json!(code);
         crate::report::write_value(file, &r)?;
     }
