@@ -63,8 +63,17 @@ pub fn glob(pattern: &str, name: &str) -> bool {
 /// Whether a variable's name looks like a secret, in any letter case.
 pub fn secret_name(name: &str) -> bool {
     let upper = name.to_ascii_uppercase();
+    if NOT_SECRET.contains(&upper.as_str()) {
+        return false;
+    }
     SECRET_NAMES.iter().any(|p| glob(p, &upper)) || auth_part(&upper)
 }
+
+/// Names a pattern above takes that hold no credential: `AWS_CA_BUNDLE`
+/// is a CA bundle's path, one of the trust variables SPEC §4.3 lists
+/// (withheld, an AWS SDK behind a company's CA failed inside: harness
+/// round 12).
+const NOT_SECRET: &[&str] = &["AWS_CA_BUNDLE"];
 
 /// SPEC's `*_AUTH*`, except `_AUTHOR` (`GIT_AUTHOR_NAME`: a commit made in
 /// the sandbox keeps its author) and `_AUTHORITY` (a CA's path), which
@@ -238,6 +247,8 @@ mod tests {
             "GIT_AUTHOR_NAME",
             "GIT_AUTHOR_EMAIL",
             "REQUESTS_CA_AUTHORITY",
+            "AWS_CA_BUNDLE",
+            "aws_ca_bundle",
             "XAUTHORITY",
             "KEYBOARD_LAYOUT",
             "PASSPORT_DIR",
