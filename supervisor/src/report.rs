@@ -60,6 +60,10 @@ pub struct Report<'a> {
     /// `--review`: the changeset the run's changes are held in (SPEC §4.8).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub review: Option<&'a serde_json::Value>,
+    /// Hidden directories (`deny_read`) the failed command's own words
+    /// name: reads below them were refused unseen (`Plan::hidden_named`).
+    #[serde(skip_serializing_if = "<[_]>::is_empty")]
+    pub hidden_named: &'a [PathBuf],
 }
 
 #[derive(Serialize)]
@@ -98,6 +102,9 @@ pub struct Summary {
     pub hidden_once: Option<PathBuf>,
     /// `--review`: what the changeset holds (`review::finish`).
     pub review: Option<serde_json::Value>,
+    /// Hidden directories the failed command names (`Plan::hidden_named`):
+    /// said each time, in place of the once-only `hidden_dirs` line.
+    pub hidden_named: Vec<PathBuf>,
 }
 
 impl Summary {
@@ -163,6 +170,7 @@ impl Summary {
             protected_paths: head.protected_paths,
             protected_changes: head.protected_changes,
             review: self.review.as_ref(),
+            hidden_named: &self.hidden_named,
         }
     }
 
@@ -191,7 +199,9 @@ impl Summary {
         {
             lines.push(self.withheld_line());
         }
-        if !self.hidden_dirs.is_empty()
+        if failed && !self.hidden_named.is_empty() {
+            lines.push(self.hidden_named_line());
+        } else if !self.hidden_dirs.is_empty()
             && failed
             && self
                 .hidden_once
@@ -201,6 +211,23 @@ impl Summary {
             lines.push(self.hidden_dirs_line());
         }
         (!lines.is_empty()).then(|| lines.join("\n"))
+    }
+
+    fn hidden_named_line(&self) -> String {
+        let names = self
+            .hidden_named
+            .iter()
+            .take(STDERR_ENV_CAP)
+            .map(|p| crate::text::shown(p))
+            .collect::<Vec<_>>()
+            .join(", ");
+        let (it, them) = match self.hidden_named.len() {
+            1 => ("it", "it"),
+            _ => ("them", "one"),
+        };
+        format!(
+            "airlock: the command names {names}, hidden from the sandbox (deny_read): a read below {it} fails with \"Permission denied\"; a secret stays outside every sandbox (SPEC §3.3): pass what the command needs another way (--pass-env NAME for a variable), or read {them} outside the sandbox; `airlock policy explain --path PATH` names the rule."
+        )
     }
 
     fn hidden_dirs_line(&self) -> String {

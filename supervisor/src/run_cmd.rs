@@ -1045,6 +1045,9 @@ fn run_platform(
     summary.inherit_none = engine.policy().env_inherit.value == airlock_policy::EnvInherit::None;
     summary.hidden_dirs = plan.hidden_dirs();
     summary.hidden_once = Some(workspace.to_path_buf());
+    if code != 0 {
+        summary.hidden_named = plan.hidden_named(&plan.argv, &plan.cwd);
+    }
     summary.review = held;
     if let Some(block) = summary.stderr_block(code != 0) {
         eprintln!("{block}");

@@ -237,13 +237,27 @@ fn advice_works_when_followed_and_hidden_directories_are_named() {
             "{who:?}: {line}"
         );
         assert!(line.contains("--preset npm"), "{who:?}: {line}");
-        // 3. A read below a hidden directory fails, and is named once.
+        // 3. A read below a hidden directory fails. A command that names
+        // the directory is told so each time it fails (harness round 12);
+        // one that does not is told the hidden directories once.
         let creds = f.home.join(".aws/credentials");
         let read = format!("cat {}", creds.display());
-        let out = run(&mut who.wrap(f.command(&["--network", "none"], &read)));
-        assert_ne!(out.code, 0, "{who:?}: {}", out.stdout);
-        assert!(!out.stdout.contains("SECRET"), "{who:?}: {}", out.stdout);
         let note = format!("{}", f.home.join(".aws").display());
+        for _ in 0..2 {
+            let out = run(&mut who.wrap(f.command(&["--network", "none"], &read)));
+            assert_ne!(out.code, 0, "{who:?}: {}", out.stdout);
+            assert!(!out.stdout.contains("SECRET"), "{who:?}: {}", out.stdout);
+            assert!(
+                out.stderr
+                    .lines()
+                    .any(|l| l.starts_with(&format!("airlock: the command names {note}, hidden"))),
+                "{who:?}: {}",
+                out.stderr
+            );
+        }
+        let unnamed = "cd && cat .aws/credentials";
+        let out = run(&mut who.wrap(f.command(&["--network", "none"], unnamed)));
+        assert_ne!(out.code, 0, "{who:?}: {}", out.stdout);
         assert!(
             out.stderr
                 .lines()
@@ -252,8 +266,8 @@ fn advice_works_when_followed_and_hidden_directories_are_named() {
             "{who:?}: {}",
             out.stderr
         );
-        // Said once: the next failing command is not told again.
-        let out = run(&mut who.wrap(f.command(&["--network", "none"], &read)));
+        // Said once: the next such command is not told again.
+        let out = run(&mut who.wrap(f.command(&["--network", "none"], unnamed)));
         assert!(
             !out.stderr.contains("hidden from the sandbox"),
             "{who:?}: {}",

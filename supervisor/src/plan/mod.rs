@@ -534,6 +534,33 @@ impl Plan {
             .collect()
     }
 
+    /// The hidden directories the command's own words name (`cat
+    /// ~/.ssh/id_rsa`, `ls $HOME/.aws`, `.aws/config` from HOME): a read
+    /// below one fails with "Permission denied" and raises no event to
+    /// report it by (linux/readwatch.rs), so a command that failed and
+    /// named one is told so, each time, at the point of failure (harness
+    /// round 12). Words only: a path the command builds is not seen.
+    pub fn hidden_named(&self, argv: &[String], cwd: &Path) -> Vec<PathBuf> {
+        let home = self.env.get("HOME").map(PathBuf::from);
+        let hidden = self.hidden_dirs();
+        hidden
+            .into_iter()
+            .filter(|h| {
+                let mut forms = vec![(h.display().to_string(), false)];
+                if let Some(rel) = home.as_ref().and_then(|home| h.strip_prefix(home).ok()) {
+                    for head in ["~/", "$HOME/", "${HOME}/"] {
+                        forms.push((format!("{head}{}", rel.display()), false));
+                    }
+                }
+                if let Ok(rel) = h.strip_prefix(cwd) {
+                    forms.push((rel.display().to_string(), true));
+                }
+                argv.iter()
+                    .any(|a| forms.iter().any(|(f, rel)| names(a, f, *rel)))
+            })
+            .collect()
+    }
+
     /// Where a command asked to start in `wanted` starts: that directory,
     /// as the sandbox sees it, or why the sandbox cannot use it. It is
     /// then refused, never moved to the workspace root: `rm -rf *` or
@@ -579,6 +606,22 @@ impl Plan {
     }
 }
 
+/// Whether `text` names `path` as a word: what comes before is not part
+/// of a longer name (for a relative path, not a `/` either), and what
+/// follows ends the name or goes below it.
+fn names(text: &str, path: &str, relative: bool) -> bool {
+    if path.is_empty() {
+        return false;
+    }
+    let part = |c: char| c.is_alphanumeric() || matches!(c, '.' | '-' | '_' | '~' | '$' | '}');
+    text.match_indices(path).any(|(i, _)| {
+        let before = text[..i].chars().next_back();
+        let after = text[i + path.len()..].chars().next();
+        before.is_none_or(|c| !part(c) && !(relative && c == '/'))
+            && after.is_none_or(|c| c == '/' || !part(c))
+    })
+}
+
 /// Why a command cannot start in the caller's directory.
 #[derive(Debug, Clone)]
 pub struct StartRefused {
@@ -621,6 +664,25 @@ mod tests {
             }
             let t: T = serde_json::from_value(v).unwrap();
             assert_eq!(t.degraded, d);
+        }
+    }
+
+    #[test]
+    fn a_command_names_a_path_as_a_word() {
+        for (text, path, rel, want) in [
+            ("cat /h/.ssh/id_rsa", "/h/.ssh", false, true),
+            ("ls /h/.ssh", "/h/.ssh", false, true),
+            ("ls '/h/.ssh'", "/h/.ssh", false, true),
+            ("ls /h/.sshx", "/h/.ssh", false, false),
+            ("ls /x/h/.ssh", "/h/.ssh", false, false),
+            ("ls a/h/.ssh", "/h/.ssh", false, false),
+            ("cat ~/.aws/config", "~/.aws", false, true),
+            ("cat .aws/config", ".aws", true, true),
+            ("cat x/.aws/config", ".aws", true, false),
+            ("cat my.aws/config", ".aws", true, false),
+            ("", ".aws", true, false),
+        ] {
+            assert_eq!(names(text, path, rel), want, "{text} {path}");
         }
     }
 

@@ -842,7 +842,13 @@ fn run_command(
         setup.engine.policy().env_inherit.value == airlock_policy::EnvInherit::None;
     // Said to the first failing command of the session (a new session is
     // a new model's context), not once an hour per workspace.
-    if code != 0 && !HIDDEN_SAID.swap(true, std::sync::atomic::Ordering::Relaxed) {
+    if code != 0 {
+        summary.hidden_named = setup.plan.hidden_named(&req.argv, &cwd);
+    }
+    if code != 0
+        && summary.hidden_named.is_empty()
+        && !HIDDEN_SAID.swap(true, std::sync::atomic::Ordering::Relaxed)
+    {
         summary.hidden_dirs = setup.plan.hidden_dirs();
     }
     // The session was built when it started: advice that names a flag
