@@ -617,7 +617,7 @@ fn names(text: &str, path: &str, relative: bool) -> bool {
     text.match_indices(path).any(|(i, _)| {
         let before = text[..i].chars().next_back();
         let after = text[i + path.len()..].chars().next();
-        before.is_none_or(|c| !part(c) && !(relative && c == '/'))
+        before.is_none_or(|c| !(part(c) || (relative && c == '/')))
             && after.is_none_or(|c| c == '/' || !part(c))
     })
 }
