@@ -252,8 +252,9 @@ pub fn run(args: &RunArgs, early: Early, log: String, session: Option<&str>) -> 
     // time, and a harness runs hundreds of commands there.
     if plan.deny_read_env_truncated && crate::places::first_time("dotenv-truncated", &workspace) {
         eprintln!(
-            "airlock: warning: .env files were looked for in the first {} directories of the writable roots only; \
-             name others in deny_read (said once for this workspace)",
+            "airlock: warning: .env files were looked for in the first {} directories of the writable roots (and where \
+             earlier runs found one); one further down that no run has found yet is readable: a person can name its \
+             directory in a policy's [filesystem] deny_read (said once for this workspace)",
             crate::dotenv::MAX_DIRS
         );
     }

@@ -373,13 +373,32 @@ fn commands_run_at_once_and_a_dead_client_leaves_nothing_running() {
     let s = Session::start(&f, who, "pair", &[]);
     let t = Instant::now();
     let slow = spawn_piped(&mut s.cmd(&f.ws, &[], &["sh", "-c", "sleep 1; echo slow"]));
-    let fast = s.sh(&f.ws, "echo fast");
+    let fast = s.sh(&f.ws, "echo fast; touch /opt/beside 2>/dev/null; exit 0");
     assert_eq!(fast.stdout, "fast\n");
     assert!(
         t.elapsed() < Duration::from_millis(900),
         "the fast one waited"
     );
-    assert_eq!(output_of(slow).stdout, "slow\n");
+    let slow = output_of(slow);
+    assert_eq!(slow.stdout, "slow\n");
+    // The refusal is counted for both, and both are told why
+    // (harness round 12).
+    for out in [&fast, &slow] {
+        assert!(
+            out.stderr.contains("/opt/beside")
+                && out
+                    .stderr
+                    .contains("another command of this session ran at the same time"),
+            "{}",
+            out.stderr
+        );
+    }
+    let alone = s.sh(&f.ws, "touch /opt/alone 2>/dev/null; exit 0");
+    assert!(
+        alone.stderr.contains("/opt/alone") && !alone.stderr.contains("another command"),
+        "{}",
+        alone.stderr
+    );
     // A client killed mid-command takes its command with it.
     let mut c = s.cmd(&f.ws, &[], &["sh", "-c", "sleep 30; touch ran-on"]);
     let mut child = c.spawn().unwrap();

@@ -195,6 +195,20 @@ static HIDDEN_SAID: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBoo
 /// of the `.env` search (its stderr is the session's log by then).
 static START_NOTES_SAID: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
+/// Commands running now, and started so far: whether one ran beside
+/// another.
+static RUNNING: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+static STARTED: AtomicU64 = AtomicU64::new(0);
+
+/// One command counted in [`RUNNING`] until dropped.
+struct Running;
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        RUNNING.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
 pub fn serve(listening: Listening, init: Seq, setup: &Setup) -> Result<Ended> {
     let mut listening = listening;
     let _ = LOG.set(listening.socket.with_extension("log"));
@@ -633,6 +647,12 @@ fn run_command(
     }
     let (env, warnings, withheld) = setup.env.for_command(req.env, &cwd);
     notes.extend(warnings.into_iter().map(|w| format!("airlock: {w}")));
+    // Whether another command runs beside this one: what the proxy and the
+    // filesystem refused meanwhile is counted for both (harness round 12:
+    // the innocent one was told of the other's refusal as its own).
+    let beside_at_start = RUNNING.fetch_add(1, Ordering::SeqCst) > 0;
+    let running = Running;
+    let started_before = STARTED.fetch_add(1, Ordering::SeqCst) + 1;
     let before = (
         setup.engine.blocked(),
         setup.engine.upstream_failures(),
@@ -768,6 +788,8 @@ fn run_command(
     };
     drop(starting);
     lock(routes).remove(&id);
+    let beside = beside_at_start || STARTED.load(Ordering::SeqCst) != started_before;
+    drop(running);
     if relay.finish() {
         notes.push(format!(
             "airlock: processes this command left running still write to its output; what they write from now on goes to the session's log{}",
@@ -861,6 +883,15 @@ fn run_command(
     }
     if let Some(block) = summary.stderr_block(code != 0) {
         notes.push(for_session(&block));
+        let refused = !summary.blocked.is_empty()
+            || !summary.filesystem.is_empty()
+            || !summary.upstream.is_empty();
+        if beside && refused {
+            notes.push(
+                "airlock: note: another command of this session ran at the same time: what is refused above may be its (each is counted for every command running then)"
+                    .into(),
+            );
+        }
     }
     // What the session's start found about hidden `.env` files, said to
     // its first command: `session start` said it to a log nobody reads
@@ -869,8 +900,9 @@ fn run_command(
     if !START_NOTES_SAID.swap(true, std::sync::atomic::Ordering::Relaxed) {
         if setup.plan.deny_read_env_truncated {
             notes.push(format!(
-                "airlock: warning: .env files were looked for in the first {} directories of the writable roots only, \
-                 when the session started; those beyond are readable: name them in deny_read",
+                "airlock: warning: .env files were looked for in the first {} directories of the writable roots when the \
+                 session started (and where earlier runs found one); one further down that no run has found yet is \
+                 readable: a person can name its directory in a policy's [filesystem] deny_read",
                 crate::dotenv::MAX_DIRS
             ));
         }
@@ -913,6 +945,8 @@ fn run_command(
         "withheld_env": withheld,
         "killed": killed,
         "waiting_for_approval": waiting,
+        "hidden_named": summary.hidden_named,
+        "beside_another": beside,
     });
     let mut answer = answer;
     if !failed.is_empty() {
