@@ -379,6 +379,24 @@ fn a_commit_made_in_review_is_applied_with_the_files() {
         // The host's git looks meanwhile: its index is rewritten.
         assert_eq!(git(&["rev-parse", "HEAD"]).stdout, first, "{who:?}");
         let _ = git(&["status", "--short"]);
+        // What a harness shows the model: the text's diff, in the JSON.
+        let d = airlock_on_host(&f, who, &["changes", "diff", &held, "--json"]);
+        let v: serde_json::Value = serde_json::from_str(&d.stdout).expect("json");
+        let a = v["entries"]
+            .as_array()
+            .and_then(|es| {
+                es.iter()
+                    .find(|e| e["path"] == f.ws.join("a.txt").to_str().unwrap())
+            })
+            .cloned()
+            .unwrap_or_else(|| panic!("{who:?}: {v}"));
+        assert!(
+            a["diff"]
+                .as_str()
+                .is_some_and(|d| d.contains("-two") && d.contains("+TWO")),
+            "{who:?}: {a}"
+        );
+        assert_eq!(a["applied"], false, "{who:?}: {a}");
         let apply = airlock_on_host(&f, who, &["changes", "apply", &held]);
         assert_eq!(apply.code, 0, "{who:?}: {}", show(&apply));
         let log = git(&["log", "--format=%s"]).stdout;
@@ -387,6 +405,14 @@ fn a_commit_made_in_review_is_applied_with_the_files() {
             apply.stderr.contains("git reset") || apply.stdout.contains("git reset"),
             "{who:?}: {}",
             show(&apply)
+        );
+        let d = airlock_on_host(&f, who, &["changes", "diff", &held, "--stat"]);
+        assert!(
+            d.stdout
+                .lines()
+                .any(|l| l.contains("a.txt") && l.ends_with("[applied]")),
+            "{who:?}: {}",
+            show(&d)
         );
         assert_eq!(git(&["reset", "-q"]).code, 0);
         assert_eq!(git(&["status", "--short"]).stdout, "", "{who:?}");
