@@ -1237,3 +1237,63 @@ fn a_command_from_a_directory_the_sandbox_cannot_use_is_refused_not_moved() {
         assert_eq!(out.stdout.trim(), ws, "{who:?}: {}", out.stderr);
     }
 }
+
+/// An approver whose input ends (`airlock approve --socket P < /dev/null`,
+/// or a closed pipe) denies what it was asked rather than leaving the
+/// command waiting until its question times out (harness round 12).
+#[test]
+fn an_approver_whose_input_ends_denies_what_it_was_asked() {
+    let who = Who::Me;
+    let f = Fixture::new_in(&base());
+    who.prepare(&f);
+    let sock = f.home.join("approve.sock");
+    let ask = format!("socket:{}", sock.display());
+    let s = Session::start(
+        &f,
+        who,
+        "eof",
+        &[
+            "--resolve",
+            "asked.test=127.0.0.1",
+            "--allow-private",
+            "127.0.0.0/8",
+            "--ask",
+            &ask,
+        ],
+    );
+    let origin = Origin::start("asked");
+    let t = Instant::now();
+    let curl = spawn_piped(&mut s.cmd(
+        &f.ws,
+        &[],
+        &[
+            "sh",
+            "-c",
+            &format!(
+                "curl -s -m 20 -o /dev/null -w '%{{http_code}}' http://asked.test:{}/",
+                origin.port()
+            ),
+        ],
+    ));
+    std::thread::sleep(Duration::from_millis(500));
+    let approve = run(airlock_in(
+        &f,
+        who,
+        &f.ws,
+        &["approve", "--socket", sock.to_str().unwrap()],
+    )
+    .stdin(Stdio::null()));
+    let out = output_of(curl);
+    assert_eq!(out.stdout, "403", "{}{}", out.stderr, approve.stderr);
+    assert!(
+        t.elapsed() < Duration::from_secs(15),
+        "the question was left open: {}",
+        approve.stderr
+    );
+    assert!(
+        approve.stderr.contains("end of input"),
+        "{}",
+        approve.stderr
+    );
+    assert_eq!(origin.hits(), 0);
+}

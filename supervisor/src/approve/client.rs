@@ -239,7 +239,21 @@ pub fn run(path: &Path, wait: Option<std::time::Duration>) -> Result<ExitCode> {
                         continue;
                     }
                     match read_answer(&raw)? {
-                        Read1::Eof => return Ok(ExitCode::SUCCESS),
+                        Read1::Eof => {
+                            // Nobody is left to answer: what is asked is
+                            // denied, not left open (harness round 12).
+                            for q in std::iter::once(id.clone()).chain(
+                                queue
+                                    .iter()
+                                    .filter(|m| m["type"] == "ask")
+                                    .filter_map(|m| m["id"].as_str().map(str::to_string)),
+                            ) {
+                                let answer = json!({"type": "answer", "id": q, "verdict": "deny"});
+                                let _ = writeln!(writer, "{answer}");
+                            }
+                            eprintln!("deny (end of input: airlock approve stops; what it was asked is denied)");
+                            return Ok(ExitCode::SUCCESS);
+                        }
                         Read1::Verdict(v) => break Some(v),
                     }
                 };
