@@ -64,6 +64,9 @@ pub struct Report<'a> {
     /// name: reads below them were refused unseen (`Plan::hidden_named`).
     #[serde(skip_serializing_if = "<[_]>::is_empty")]
     pub hidden_named: &'a [PathBuf],
+    /// Hosts whose question was still open when the command ended.
+    #[serde(skip_serializing_if = "<[_]>::is_empty")]
+    pub waiting_for_approval: &'a [String],
 }
 
 #[derive(Serialize)]
@@ -105,6 +108,8 @@ pub struct Summary {
     /// Hidden directories the failed command names (`Plan::hidden_named`):
     /// said each time, in place of the once-only `hidden_dirs` line.
     pub hidden_named: Vec<PathBuf>,
+    /// Hosts whose question was still open when the command ended.
+    pub waiting_for_approval: Vec<String>,
 }
 
 impl Summary {
@@ -171,6 +176,7 @@ impl Summary {
             protected_changes: head.protected_changes,
             review: self.review.as_ref(),
             hidden_named: &self.hidden_named,
+            waiting_for_approval: &self.waiting_for_approval,
         }
     }
 

@@ -911,6 +911,8 @@ fn run_platform(
     (sandbox.finish)();
     let mut status = status?;
     tracing::debug!(elapsed = ?started.elapsed(), "sandbox exited");
+    // Taken now, before the proxy's connections are let go.
+    let asking = engine.asking();
     let (signal, sandbox_ns) = interrupted.take();
     if signal != 0 {
         // Killed on our behalf: wait for every process of it to be gone,
@@ -1035,6 +1037,17 @@ fn run_platform(
         engine.upstream_beyond(),
     );
     summary.approvals = engine.approvals();
+    // A question still open when the command ended (it gave up waiting):
+    // said, so that the model knows to ask again once it is answered.
+    let (asking, why) = asking;
+    if !asking.is_empty() {
+        summary.waiting_for_approval = asking.iter().map(ToString::to_string).collect();
+        eprintln!(
+            "airlock: the command ended while a question about {} was still open ({}): run it again once the host is allowed (--allow HOST lets it through without asking)",
+            summary.waiting_for_approval.join(", "),
+            why.unwrap_or_else(|| "the approver had not answered".into())
+        );
+    }
     #[cfg(target_os = "linux")]
     {
         // The sandbox is gone: its reads of hidden files are all in.

@@ -721,6 +721,13 @@ fn a_command_that_ends_before_its_question_is_answered_is_told() {
             ],
         ));
         assert!(out.stdout.contains("curl="), "{who:?}: {}", out.stderr);
+        // Said while it waits, too (harness round 12).
+        assert!(
+            out.stderr
+                .contains("asking about unanswered.test:80 and waiting for an answer"),
+            "{who:?}: {}",
+            out.stderr
+        );
         assert!(
             out.stderr
                 .contains("still waiting for an answer about unanswered.test:80")
@@ -740,6 +747,27 @@ fn a_command_that_ends_before_its_question_is_answered_is_told() {
         );
         let out = s.end(&[]);
         assert_eq!(out.code, 0, "{who:?}: {}", out.stderr);
+        // A one-shot run says the same, and its report has it.
+        let out = run(&mut who.wrap(f.command(
+            &["--ask", &ask, "--report", report.to_str().unwrap()],
+            "curl -s -m 2 -o /dev/null http://unanswered.test/; echo curl=$?",
+        )));
+        assert!(
+            out.stderr
+                .contains("asking about unanswered.test:80 and waiting for an answer")
+                && out.stderr.contains(
+                    "the command ended while a question about unanswered.test:80 was still open"
+                ),
+            "{who:?}: {}",
+            out.stderr
+        );
+        let r: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
+        assert_eq!(
+            r["waiting_for_approval"],
+            serde_json::json!(["unanswered.test:80"]),
+            "{who:?}: {r}"
+        );
     }
 }
 

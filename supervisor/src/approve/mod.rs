@@ -16,6 +16,26 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+/// Where a question nobody can hear yet is said while the command waits
+/// (harness round 12: twenty seconds of silence): the supervisor's stderr
+/// (a one-shot run's is the caller's), unless a session sets where its
+/// running commands' stderr is.
+type Notifier = Box<dyn Fn(&str) + Send + Sync>;
+static NOTIFIER: std::sync::OnceLock<Notifier> = std::sync::OnceLock::new();
+
+/// Say `line` to whoever waits on a question now.
+pub fn notify(line: &str) {
+    match NOTIFIER.get() {
+        Some(f) => f(line),
+        None => eprintln!("{line}"),
+    }
+}
+
+/// Where [`notify`] says it (a session's commands), once a process.
+pub fn set_notifier(f: Notifier) {
+    let _ = NOTIFIER.set(f);
+}
+
 use airlock_policy::Target;
 use airlock_proxy::{Answer, Approver, DenyApprover};
 use anyhow::{bail, Result};

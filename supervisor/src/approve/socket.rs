@@ -267,6 +267,13 @@ impl Approver for SocketApprover {
                 msg["credential"] = json!(w.credential);
             }
             let line = msg.to_string();
+            if let Some(why) = self.unheard() {
+                super::notify(&format!(
+                    "airlock: asking about {}:{} and waiting for an answer ({why})",
+                    airlock_proxy::escape::line(&q.target.host.to_string(), 200),
+                    q.target.port
+                ));
+            }
             let (reply, answer) = oneshot::channel();
             lock(&self.hub.pending).insert(
                 id.clone(),

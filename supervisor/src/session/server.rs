@@ -200,6 +200,19 @@ static START_NOTES_SAID: std::sync::atomic::AtomicBool = std::sync::atomic::Atom
 static RUNNING: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
 static STARTED: AtomicU64 = AtomicU64::new(0);
 
+/// The running commands' callers' stderr, for what they are told while
+/// they run (`approve::notify`).
+static STDERRS: Mutex<BTreeMap<u64, OwnedFd>> = Mutex::new(BTreeMap::new());
+
+/// A command's entry in [`STDERRS`], removed when dropped.
+struct Told(u64);
+
+impl Drop for Told {
+    fn drop(&mut self) {
+        lock(&STDERRS).remove(&self.0);
+    }
+}
+
 /// One command counted in [`RUNNING`] until dropped.
 struct Running;
 
@@ -211,6 +224,28 @@ impl Drop for Running {
 
 pub fn serve(listening: Listening, init: Seq, setup: &Setup) -> Result<Ended> {
     let mut listening = listening;
+    // A question nobody can hear yet is said to every running command,
+    // while it waits (each may be the one asking).
+    crate::approve::set_notifier(Box::new(|line| {
+        let fds: Vec<OwnedFd> = lock(&STDERRS)
+            .values()
+            .filter_map(|fd| fd.try_clone().ok())
+            .collect();
+        let line = line.to_string();
+        // Off the proxy's thread: a caller that reads nothing must not
+        // hold it up.
+        let _ = std::thread::Builder::new()
+            .name("notify".into())
+            .spawn(move || {
+                for fd in fds {
+                    let end = match nix::unistd::isatty(&fd).unwrap_or(false) {
+                        true => "\r\n",
+                        false => "\n",
+                    };
+                    let _ = nix::unistd::write(&fd, format!("{line}{end}").as_bytes());
+                }
+            });
+    }));
     let _ = LOG.set(listening.socket.with_extension("log"));
     let mut info = json!({
         "name": listening.name,
@@ -672,6 +707,10 @@ fn run_command(
             let _ = nix::unistd::write(&*wake, b"s");
         })
     };
+    if let Ok(err) = stdio[2].try_clone() {
+        lock(&STDERRS).insert(id, err);
+    }
+    let told = Told(id);
     let mut relay = match super::relay::Relay::new(stdio, id, LOG.get().cloned(), signaller) {
         Ok(r) => r,
         Err(e) => {
@@ -790,6 +829,7 @@ fn run_command(
     lock(routes).remove(&id);
     let beside = beside_at_start || STARTED.load(Ordering::SeqCst) != started_before;
     drop(running);
+    drop(told);
     if relay.finish() {
         notes.push(format!(
             "airlock: processes this command left running still write to its output; what they write from now on goes to the session's log{}",
