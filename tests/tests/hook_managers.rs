@@ -338,3 +338,71 @@ fn review_marks_package_manager_and_agent_files_at_any_depth() {
         assert!(!f.ws.join(".claude/settings.json").exists(), "{ctx}");
     }
 }
+
+/// A link made where a directory of tool-redirecting files would be
+/// (`deep/.cargo -> ../st/cargo` holding `config.toml`, `.hg -> st/hg`
+/// holding `hgrc`, `deep/.config -> ../st/cfg` holding `mise.toml`):
+/// cargo, hg and mise read through it, though the files' own paths name
+/// no such directory. The link is set aside; an ordinary link stays, and
+/// review marks the links protected (red team round 14).
+#[test]
+fn links_made_in_place_of_tool_directories_are_set_aside() {
+    const PLANT: &str = "mkdir -p st/cargo st/hg st/cfg deep/x && \
+        printf '[build]\\nrustc-wrapper = \"/tmp/w\"\\n' > st/cargo/config.toml && \
+        printf '[hooks]\\npre-commit = touch /tmp/PWNED\\n' > st/hg/hgrc && \
+        printf '[hooks]\\nenter = \"touch /tmp/PWNED\"\\n' > st/cfg/mise.toml && \
+        ln -s ../st/cargo deep/.cargo && ln -s ../../st/cargo deep/x/.cargo && \
+        ln -s st/hg .hg && ln -s ../st/cfg deep/.config && ln -s ../st deep/docs && echo done";
+    for tier in TIERS {
+        for who in Who::all() {
+            let ctx = format!("{tier:?} {who:?}");
+            let f = Fixture::new_in(&base());
+            who.prepare(&f);
+            let out = run(&mut command(
+                &f,
+                tier,
+                who == Who::Nobody,
+                &["--network", "none"],
+                PLANT,
+            ));
+            assert!(out.stdout.contains("done"), "{ctx}: {}", show(&out));
+            for rel in ["deep/.cargo", "deep/x/.cargo", ".hg", "deep/.config"] {
+                assert!(
+                    std::fs::symlink_metadata(f.ws.join(rel)).is_err(),
+                    "{ctx}: {rel} was left in place: {}",
+                    show(&out)
+                );
+            }
+            assert!(
+                std::fs::symlink_metadata(f.ws.join("deep/docs")).is_ok(),
+                "{ctx}: an ordinary link was set aside: {}",
+                show(&out)
+            );
+        }
+    }
+    for who in Who::all() {
+        let f = Fixture::new_in(&base());
+        who.prepare(&f);
+        let out = run(&mut who.wrap(f.command(&["--network", "none", "--review"], PLANT)));
+        assert!(out.stdout.contains("done"), "{who:?}: {}", show(&out));
+        let at = out.stderr.find("held for review as ").expect("held");
+        let id = &out.stderr[at + 19..at + 27];
+        let bin = airlock_bin();
+        let diff = host(
+            &f,
+            who,
+            &f.ws,
+            bin.to_str().unwrap(),
+            &["changes", "diff", id, "--stat"],
+        );
+        for rel in ["deep/.cargo", ".hg", "deep/.config"] {
+            let line = diff
+                .stdout
+                .lines()
+                .skip(1)
+                .find(|l| l.split_whitespace().any(|w| w == rel))
+                .unwrap_or_else(|| panic!("{who:?}: {rel} not shown: {}", show(&diff)));
+            assert!(line.contains("[protected"), "{who:?}: {line}");
+        }
+    }
+}

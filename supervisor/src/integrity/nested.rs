@@ -278,7 +278,18 @@ fn walk_below(
                 walk.found.push(path_of(&node).join(&name));
             }
             let dir_name = Path::new(&node.name).file_name().unwrap_or_default();
-            if crate::plan::protected::redirects_tool(dir_name, &name) {
+            if crate::plan::protected::redirects_tool(dir_name, &name)
+                || (crate::plan::protected::redirect_dir(&name)
+                    && match entry.file_type() {
+                        Some(t) => t == Type::Symlink,
+                        None => nix::sys::stat::fstatat(
+                            &fd,
+                            Path::new(&name),
+                            AtFlags::AT_SYMLINK_NOFOLLOW,
+                        )
+                        .is_ok_and(|st| st.st_mode & libc::S_IFMT == libc::S_IFLNK),
+                    })
+            {
                 walk.redirects.push(path_of(&node).join(&name));
             }
             if matches!(entry.file_type(), Some(Type::Directory) | None) {

@@ -334,6 +334,20 @@ pub fn redirects_tool(dir: &std::ffi::OsStr, name: &std::ffi::OsStr) -> bool {
         || (dir == ".hg" && n == b"hgrc")
 }
 
+/// Whether `name` is a directory that [`redirects_tool`] judges files in
+/// (`.cargo/config.toml`, `.hg/hgrc`, `.config/mise.toml`, …): made as a
+/// link to a directory elsewhere, cargo, hg and mise read through it as
+/// through the directory, while the files' own path names no such
+/// directory. A link by such a name a sandbox makes is judged as the
+/// files would be (red team round 14).
+pub fn redirect_dir(name: &std::ffi::OsStr) -> bool {
+    use std::os::unix::ffi::OsStrExt;
+    matches!(
+        name.as_bytes(),
+        b".cargo" | b".hg" | b".mise" | b"mise" | b".config" | b"tools" | b".yarn"
+    )
+}
+
 /// [`ROOT_SURFACE`]: hook managers', package managers' and agents' files.
 /// At the top of every writable root, and of every nested repository's
 /// work tree (nested.rs); review marks them at any depth (review/scan.rs).

@@ -338,6 +338,7 @@ pub fn is_protected(path: &Path, protected: &[PathBuf], home: &Path) -> bool {
             return true;
         }
     }
+
     match path.strip_prefix(home) {
         Ok(rel) => HOME_SURFACE.iter().any(|s| rel.starts_with(s)),
         Err(_) => false,
@@ -492,6 +493,11 @@ pub fn scan(cs: &Changeset) -> anyhow::Result<Vec<Entry>> {
         e.protected = is_protected(&path, &cs.meta.protected, &cs.meta.home)
             || in_a_git_dir_surface(&path, &git_dirs)
             || makes_a_git_dir(e)
+            // A link made where a directory of files that redirect a host
+            // tool would be: what it leads to is read through it (red
+            // team round 14).
+            || (e.kind == Kind::Symlink
+                && e.rel.file_name().is_some_and(crate::plan::protected::redirect_dir))
             || cs.meta.protected_nodes.iter().any(|n| {
                 *n == path || (e.change == Change::Deleted && crate::paths::under(&path, n))
             });
