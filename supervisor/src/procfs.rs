@@ -109,20 +109,41 @@ pub fn files_it_can_write(
         .filter_map(shared_file)
         .filter(|p| keep(p))
         .collect();
+    // Mapped by a name since removed, while the file lives on under
+    // another (a temporary hard link to a protected file: red team round
+    // 14): named by its `map_files` entry, which leads to the file.
+    for line in text.lines() {
+        if let Some((range, gone)) = shared_deleted(line) {
+            let held: std::path::PathBuf = format!("/proc/{pid}/map_files/{range}").into();
+            if keep(&gone) && lives_on(&held) {
+                out.push(held);
+            }
+        }
+    }
     let fds = std::fs::read_dir(format!("/proc/{pid}/fd"))?;
     for fd in fds.flatten() {
         let Ok(target) = std::fs::read_link(fd.path()) else {
             continue;
         };
-        if !target.is_absolute()
-            || target
-                .as_os_str()
-                .as_encoded_bytes()
-                .ends_with(b" (deleted)")
-            || !keep(&target)
-        {
+        let deleted = target
+            .as_os_str()
+            .as_encoded_bytes()
+            .strip_suffix(b" (deleted)")
+            .map(|b| {
+                std::path::PathBuf::from(
+                    <std::ffi::OsStr as std::os::unix::ffi::OsStrExt>::from_bytes(b),
+                )
+            });
+        if !target.is_absolute() || !keep(deleted.as_ref().unwrap_or(&target)) {
             continue;
         }
+        // Held by a name since removed: the descriptor itself leads to
+        // the file, which may live on under another name.
+        let target = match deleted {
+            Some(_) if !lives_on(&fd.path()) => continue,
+            Some(_) => fd.path(),
+            None => target,
+        };
         let info = std::fs::read_to_string(format!(
             "/proc/{pid}/fdinfo/{}",
             fd.file_name().to_string_lossy()
@@ -143,6 +164,33 @@ pub fn files_it_can_write(
     out.sort();
     out.dedup();
     Ok(out)
+}
+
+/// Whether the file a process holds by a removed name still has a name
+/// (a file with none is no host tool's); one that cannot be looked at
+/// counts as having one.
+#[cfg(target_os = "linux")]
+fn lives_on(held: &std::path::Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(held).map_or(true, |m| m.nlink() > 0)
+}
+
+/// One line of /proc/PID/maps: its range and the name it was mapped by,
+/// when the mapping is a file's, shared, and that name was removed.
+#[cfg(target_os = "linux")]
+fn shared_deleted(line: &str) -> Option<(String, std::path::PathBuf)> {
+    let range = line.split_whitespace().next()?.to_string();
+    let mut rest = line;
+    let mut fields = [""; 5];
+    for f in &mut fields {
+        rest = rest.trim_start();
+        let end = rest.find(char::is_whitespace)?;
+        *f = &rest[..end];
+        rest = &rest[end..];
+    }
+    let gone = rest.trim_start().strip_suffix(" (deleted)")?;
+    (fields[1].as_bytes().get(3) == Some(&b's') && fields[4] != "0" && gone.starts_with('/'))
+        .then(|| (range, std::path::PathBuf::from(gone)))
 }
 
 /// One line of /proc/PID/maps (`start-end perms offset dev inode path`):

@@ -652,6 +652,10 @@ fn a_tool_file_rewritten_through_a_mapping_between_commands_is_set_aside() {
             "tools/.irbrc",
             "# the user's own irb settings, padded to be rewritten in place\n",
         );
+        f.write(
+            "lib/.pdbrc",
+            "# the user's own pdb settings, padded to be rewritten in place\n",
+        );
         who.prepare(&f);
         git(&f, who, &f.ws, &["init", "-q", "."]);
         let mut s = Session::start(&f, who, "mapped-npmrc", &[]);
@@ -682,7 +686,27 @@ time.sleep(60)
 echo left"#,
         );
         assert!(out.stdout.contains("left"), "{who:?}: {}", out.stderr);
+        // Round 14: mapped through a second name made for a moment, so
+        // that the mapping names only a removed file.
+        let out = s.sh(
+            &f.ws,
+            r#"nohup python3 -c '
+import mmap, os, time
+os.link("lib/.pdbrc", ".held"); fd = os.open(".held", os.O_RDWR); os.unlink(".held")
+m = mmap.mmap(fd, 0); os.close(fd)
+time.sleep(1)
+new = b"!import os\n#"; m[:len(new)] = new
+time.sleep(60)
+' >/dev/null 2>&1 &
+sleep 0.3; echo left"#,
+        );
+        assert!(out.stdout.contains("left"), "{who:?}: {}", out.stderr);
         std::thread::sleep(Duration::from_secs(3));
+        let now = std::fs::read_to_string(f.ws.join("lib/.pdbrc")).unwrap_or_default();
+        assert!(
+            !now.contains("!import"),
+            "{who:?}: the .pdbrc rewritten through a removed name is in place: {now}"
+        );
         let now = std::fs::read_to_string(f.ws.join("pkg/.npmrc")).unwrap_or_default();
         assert!(
             !now.contains("script-shell"),

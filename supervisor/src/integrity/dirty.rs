@@ -50,9 +50,15 @@ pub struct Dirty {
 /// Processes looked at for mappings; past this, every root is searched.
 const MAX_PROCESSES: usize = 1024;
 
-/// A file's identity now, links not followed.
+/// A file's identity now, links not followed (but a process's own
+/// `/proc/PID/fd/N` or `map_files` entry, which leads to the file it
+/// holds, is followed).
 fn identity(p: &Path) -> Option<Identity> {
-    std::fs::symlink_metadata(p).ok().map(|m| {
+    let m = match p.starts_with("/proc") {
+        true => std::fs::metadata(p),
+        false => std::fs::symlink_metadata(p),
+    };
+    m.ok().map(|m| {
         (
             m.dev(),
             m.ino(),
@@ -153,10 +159,24 @@ impl Dirty {
         let mut new = false;
         for f in now.difference(&self.mapped) {
             new = true;
-            self.seen.insert(f.clone(), identity(f));
+            let id = identity(f);
+            // Held by a removed name (`procfs::files_it_can_write`): which
+            // name of the roots it has now is unknown, and it may have been
+            // written already; one it cannot look at (an ordinary user may
+            // not follow `map_files`) is searched for every time.
+            if f.starts_with("/proc") {
+                self.unsure = true;
+            }
+            self.seen.insert(f.clone(), id);
             if let Some(dir) = f.parent() {
                 self.swept.insert(dir.to_path_buf());
             }
+        }
+        if now
+            .iter()
+            .any(|f| f.starts_with("/proc") && self.seen.get(f).is_some_and(Option::is_none))
+        {
+            self.unsure = true;
         }
         self.mapped = now;
         (new || self.unsure, left)
@@ -198,7 +218,8 @@ impl Dirty {
                     // of them (red team round 13), so only a whole search
                     // is certain.
                     if n >= repo_items
-                        && std::fs::symlink_metadata(&item).is_ok_and(|m| m.nlink() > 1)
+                        && (item.starts_with("/proc")
+                            || std::fs::symlink_metadata(&item).is_ok_and(|m| m.nlink() > 1))
                     {
                         self.unsure = true;
                     }
