@@ -117,7 +117,12 @@ fn hook_manager_files_planted_in_a_nested_repository_are_quarantined() {
             "printf 'repos: []\\n' > lib/.pre-commit-config.yaml; mkdir -p lib/.lefthook/pre-commit; \
              printf 'touch /tmp/x\\n' > lib/.lefthook/pre-commit/run.sh; cat lib/lefthook.yml >/dev/null; \
              mkdir -p lib/.claude && echo '{}' > lib/.claude/settings.json && echo '{}' > lib/.mcp.json && \
-             echo x > lib/commitlint.config.js; echo done",
+             echo x > lib/commitlint.config.js; \
+             mkdir -p lib/.vscode lib/.idea lib/.devcontainer lib/.zed lib/.husky && \
+             echo '{\"tasks\":[]}' > lib/.vscode/tasks.json && echo x > lib/.idea/workspace.xml && \
+             echo '{}' > lib/.devcontainer/devcontainer.json && echo '[]' > lib/.zed/tasks.json && \
+             echo 'touch /tmp/x' > lib/.husky/pre-commit && echo 'echo hi' > lib/.envrc && \
+             echo '[submodule]' > lib/.gitmodules; echo done",
         ));
         assert!(out.stdout.contains("done"), "{who:?}: {}", show(&out));
         for planted in [
@@ -126,6 +131,14 @@ fn hook_manager_files_planted_in_a_nested_repository_are_quarantined() {
             ".claude/settings.json",
             ".mcp.json",
             "commitlint.config.js",
+            // Red team round 14: editors' folders, husky's, `.envrc`.
+            ".vscode/tasks.json",
+            ".idea/workspace.xml",
+            ".devcontainer/devcontainer.json",
+            ".zed/tasks.json",
+            ".husky/pre-commit",
+            ".envrc",
+            ".gitmodules",
         ] {
             assert!(
                 !lib.join(planted).exists(),

@@ -671,8 +671,17 @@ fn items_of(
     // What the hook managers installed in this repository read at commit
     // time, and what package managers and agents run from the project, at
     // the top of its work tree (a directory by its entries).
+    // Editors' task folders, `.envrc`, husky's and the like too, as at the
+    // top of a root (red team round 14: only the first group was judged
+    // here, though the documents said all were).
+    let tops_names = crate::plan::protected::ROOT_SURFACE
+        .iter()
+        .filter(|n| !matches!(**n, ".git" | ".airlock"));
+    let names: Vec<&&str> = crate::plan::protected::project_surface()
+        .chain(tops_names)
+        .collect();
     for top in &reach.tops {
-        for name in crate::plan::protected::project_surface() {
+        for name in &names {
             let p = top.join(name);
             match std::fs::symlink_metadata(&p) {
                 Ok(m) if m.is_dir() => entries_below(&p, 3, &mut items),
