@@ -419,3 +419,46 @@ fn links_made_in_place_of_tool_directories_are_set_aside() {
         }
     }
 }
+
+/// A dotenv file a sandbox makes where the user's `.envrc` (there or
+/// above) may load it (`dotenv_if_exists .env.local`) is set aside:
+/// direnv exports it into the user's shell without asking again. Where
+/// no `.envrc` is, it stays (red team round 14).
+#[test]
+fn dotenv_files_a_trusted_envrc_loads_are_not_planted() {
+    const PLANT: &str = "mkdir -p svc && echo 'PROMPT_COMMAND=\"touch /tmp/PWNED\"' > .env && \
+        echo 'PATH=/tmp/evil:$PATH' > .env.local && echo 'X=1' > svc/.env && \
+        echo 'A=1' > .env.example && echo done";
+    for who in Who::all() {
+        for with_envrc in [true, false] {
+            let ctx = format!("{who:?} envrc={with_envrc}");
+            let f = Fixture::new_in(&base());
+            if with_envrc {
+                f.write(
+                    ".envrc",
+                    "dotenv_if_exists .env\ndotenv_if_exists .env.local\n",
+                );
+            }
+            who.prepare(&f);
+            std::thread::sleep(std::time::Duration::from_millis(20));
+            let out = run(&mut command(
+                &f,
+                airlock_tests::tiers::Tier::Full,
+                who == Who::Nobody,
+                &["--network", "none"],
+                PLANT,
+            ));
+            assert!(out.stdout.contains("done"), "{ctx}: {}", show(&out));
+            for rel in [".env", ".env.local", "svc/.env"] {
+                assert_eq!(
+                    f.ws.join(rel).exists(),
+                    !with_envrc,
+                    "{ctx}: {rel}: {}",
+                    show(&out)
+                );
+            }
+            // A template is nobody's secret, loaded by no default.
+            assert!(f.ws.join(".env.example").exists(), "{ctx}");
+        }
+    }
+}

@@ -119,6 +119,20 @@ pub struct Walk {
     pub complete: bool,
 }
 
+/// Whether a file `name` in `dir` is a dotenv file that a trusted
+/// `.envrc` there or above may load (`dotenv`, `dotenv_if_exists .env.local`):
+/// direnv exports what it says into the user's shell (`PROMPT_COMMAND`,
+/// `PATH`) without asking again (red team round 14). A `.env` that exists
+/// when a run starts is covered read-only; one a sandbox makes is judged.
+fn loaded_by_direnv(name: &OsStr, dir: &Path) -> bool {
+    name.as_bytes().starts_with(b".env")
+        && !name.as_bytes().starts_with(b".envrc")
+        && crate::dotenv::is_secret_name(name)
+        && dir
+            .ancestors()
+            .any(|d| std::fs::symlink_metadata(d.join(".envrc")).is_ok())
+}
+
 /// Filesystems that hold no file a sandbox writes: a walk from `/` (only
 /// with `--workspace /` or `--write /`) does not descend into them. Every
 /// other filesystem below a writable root is walked: a mount there (a
@@ -290,6 +304,8 @@ fn walk_below(
                         .is_ok_and(|st| st.st_mode & libc::S_IFMT == libc::S_IFLNK),
                     })
             {
+                walk.redirects.push(path_of(&node).join(&name));
+            } else if loaded_by_direnv(&name, &path_of(&node)) {
                 walk.redirects.push(path_of(&node).join(&name));
             }
             if matches!(entry.file_type(), Some(Type::Directory) | None) {
