@@ -303,9 +303,8 @@ fn walk_below(
                         )
                         .is_ok_and(|st| st.st_mode & libc::S_IFMT == libc::S_IFLNK),
                     })
+                || loaded_by_direnv(&name, &path_of(&node))
             {
-                walk.redirects.push(path_of(&node).join(&name));
-            } else if loaded_by_direnv(&name, &path_of(&node)) {
                 walk.redirects.push(path_of(&node).join(&name));
             }
             if matches!(entry.file_type(), Some(Type::Directory) | None) {
