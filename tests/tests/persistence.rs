@@ -284,6 +284,30 @@ fn policy_files_and_tool_configs_in_the_workspace_need_trust() {
         );
         assert_eq!(out.code, 125, "{who:?}: {}", show(&out));
         assert!(out.stderr.contains("ci.toml"), "{}", show(&out));
+        // What a file grants is all named when it asks for trust, a host
+        // socket above all (red team round 14: "no widening found").
+        f.write(
+            "team.toml",
+            "[filesystem]\nunix_sockets = [\"/run/docker.sock\"]\n[limits]\npids = 100000\n",
+        );
+        if who == Who::Nobody {
+            airlock_tests::who::chown(&f.ws);
+        }
+        let out = sandboxed(
+            &f,
+            who,
+            &["--policy", "team.toml", "--network", "none"],
+            "echo ran",
+        );
+        assert_eq!(out.code, 125, "{who:?}: {}", show(&out));
+        assert!(
+            out.stderr
+                .contains("makes host sockets connectable from inside: /run/docker.sock")
+                && out.stderr.contains("sets limits: pids 100000")
+                && !out.stderr.contains("no widening found"),
+            "{who:?}: {}",
+            show(&out)
+        );
         let out = sandboxed(
             &f,
             who,

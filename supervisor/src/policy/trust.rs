@@ -375,12 +375,72 @@ pub fn fragment_effect(f: &airlock_policy::Fragment) -> Vec<String> {
         out.push(format!("inspects {} host pattern(s)", f.inspect.len()));
     }
     for c in &f.credentials {
+        let writes = match c.methods.len() {
+            0 => String::new(),
+            n => format!(", and lends it to writes ({n} method rule(s): publishing as you)"),
+        };
         out.push(format!(
-            "sends a credential to {}: header {} with {}",
+            "sends a credential to {}: header {} with {}{writes}",
             c.host.text,
             c.header,
             credential_source(&c.value)
         ));
+    }
+    // What the earlier summary left out (red team round 14: a file whose
+    // only entry made the docker socket connectable read "no widening").
+    let sockets: Vec<String> = f.unix_sockets.iter().map(|s| s.value.clone()).collect();
+    if !sockets.is_empty() {
+        out.push(format!(
+            "makes host sockets connectable from inside: {} (a socket such as docker's is root on the host)",
+            list(&sockets)
+        ));
+    }
+    let mut limits = vec![];
+    if let Some(t) = &f.timeout {
+        limits.push(format!("timeout {:?}", t.value));
+    }
+    if let Some(m) = &f.memory {
+        limits.push(format!("memory {} bytes", m.value));
+    }
+    if let Some(p) = &f.pids {
+        limits.push(format!("pids {}", p.value));
+    }
+    if let Some(t) = &f.tmp {
+        limits.push(format!("tmp {} bytes", t.value));
+    }
+    if !limits.is_empty() {
+        out.push(format!("sets limits: {}", list(&limits)));
+    }
+    let mut proxy = vec![];
+    if let Some(t) = &f.ask_timeout {
+        proxy.push(format!("ask_timeout {:?}", t.value));
+    }
+    if let Some(t) = &f.connect_timeout {
+        proxy.push(format!("connect_timeout {:?}", t.value));
+    }
+    if let Some(t) = &f.idle_timeout {
+        proxy.push(format!("idle_timeout {:?}", t.value));
+    }
+    if let Some(m) = &f.max_tunnels {
+        proxy.push(format!("max_tunnels {}", m.value));
+    }
+    if !proxy.is_empty() {
+        out.push(format!("sets proxy settings: {}", list(&proxy)));
+    }
+    if let Some(i) = &f.env_inherit {
+        out.push(format!("environment: inherit = {:?}", i.value).to_lowercase());
+    }
+    if let Some(u) = &f.user_allow {
+        out.push(format!("user_allow = {}", u.value));
+    }
+    if let Some(r) = &f.require_sandbox {
+        out.push(format!("require_sandbox = {}", r.value));
+    }
+    if f.macos_keychain.as_ref().is_some_and(|k| k.value) {
+        out.push("on macOS, opens the keychain (securityd) to the sandbox".into());
+    }
+    if f.macos_dnssd.as_ref().is_some_and(|k| k.value) {
+        out.push("on macOS, opens mDNSResponder (dnssd) to the sandbox".into());
     }
     if !f.upstream_ca.is_empty() {
         out.push("trusts extra upstream CAs".into());
@@ -394,6 +454,22 @@ pub fn fragment_effect(f: &airlock_policy::Fragment) -> Vec<String> {
     }
     if out.is_empty() {
         out.push("no widening found (restrictions only)".into());
+    }
+    // Restrictions, named too: the person sees the whole file's effect.
+    let mut restricts = vec![];
+    for (what, n) in [
+        ("denied hosts", f.deny.len()),
+        ("deny_read paths", f.deny_read.len()),
+        ("deny_write paths", f.deny_write.len()),
+        ("request rules", f.request_rules.len()),
+        ("hold rules", f.hold_rules.len()),
+    ] {
+        if n > 0 {
+            restricts.push(format!("{n} {what}"));
+        }
+    }
+    if !restricts.is_empty() {
+        out.push(format!("restricts: {}", list(&restricts)));
     }
     out
 }
@@ -442,10 +518,12 @@ pub fn refusal(untrusted: &[Untrusted], workspace: &Path) -> String {
         crate::text::shown(workspace)
     ));
     // A file outside today's workspace (a parent that was an earlier run's
-    // workspace, a --policy file there) is trusted by name.
-    for u in untrusted.iter().filter(|u| !u.path.starts_with(workspace)) {
+    // workspace, a --policy file there) is trusted by name; so is a
+    // `--policy` file, which `--workspace` alone does not name (red team
+    // round 14: following the advice, the run was refused again).
+    for u in untrusted {
         s.push_str(&format!(
-            "\n  or, for a file outside the workspace: airlock policy trust {}",
+            "\n  or that file alone: airlock policy trust {}",
             crate::text::shown(&u.path)
         ));
     }
