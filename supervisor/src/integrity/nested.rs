@@ -294,6 +294,7 @@ fn walk_below(
             let dir_name = Path::new(&node.name).file_name().unwrap_or_default();
             if crate::plan::protected::redirects_tool(dir_name, &name)
                 || (crate::plan::protected::redirect_dir(&name)
+                    && crate::plan::protected::redirect_link(&path_of(&node).join(&name))
                     && match entry.file_type() {
                         Some(t) => t == Type::Symlink,
                         None => nix::sys::stat::fstatat(

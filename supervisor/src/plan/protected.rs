@@ -348,6 +348,17 @@ pub fn redirect_dir(name: &std::ffi::OsStr) -> bool {
     )
 }
 
+/// [`redirect_dir`] for a link at `link`: `tools` only when what it leads
+/// to holds `bazel` (bazelisk runs `tools/bazel`; a `tools` link is
+/// otherwise an ordinary thing to make).
+pub fn redirect_link(link: &Path) -> bool {
+    match link.file_name() {
+        Some(n) if n == "tools" => std::fs::symlink_metadata(link.join("bazel")).is_ok(),
+        Some(n) => redirect_dir(n),
+        None => false,
+    }
+}
+
 /// [`ROOT_SURFACE`]: hook managers', package managers' and agents' files.
 /// At the top of every writable root, and of every nested repository's
 /// work tree (nested.rs); review marks them at any depth (review/scan.rs).
