@@ -174,6 +174,7 @@ impl Learn {
                 policies.push((p, dev, ino));
             }
         }
+        crate::policy::trust::output_path(path, "--learn")?;
         let (dir, name) =
             safe_file::split(path).with_context(|| format!("--learn {}", path.display()))?;
         // The writable roots as trust sees them: the workspace, --write,

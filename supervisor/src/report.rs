@@ -468,6 +468,7 @@ pub struct ReportFile {
 /// Open (create or empty) the report file now, refusing a link planted at
 /// its name; the content is written by `write` at the end.
 pub fn open(path: &Path) -> Result<ReportFile> {
+    crate::policy::trust::output_path(path, "--report")?;
     let file = safe_file::open(path, Mode::Replace, 0o644).context("--report")?;
     Ok(ReportFile {
         file,

@@ -75,7 +75,10 @@ pub fn open(
     run: &str,
 ) -> anyhow::Result<(Option<AuditLog>, Option<Arc<Otlp>>)> {
     let mut audit = match &policy.audit_log {
-        Some(path) => Some(AuditLog::open(Path::new(&path.value), run)?),
+        Some(path) => {
+            crate::policy::trust::output_path(Path::new(&path.value), "the audit log")?;
+            Some(AuditLog::open(Path::new(&path.value), run)?)
+        }
         None => None,
     };
     let otlp = match &policy.audit_otlp {

@@ -116,3 +116,66 @@ fn files_an_earlier_run_left_in_a_parent_need_trust() {
         assert!(out.stdout.contains("wrote"), "{who:?}: {}", show(&out));
     }
 }
+
+/// A file airlock writes at a path the user gives (`--report`,
+/// `--audit-log`, `--learn`) is not written through a directory link an
+/// earlier run left in its workspace: it would land over a file of the
+/// user's elsewhere (red team round 14). The user's own path still works.
+#[test]
+fn outputs_are_not_written_through_a_link_an_earlier_run_left() {
+    for who in Who::all() {
+        let f = Fixture::new_in(&base());
+        let victim = f.home.join("victim");
+        std::fs::create_dir_all(&victim).unwrap();
+        std::fs::write(victim.join("report.json"), "mine\n").unwrap();
+        std::fs::write(victim.join("audit.jsonl"), "mine\n").unwrap();
+        who.prepare(&f);
+        if who == Who::Nobody {
+            airlock_tests::who::chown(&f.home);
+        }
+        let out = sandboxed(
+            &f,
+            who,
+            &["--network", "none"],
+            &format!("ln -s {} out; echo left", victim.display()),
+        );
+        assert!(out.stdout.contains("left"), "{who:?}: {}", show(&out));
+        for args in [
+            &["--network", "none", "--report", "out/report.json"][..],
+            &["--network", "none", "--audit-log", "out/audit.jsonl"][..],
+            &["--learn", "out/learned.toml"][..],
+        ] {
+            let out = sandboxed(&f, who, args, "echo ran");
+            assert_eq!(out.code, 125, "{who:?} {args:?}: {}", show(&out));
+            assert!(
+                out.stderr
+                    .contains("is a link inside a directory a sandboxed run could write"),
+                "{who:?}: {}",
+                show(&out)
+            );
+        }
+        assert_eq!(
+            std::fs::read_to_string(victim.join("report.json")).unwrap(),
+            "mine\n"
+        );
+        assert_eq!(
+            std::fs::read_to_string(victim.join("audit.jsonl")).unwrap(),
+            "mine\n"
+        );
+        assert!(!victim.join("learned.toml").exists(), "{who:?}");
+        // A path of the user's own is written.
+        let mine = f.ws.join("reports");
+        std::fs::create_dir_all(&mine).unwrap();
+        if who == Who::Nobody {
+            airlock_tests::who::chown(&f.ws);
+        }
+        let out = sandboxed(
+            &f,
+            who,
+            &["--network", "none", "--report", "reports/r.json"],
+            "echo ran",
+        );
+        assert_eq!(out.code, 0, "{who:?}: {}", show(&out));
+        assert!(mine.join("r.json").exists(), "{who:?}");
+    }
+}

@@ -133,6 +133,47 @@ pub fn past_roots() -> Vec<PathBuf> {
         .unwrap_or_default()
 }
 
+/// Refuse a file airlock is to write (`--report`, `--audit-log`,
+/// `--learn`) whose way passes through a link that lies inside a writable
+/// root of an earlier run: a sandbox could have made it, to send
+/// airlock's output over a file of the user's elsewhere (red team round
+/// 14). The user's own links outside those roots are followed; the last
+/// component is never followed (`safe_file`).
+pub fn output_path(path: &Path, what: &str) -> Result<()> {
+    let Ok(cwd) = std::env::current_dir() else {
+        return Ok(());
+    };
+    let abs = crate::paths::lexical(&cwd.join(path));
+    let Some(parent) = abs.parent() else {
+        return Ok(());
+    };
+    let roots = past_roots();
+    if roots.is_empty() {
+        return Ok(());
+    }
+    let mut real = PathBuf::new();
+    for c in parent.components() {
+        real.push(c);
+        let Ok(m) = std::fs::symlink_metadata(&real) else {
+            return Ok(());
+        };
+        if m.file_type().is_symlink() {
+            if roots.iter().any(|r| real.starts_with(r) && real != *r) {
+                anyhow::bail!(
+                    "{what} {}: {} is a link inside a directory a sandboxed run could write, so airlock does not write through it; name the directory it leads to, or remove the link",
+                    crate::text::shown(path),
+                    crate::text::shown(&real)
+                );
+            }
+            match std::fs::canonicalize(&real) {
+                Ok(r) => real = r,
+                Err(_) => return Ok(()),
+            }
+        }
+    }
+    Ok(())
+}
+
 /// Remember this run's writable roots, before its command starts (so a
 /// run whose airlock dies still counts). A failure is an error: a root
 /// that is not remembered would let what the run writes there widen a

@@ -103,6 +103,7 @@ pub fn end(name: &str, report: Option<&Path>) -> Result<ExitCode> {
     // Opened here, without following links, as a one-shot run opens it.
     let report = report
         .map(|p| {
+            crate::policy::trust::output_path(p, "--report")?;
             airlock_proxy::safe_file::open(p, airlock_proxy::safe_file::Mode::Replace, 0o644)
                 .with_context(|| format!("--report {}", p.display()))
         })
