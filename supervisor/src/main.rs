@@ -39,6 +39,7 @@ mod policy_cmd;
 mod prepare;
 mod probe;
 mod procfs;
+mod project_secrets;
 mod proxy_cmd;
 mod refusal;
 mod report;

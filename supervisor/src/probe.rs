@@ -77,6 +77,7 @@ fn probe_plan(argv: &[&str], env: BTreeMap<String, String>) -> Plan {
         deny_read_env_truncated: false,
         deny_read_env_in_git: vec![],
         deny_read_masks: vec![],
+        sanitised: vec![],
         unsupported: vec![],
         allow_degraded: false,
         degraded: None,

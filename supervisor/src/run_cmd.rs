@@ -409,6 +409,34 @@ fn begin(plan: &mut plan::Plan, early: Early) -> Result<Pending> {
         // Reads of hidden files are reported (SPEC §7): each gets a
         // watched cover of its own, which the mounts put in place.
         crate::linux::readwatch::prepare(plan);
+        // A project's own registry credentials stay outside too (SPEC
+        // §3.4; red team round 14).
+        let mut found = crate::project_secrets::find(&plan.write, &plan.cwd);
+        // What is hidden stays hidden whole (a copy would show the rest).
+        let hidden = crate::paths::Prefixes::new(&plan.deny_read);
+        found
+            .sanitised
+            .retain(|(f, _)| !hidden.covers(f) && !plan.deny_read_env.contains(f));
+        for (f, _) in &found.sanitised {
+            if crate::places::first_time("project-credential", f) {
+                eprintln!(
+                    "airlock: note: {} holds a registry credential: the sandbox sees a copy without it, and nothing adds it on the way out (in your own ~/.npmrc, ~/.cargo or pip's user configuration, --preset NAME has the proxy add it)",
+                    crate::text::shown(f)
+                );
+            }
+        }
+        for f in found.whole {
+            if crate::places::first_time("project-credential", &f) {
+                eprintln!(
+                    "airlock: note: {} holds credentials and is hidden from the sandbox",
+                    crate::text::shown(&f)
+                );
+            }
+            if !plan.deny_read_env.contains(&f) {
+                plan.deny_read_env.push(f);
+            }
+        }
+        crate::linux::readwatch::sanitised(plan, found.sanitised);
     }
     let wanted = match degraded {
         true => Ahead::Nothing,

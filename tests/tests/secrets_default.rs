@@ -817,3 +817,66 @@ fn a_hidden_link_repointed_on_the_host_stops_the_run() {
         assert_eq!(out.status.code(), Some(125), "{who:?}: {stdout} {stderr}");
     }
 }
+
+/// A project's own tool configuration with a registry credential in it
+/// (`.npmrc`'s `_authToken`, `.yarnrc.yml`'s `npmAuthToken`, a cargo
+/// `token`, a password in uv's or pip's index URL) is read inside without
+/// the credential, its other settings intact, and a file that is nothing
+/// but credentials (`.netrc`) is hidden (red team round 14). Writes to it
+/// stay refused.
+#[test]
+fn a_projects_own_registry_credentials_stay_outside() {
+    for who in Who::all() {
+        let f = Fixture::new_in(&base());
+        f.write(
+            ".npmrc",
+            "registry=https://npm.corp.test/\n//npm.corp.test/:_authToken=SECRET-NPM\n",
+        );
+        f.write(
+            ".yarnrc.yml",
+            "npmRegistryServer: \"https://npm.corp.test\"\nnpmAuthToken: SECRET-YARN\n",
+        );
+        f.write(
+            "app/.cargo/config.toml",
+            "[registries.corp]\nindex = \"sparse+https://c.test/\"\ntoken = \"SECRET-CARGO\"\n",
+        );
+        f.write(
+            "uv.toml",
+            "[[index]]\nurl = \"https://u:SECRET-UV@p.test/simple\"\n",
+        );
+        f.write(".netrc", "machine p.test login u password SECRET-NETRC\n");
+        f.write("plain.txt", "readable\n");
+        who.prepare(&f);
+        let ws = f.ws.to_str().unwrap().to_string();
+        let mut c = f.command(
+            &["--network", "none", "--workspace", &ws],
+            "cat ../.npmrc ../.yarnrc.yml .cargo/config.toml ../uv.toml ../.netrc ../plain.txt; \
+             echo x >> ../.npmrc 2>/dev/null || echo refused",
+        );
+        std::fs::create_dir_all(f.ws.join("app")).unwrap();
+        c.current_dir(f.ws.join("app"));
+        let out = run(&mut who.wrap(c));
+        assert_eq!(out.code, 0, "{who:?}: {}", show(&out));
+        assert!(!out.stdout.contains("SECRET"), "{who:?}: {}", out.stdout);
+        for kept in [
+            "registry=https://npm.corp.test/",
+            "npmRegistryServer",
+            "index = \"sparse+https://c.test/\"",
+            "url = \"https://p.test/simple\"",
+            "readable",
+            "refused",
+        ] {
+            assert!(out.stdout.contains(kept), "{who:?}: {kept}: {}", out.stdout);
+        }
+        assert!(
+            out.stderr.contains(".npmrc holds a registry credential")
+                && out.stderr.contains(".netrc holds credentials"),
+            "{who:?}: {}",
+            out.stderr
+        );
+        // The host's files are as they were.
+        assert!(std::fs::read_to_string(f.ws.join(".npmrc"))
+            .unwrap()
+            .contains("SECRET-NPM"));
+    }
+}

@@ -312,6 +312,7 @@ fn build_and_run(channel: &mut UnixStream, supervisor: libc::pid_t, ahead: Ahead
                         .deny_read_masks
                         .iter()
                         .map(|(_, cover)| cover.clone())
+                        .chain(plan.sanitised.iter().map(|(_, copy)| copy.clone()))
                         .collect::<Vec<_>>(),
                 )?,
                 None => landlock::Later::default(),

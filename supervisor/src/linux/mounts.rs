@@ -181,6 +181,12 @@ pub fn setup(plan: &Plan) -> Result<()> {
         .iter()
         .filter_map(|(hidden, cover)| handle(cover).ok().map(|fd| (hidden, fd)))
         .collect();
+    // Project configuration without its credentials (project_secrets.rs).
+    let sanitised: Vec<(&PathBuf, OwnedFd)> = plan
+        .sanitised
+        .iter()
+        .filter_map(|(file, copy)| handle(copy).ok().map(|fd| (file, fd)))
+        .collect();
     let sockets = super::sockets::keep(plan);
     let devices: Vec<(&str, OwnedFd)> = DEVICES
         .iter()
@@ -292,6 +298,12 @@ pub fn setup(plan: &Plan) -> Result<()> {
                 }
             }
             Err(_) => {}
+        }
+    }
+    for (file, fd) in &sanitised {
+        if fs::symlink_metadata(file).is_ok_and(|m| m.is_file()) {
+            bind_handle(fd, file, false)?;
+            remount_readonly(file)?;
         }
     }
     for p in &plan.deny_write {

@@ -94,6 +94,27 @@ pub fn prepare(plan: &mut Plan) {
     *lock() = Some(Masks { dir, watched });
 }
 
+/// Covers for a project's tool configuration without its credentials
+/// (project_secrets.rs), beside the covers of hidden files; a file whose
+/// copy cannot be written is hidden whole instead (fails closed).
+pub fn sanitised(plan: &mut Plan, files: Vec<(PathBuf, String)>) {
+    if files.is_empty() {
+        return;
+    }
+    let dir = covers_dir(plan).map(|b| b.join(std::process::id().to_string()));
+    let dir = dir.filter(|d| {
+        std::fs::create_dir_all(d.parent().unwrap_or(d)).is_ok()
+            && crate::paths::own_private_dir(d).is_ok()
+    });
+    for (n, (file, text)) in files.into_iter().enumerate() {
+        let copy = dir.as_ref().map(|d| d.join(format!("sanitised-{n}")));
+        match copy {
+            Some(c) if std::fs::write(&c, text).is_ok() => plan.sanitised.push((file, c)),
+            _ => plan.deny_read_env.push(file),
+        }
+    }
+}
+
 /// Where the covers live: somewhere every sandbox has hidden, for one that
 /// opened another run's cover made that run report a read its command
 /// never made (red team round 8). `$XDG_RUNTIME_DIR` under `/run` or

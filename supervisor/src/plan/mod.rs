@@ -83,6 +83,11 @@ pub struct Plan {
     /// by its own empty file instead of `/dev/null`: (hidden, cover).
     #[serde(default)]
     pub deny_read_masks: Vec<(PathBuf, PathBuf)>,
+    /// A project's tool configuration holding a registry credential,
+    /// covered read-only by a copy without it (project_secrets.rs):
+    /// (file, copy).
+    #[serde(default)]
+    pub sanitised: Vec<(PathBuf, PathBuf)>,
     /// The search for them stopped at its budget.
     #[serde(default)]
     pub deny_read_env_truncated: bool,
@@ -452,6 +457,7 @@ pub fn build(policy: &Policy, o: &Options) -> Plan {
         deny_read_env_truncated: env_found.truncated,
         deny_read_env_in_git: env_found.git_emptied,
         deny_read_masks: vec![],
+        sanitised: vec![],
         unsupported,
         allow_degraded: o.allow_degraded,
         degraded: None,

@@ -50,6 +50,7 @@ fn plan(
         deny_read_env_truncated: false,
         deny_read_env_in_git: vec![],
         deny_read_masks: vec![],
+        sanitised: vec![],
         unsupported: vec![],
         allow_degraded: false,
         degraded: None,

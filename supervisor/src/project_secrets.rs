@@ -1,0 +1,205 @@
+//! Registry credentials in a project's own tool configuration (SPEC §3.4;
+//! red team round 14): npm, yarn, cargo, pip and uv read a `.npmrc`,
+//! `.yarnrc.yml`, `.cargo/config.toml`, `uv.toml` or `pip.conf` from the
+//! project, and a token written there was readable inside. Such a file is
+//! covered, read-only, by a copy without the credential (its other
+//! settings, a registry's URL above all, still apply), as the user's own
+//! copies in HOME are. Files that are nothing but credentials (`.netrc`,
+//! `.pypirc`, `.git-credentials`, …) found at the top of a writable root
+//! are hidden whole.
+//!
+//! Looked for at the top of each writable root and in the directory where
+//! the command starts and every one above it (where these tools look).
+//! HOME's own are the presets' (`policies/src/preset`), and left to them.
+
+use std::path::{Path, PathBuf};
+
+/// Files whose credentials are cut out, by their path below a directory.
+const CONFIGS: &[&str] = &[
+    ".npmrc",
+    ".yarnrc",
+    ".yarnrc.yml",
+    ".cargo/config.toml",
+    ".cargo/config",
+    "uv.toml",
+    "pip.conf",
+    ".venv/pip.conf",
+    "venv/pip.conf",
+];
+
+/// Files that hold nothing but credentials, hidden whole where found.
+pub const WHOLE: &[&str] = &[
+    ".netrc",
+    ".pypirc",
+    ".git-credentials",
+    ".docker/config.json",
+    ".aws/credentials",
+    ".gem/credentials",
+    ".vault-token",
+    ".terraformrc",
+    ".pgpass",
+    ".my.cnf",
+];
+
+/// What was found: (file, the copy's text without its credentials), and
+/// the whole-credential files.
+#[derive(Default)]
+pub struct Found {
+    pub sanitised: Vec<(PathBuf, String)>,
+    pub whole: Vec<PathBuf>,
+}
+
+/// The directories looked in: each root's top, and `cwd` and every
+/// directory above it (cargo reads a `.cargo/config.toml` in each).
+fn dirs(roots: &[PathBuf], cwd: &Path) -> Vec<PathBuf> {
+    let mut out: Vec<PathBuf> = roots.to_vec();
+    out.extend(cwd.ancestors().map(Path::to_path_buf));
+    out.sort();
+    out.dedup();
+    out
+}
+
+pub fn find(roots: &[PathBuf], cwd: &Path) -> Found {
+    let mut found = Found::default();
+    for dir in dirs(roots, cwd) {
+        for name in CONFIGS {
+            let p = dir.join(name);
+            // A regular file only, read without following a link: a link
+            // is judged where it leads (another file of the list, or
+            // outside the roots, where the user's own copies apply).
+            let Ok(bytes) = crate::paths::read_no_follow(&p) else {
+                continue;
+            };
+            let Ok(text) = String::from_utf8(bytes) else {
+                continue;
+            };
+            if let Some(clean) = sanitise(name, &text) {
+                found.sanitised.push((p, clean));
+            }
+        }
+    }
+    for root in roots {
+        for name in WHOLE {
+            let p = root.join(name);
+            if std::fs::symlink_metadata(&p).is_ok_and(|m| m.is_file()) {
+                found.whole.push(p);
+            }
+        }
+    }
+    found
+}
+
+/// `text` without its credentials, when it holds any.
+pub fn sanitise(name: &str, text: &str) -> Option<String> {
+    let file = name.rsplit('/').next().unwrap_or(name);
+    let mut changed = false;
+    let mut out = String::with_capacity(text.len());
+    for line in text.split_inclusive('\n') {
+        let trimmed = line.trim_start();
+        // A credential commented out is a credential still.
+        let comment = trimmed.starts_with(['#', ';']);
+        let lower = trimmed.to_ascii_lowercase();
+        let kept = match file {
+            ".npmrc" | ".yarnrc" => {
+                // npm's ini reads a quoted key as the key inside.
+                let key = trimmed.split(['=', ' ']).next().unwrap_or("").trim();
+                let key = key.trim_matches(['"', '\'']);
+                let secret = ["_authtoken", "_auth", "_password", "certfile", "keyfile"]
+                    .iter()
+                    .any(|k| key.to_ascii_lowercase().ends_with(k))
+                    || (comment
+                        && ["_auth", "_password", "token"]
+                            .iter()
+                            .any(|w| lower.contains(w)));
+                (!secret).then(|| without_url_credentials(line))
+            }
+            ".yarnrc.yml" => {
+                let key = trimmed
+                    .split(':')
+                    .next()
+                    .unwrap_or("")
+                    .trim()
+                    .trim_matches(['"', '\'']);
+                let secret = matches!(key, "npmAuthToken" | "npmAuthIdent" | "npmPassword")
+                    || (comment && (lower.contains("npmauth") || lower.contains("token")));
+                (!secret).then(|| without_url_credentials(line))
+            }
+            "config.toml" | "config" => {
+                let key = trimmed
+                    .split('=')
+                    .next()
+                    .unwrap_or("")
+                    .trim()
+                    .trim_matches(['"', '\'']);
+                let secret = matches!(key, "token" | "secret-key" | "secret_key")
+                    || key.ends_with(".token")
+                    || (comment && lower.contains("token"));
+                (!secret).then(|| without_url_credentials(line))
+            }
+            _ => Some(without_url_credentials(line)),
+        };
+        match kept {
+            Some(l) if l == line => out.push_str(line),
+            Some(l) => {
+                changed = true;
+                out.push_str(&l);
+            }
+            None => {
+                changed = true;
+                out.push_str("# (a credential airlock keeps outside the sandbox)\n");
+            }
+        }
+    }
+    changed.then_some(out)
+}
+
+/// `scheme://user:password@host` with the `user:password@` cut out.
+fn without_url_credentials(line: &str) -> String {
+    let mut out = String::with_capacity(line.len());
+    let mut rest = line;
+    while let Some(at) = rest.find("://") {
+        let (head, tail) = rest.split_at(at + 3);
+        out.push_str(head);
+        let end = tail.find(['/', ' ', '"', '\'', '\n']).unwrap_or(tail.len());
+        match tail[..end].rfind('@') {
+            Some(i) => rest = &tail[i + 1..],
+            None => rest = tail,
+        }
+    }
+    out.push_str(rest);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn credentials_are_cut_and_the_rest_kept() {
+        let npmrc = "registry=https://npm.corp.test/\n//npm.corp.test/:_authToken=SECRET\n_auth = U0VDUkVU\nfund=false\n\"//x.test/:_authToken\"=SECRET2\n# //old.test/:_authToken=SECRET3\n@s:registry=https://u:SECRET4@s.test/\n";
+        let s = sanitise(".npmrc", npmrc).unwrap();
+        assert!(s.contains("registry=https://npm.corp.test/") && s.contains("fund=false"));
+        assert!(s.contains("@s:registry=https://s.test/"), "{s}");
+        assert!(!s.contains("SECRET") && !s.contains("U0VDUkVU"), "{s}");
+        let yarn = "npmRegistryServer: \"https://npm.corp.test\"\nnpmAuthToken: SECRET\n";
+        let s = sanitise(".yarnrc.yml", yarn).unwrap();
+        assert!(
+            s.contains("npmRegistryServer") && !s.contains("SECRET"),
+            "{s}"
+        );
+        let cargo = "[registries.corp]\nindex = \"sparse+https://c.test/\"\ntoken = \"SECRET\"\n";
+        let s = sanitise(".cargo/config.toml", cargo).unwrap();
+        assert!(s.contains("index =") && !s.contains("SECRET"), "{s}");
+        let uv = "[[index]]\nurl = \"https://user:SECRET@pypi.corp.test/simple\"\n";
+        let s = sanitise("uv.toml", uv).unwrap();
+        assert!(
+            s.contains("https://pypi.corp.test/simple") && !s.contains("SECRET"),
+            "{s}"
+        );
+        let pip = "[global]\nindex-url = https://u:SECRET@p.test/simple\n";
+        assert!(!sanitise(".venv/pip.conf", pip).unwrap().contains("SECRET"));
+        // Nothing to cut: no copy.
+        assert!(sanitise(".npmrc", "registry=https://r.test/\n").is_none());
+        assert!(sanitise("uv.toml", "url = \"https://p.test/simple\"\n").is_none());
+    }
+}
