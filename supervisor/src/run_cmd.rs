@@ -181,6 +181,17 @@ pub fn run(args: &RunArgs, early: Early, log: String, session: Option<&str>) -> 
                 .insert("PWD".into(), plan.cwd.display().to_string());
         }
     }
+    // The sandbox's /tmp is its own: the host's whole /tmp as a writable
+    // root would be bound nowhere, and what the command wrote there would
+    // vanish with the run, exit 0 (harness round 11). Binding it whole
+    // would hand the command other programs' sockets and files.
+    if plan.write.iter().any(|w| w == std::path::Path::new("/tmp")) {
+        anyhow::bail!(
+            "the host's /tmp itself would be writable here (the workspace, or --write /tmp), but the sandbox has a \
+             private /tmp of its own and what the command wrote would vanish: work in a directory of its own \
+             (mkdir -p /tmp/work && cd /tmp/work), or name one with --write /tmp/NAME"
+        );
+    }
     if let Some(why) = &plan.start_note {
         bail!("{}", why.said(&plan.cwd, "run with"));
     }
@@ -203,17 +214,6 @@ pub fn run(args: &RunArgs, early: Early, log: String, session: Option<&str>) -> 
     }
     for h in crate::hints::at_start(&plan, &policy) {
         eprintln!("airlock: note: {h}");
-    }
-    // The sandbox's /tmp is its own: the host's whole /tmp as a writable
-    // root would be bound nowhere, and what the command wrote there would
-    // vanish with the run, exit 0 (harness round 11). Binding it whole
-    // would hand the command other programs' sockets and files.
-    if plan.write.iter().any(|w| w == std::path::Path::new("/tmp")) {
-        anyhow::bail!(
-            "the host's /tmp itself would be writable here (the workspace, or --write /tmp), but the sandbox has a \
-             private /tmp of its own and what the command wrote would vanish: work in a directory of its own \
-             (mkdir -p /tmp/work && cd /tmp/work), or name one with --write /tmp/NAME"
-        );
     }
     tracing::debug!(elapsed = ?started.elapsed(), "plan built");
     crate::plan::protected::check_deny_read_links(&plan.deny_read, &plan.write)

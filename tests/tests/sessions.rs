@@ -1349,3 +1349,42 @@ fn an_approver_whose_input_ends_denies_what_it_was_asked() {
     );
     assert_eq!(origin.hits(), 0);
 }
+
+/// A directory renamed into place in a session is judged whole where it
+/// lands, now that a rename no longer makes the check search every root:
+/// a tree assembled elsewhere and moved over a protected name, at the top
+/// and at a nested repository's top, is set aside when the command ends;
+/// an ordinary rename is kept.
+#[test]
+fn a_directory_renamed_into_place_is_judged_where_it_lands() {
+    if !repos_git() {
+        return;
+    }
+    for who in Who::all() {
+        let f = Fixture::new_in(&base());
+        std::fs::create_dir_all(f.ws.join("sub")).unwrap();
+        f.write("lib/a.txt", "a\n");
+        who.prepare(&f);
+        git(&f, who, &f.ws, &["init", "-q", "."]);
+        git(&f, who, &f.ws.join("sub"), &["init", "-q", "."]);
+        let mut s = Session::start(&f, who, "renames", &[]);
+        let out = s.sh(
+            &f.ws,
+            "mkdir -p stage/.vscode stage2/.husky && \
+             echo '{\"tasks\":[]}' > stage/.vscode/tasks.json && \
+             printf 'touch /tmp/PWNED\\n' > stage2/.husky/pre-commit && \
+             mv stage/.vscode .vscode && mv stage2/.husky sub/.husky && mv lib lib2 && echo moved",
+        );
+        assert!(out.stdout.contains("moved"), "{who:?}: {}", out.stderr);
+        for rel in [".vscode/tasks.json", "sub/.husky/pre-commit"] {
+            assert!(
+                !f.ws.join(rel).exists(),
+                "{who:?}: {rel} renamed into place was kept: {}",
+                out.stderr
+            );
+        }
+        assert!(f.ws.join("lib2/a.txt").exists(), "{who:?}: {}", out.stderr);
+        let out = s.end(&[]);
+        assert_eq!(out.code, 0, "{who:?}: {}", out.stderr);
+    }
+}
