@@ -462,3 +462,71 @@ fn dotenv_files_a_trusted_envrc_loads_are_not_planted() {
         }
     }
 }
+
+/// A submodule's checkout (its `.git` a `gitdir:` file) is a repository's
+/// top too: husky's hook and an editor's tasks planted there are set
+/// aside, as in a plain nested repository (red team round 15: the host's
+/// `git commit` in the submodule ran the planted hook).
+#[test]
+fn files_planted_at_a_submodules_top_are_set_aside() {
+    if !git_available() {
+        return;
+    }
+    for who in Who::all() {
+        let f = Fixture::new_in(&base());
+        who.prepare(&f);
+        let src = f.home.join("src-repo");
+        let g = |dir: &Path, args: &[&str]| {
+            let out = host(&f, who, dir, "git", args);
+            assert_eq!(out.code, 0, "{who:?}: git {args:?}: {}", show(&out));
+        };
+        std::fs::create_dir_all(&src).unwrap();
+        if who == Who::Nobody {
+            airlock_tests::who::chown(&f.home);
+        }
+        let id = ["-c", "user.email=t@t", "-c", "user.name=t"];
+        g(&src, &["init", "-q", "."]);
+        g(
+            &src,
+            &[&id[..], &["commit", "-q", "--allow-empty", "-m", "s"]].concat(),
+        );
+        g(&f.ws, &["init", "-q", "."]);
+        let url = src.to_str().unwrap();
+        g(
+            &f.ws,
+            &[
+                &id[..],
+                &[
+                    "-c",
+                    "protocol.file.allow=always",
+                    "submodule",
+                    "add",
+                    "-q",
+                    url,
+                    "libs/foo",
+                ],
+            ]
+            .concat(),
+        );
+        let foo = f.ws.join("libs/foo");
+        g(&foo, &["config", "core.hooksPath", ".husky/_"]);
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        let out = run(&mut command(
+            &f,
+            airlock_tests::tiers::Tier::Full,
+            who == Who::Nobody,
+            &["--network", "none"],
+            "mkdir -p libs/foo/.husky/_ libs/foo/.vscode && \
+             printf 'touch /tmp/PWNED\\n' > libs/foo/.husky/pre-commit && \
+             echo '{}' > libs/foo/.vscode/tasks.json && echo 'echo hi' > libs/foo/.envrc && echo done",
+        ));
+        assert!(out.stdout.contains("done"), "{who:?}: {}", show(&out));
+        for rel in [".husky/pre-commit", ".vscode/tasks.json", ".envrc"] {
+            assert!(
+                !foo.join(rel).exists(),
+                "{who:?}: libs/foo/{rel} was left in place: {}",
+                show(&out)
+            );
+        }
+    }
+}

@@ -607,10 +607,37 @@ fn work_trees(found: &Path) -> Vec<PathBuf> {
     let linked = git_path_file(&found.join("gitdir"), true)
         .map(|raw| joined(found, raw))
         .and_then(|dot_git| dot_git.parent().map(Path::to_path_buf));
-    match linked {
+    match linked.or_else(|| core_worktree(found)) {
         Some(top) => vec![top],
         None => vec![found.to_path_buf()],
     }
+}
+
+/// A git directory's `core.worktree` (a submodule's, under
+/// `.git/modules/`), resolved from the git directory as git does.
+fn core_worktree(git_dir: &Path) -> Option<PathBuf> {
+    let text = std::fs::read_to_string(git_dir.join("config")).ok()?;
+    let mut core = false;
+    for line in text.lines() {
+        let l = line.trim();
+        if l.starts_with('[') {
+            core = l
+                .trim_start_matches('[')
+                .to_ascii_lowercase()
+                .starts_with("core");
+            continue;
+        }
+        if !core {
+            continue;
+        }
+        if let Some((k, v)) = l.split_once('=') {
+            if k.trim().eq_ignore_ascii_case("worktree") {
+                let v = v.trim().trim_matches('"');
+                return std::fs::canonicalize(git_dir.join(v)).ok();
+            }
+        }
+    }
+    None
 }
 
 /// A rebase or cherry-pick in progress: what `--continue` would run. The
@@ -656,15 +683,36 @@ fn items_of(
     global_hooks: &[Vec<u8>],
     judge: &Judge,
 ) -> Vec<PathBuf> {
+    items_of_at(found, None, home, global_hooks, judge)
+}
+
+/// [`items_of`], with the work tree's top given where it is known better
+/// than the git directory says (the directory of a `.git` file).
+fn items_of_at(
+    found: &Path,
+    top: Option<&Path>,
+    home: Option<&Path>,
+    global_hooks: &[Vec<u8>],
+    judge: &Judge,
+) -> Vec<PathBuf> {
     let Ok(meta) = std::fs::symlink_metadata(found) else {
         return vec![];
     };
     if !meta.is_dir() {
         // A `.git` file (`gitdir:` pointer) or link: the pointer itself,
-        // and the git directory a `gitdir:` file names.
+        // and the git directory a `gitdir:` file names, whose work tree
+        // is where the pointer lies (a submodule's checkout, a
+        // `--separate-git-dir` repository: red team round 15, its husky
+        // hooks and editor tasks were kept).
         let mut items = vec![found.to_path_buf()];
         if let Some(target) = gitdir_target(found).filter(|t| t.is_dir()) {
-            items.extend(items_of(&target, home, global_hooks, judge));
+            items.extend(items_of_at(
+                &target,
+                found.parent(),
+                home,
+                global_hooks,
+                judge,
+            ));
         }
         return items;
     }
@@ -674,8 +722,14 @@ fn items_of(
     if let Some(c) = common.as_deref().filter(|c| *c != found) {
         git_dir_surface(c, 0, &mut surface);
     }
+    let mut tops = work_trees(found);
+    if let Some(t) = top {
+        if !tops.iter().any(|x| x == t) {
+            tops.push(t.to_path_buf());
+        }
+    }
     let reach = Reach {
-        tops: work_trees(found),
+        tops,
         home,
         global_hooks,
         judge,
