@@ -530,3 +530,99 @@ fn files_planted_at_a_submodules_top_are_set_aside() {
         }
     }
 }
+
+/// What a sandbox writes in a repository's git directory beyond its
+/// configuration that makes git run or hide something: a rebase whose
+/// next step is `exec`, and a replace ref that makes `git status` show
+/// another tree in HEAD's place (hiding the sandbox's edit). Set aside in
+/// a run, marked protected in review (red team round 15).
+#[test]
+fn a_planted_rebase_or_replace_ref_is_set_aside() {
+    if !git_available() {
+        return;
+    }
+    const PLANT: &str = "set -e; echo 'EVIL' > src.txt; git add src.txt; \
+        T=$(git write-tree); C=$(git -c user.email=t@t -c user.name=t commit-tree $T -m init); \
+        git update-ref refs/replace/$(git rev-parse HEAD) $C; \
+        mkdir -p .git/rebase-merge; printf 'exec touch /tmp/PWNED\\n' > .git/rebase-merge/git-rebase-todo; echo done";
+    for who in Who::all() {
+        let f = Fixture::new_in(&base());
+        f.write("src.txt", "good\n");
+        who.prepare(&f);
+        let g = |args: &[&str]| host(&f, who, &f.ws, "git", args);
+        assert_eq!(g(&["init", "-q", "."]).code, 0);
+        assert_eq!(g(&["add", "src.txt"]).code, 0);
+        let c = g(&[
+            "-c",
+            "user.email=t@t",
+            "-c",
+            "user.name=t",
+            "commit",
+            "-qm",
+            "init",
+        ]);
+        assert_eq!(c.code, 0, "{}", show(&c));
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        let out = run(&mut command(
+            &f,
+            airlock_tests::tiers::Tier::Full,
+            who == Who::Nobody,
+            &["--network", "none"],
+            PLANT,
+        ));
+        assert!(out.stdout.contains("done"), "{who:?}: {}", show(&out));
+        assert!(
+            !f.ws.join(".git/rebase-merge/git-rebase-todo").exists(),
+            "{who:?}: {}",
+            show(&out)
+        );
+        let st = g(&["status", "--short"]);
+        assert!(
+            st.stdout.contains("src.txt"),
+            "{who:?}: the edit is hidden: {}",
+            show(&out)
+        );
+        // Review marks both.
+        let f = Fixture::new_in(&base());
+        f.write("src.txt", "good\n");
+        who.prepare(&f);
+        let g = |args: &[&str]| host(&f, who, &f.ws, "git", args);
+        assert_eq!(g(&["init", "-q", "."]).code, 0);
+        assert_eq!(g(&["add", "src.txt"]).code, 0);
+        assert_eq!(
+            g(&[
+                "-c",
+                "user.email=t@t",
+                "-c",
+                "user.name=t",
+                "commit",
+                "-qm",
+                "init"
+            ])
+            .code,
+            0
+        );
+        let out = run(&mut who.wrap(f.command(&["--network", "none", "--review"], PLANT)));
+        assert!(out.stdout.contains("done"), "{who:?}: {}", show(&out));
+        let at = out.stderr.find("held for review as ").expect("held");
+        let id = &out.stderr[at + 19..at + 27];
+        let bin = airlock_bin();
+        let diff = host(
+            &f,
+            who,
+            &f.ws,
+            bin.to_str().unwrap(),
+            &["changes", "diff", id, "--stat"],
+        );
+        for l in diff.stdout.lines().skip(1) {
+            if l.contains("refs/replace/") || l.contains("git-rebase-todo") {
+                assert!(l.contains("[protected"), "{who:?}: {l}");
+            }
+        }
+        assert!(
+            diff.stdout.contains("refs/replace/"),
+            "{who:?}: {}",
+            show(&diff)
+        );
+    }
+}

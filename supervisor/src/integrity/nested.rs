@@ -779,7 +779,25 @@ fn items_of_at(
         items.push(abs);
     }
     items.extend(sequencer_state(found));
+    items.extend(replace_refs(found));
+    if let Some(c) = common.as_deref().filter(|c| *c != found) {
+        items.extend(replace_refs(c));
+    }
     items
+}
+
+/// Replace refs: `refs/replace/<commit>` makes git show another commit in
+/// a commit's place, so that `git status` and `git diff HEAD` hide what
+/// the sandbox changed (red team round 15); and `packed-refs` when it
+/// holds one.
+fn replace_refs(git_dir: &Path) -> Vec<PathBuf> {
+    let mut out = vec![];
+    entries_below(&git_dir.join("refs/replace"), 3, &mut out);
+    let packed = git_dir.join("packed-refs");
+    if std::fs::read(&packed).is_ok_and(|t| memchr::memmem::find(&t, b" refs/replace/").is_some()) {
+        out.push(packed);
+    }
+    out
 }
 
 /// Record, in a thread, every nested repository's items as they are now

@@ -49,6 +49,19 @@ pub fn in_git_dir_surface(rel: &Path) -> bool {
     GIT_DIR_SURFACE.iter().any(|s| rest.starts_with(s))
 }
 
+/// What in a git directory changes what git runs or shows without being
+/// configuration: a rebase's or cherry-pick's state (`--continue` runs its
+/// `exec` steps), and replace refs (`refs/replace/<commit>` makes `git
+/// status` and `git diff` show another commit's tree in place of HEAD's,
+/// hiding the sandbox's edits). Judged when a sandbox writes them, and
+/// marked in review (red team round 15); not read-only inside, where
+/// `git rebase` must work.
+pub fn in_git_dir_state(rel: &Path) -> bool {
+    ["rebase-merge", "rebase-apply", "sequencer", "refs/replace"]
+        .iter()
+        .any(|s| rel.starts_with(s))
+}
+
 /// A file's bytes as git reads a path from it (`commondir`, a `gitdir:`
 /// file): all of it, less trailing newlines and carriage returns. Links
 /// are followed only with `follow` (as git does on the host; never in an

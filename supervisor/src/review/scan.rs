@@ -321,7 +321,10 @@ pub fn is_protected(path: &Path, protected: &[PathBuf], home: &Path) -> bool {
     for (i, c) in comps.iter().enumerate() {
         let rest: PathBuf = comps[i + 1..].iter().collect();
         if *c == DOT_GIT {
-            if rest.as_os_str().is_empty() || in_git_dir_surface(&rest) {
+            if rest.as_os_str().is_empty()
+                || in_git_dir_surface(&rest)
+                || crate::plan::protected::in_git_dir_state(&rest)
+            {
                 return true;
             }
         } else if ROOT_SURFACE.iter().any(|s| *c == *s) {
@@ -396,9 +399,10 @@ fn open_up(layer: &Path, upper: &Path) -> anyhow::Result<BTreeMap<PathBuf, u32>>
 fn in_a_git_dir_surface(path: &Path, git_dirs: &BTreeSet<PathBuf>) -> bool {
     path.ancestors().skip(1).any(|dir| {
         git_dirs.contains(dir)
-            && path
-                .strip_prefix(dir)
-                .is_ok_and(crate::plan::protected::in_git_dir_surface)
+            && path.strip_prefix(dir).is_ok_and(|r| {
+                crate::plan::protected::in_git_dir_surface(r)
+                    || crate::plan::protected::in_git_dir_state(r)
+            })
     })
 }
 
