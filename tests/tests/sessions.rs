@@ -1116,6 +1116,18 @@ fn a_process_left_running_keeps_neither_the_callers_output_nor_terminal() {
             .unwrap_or_else(|| panic!("{who:?}: not told where: {}", out.stderr))
             .to_string();
         wait_for_file(&f.ws.join("survived"));
+        // One that writes on and on does not keep the caller either
+        // (red team round 15: the final drain followed it).
+        let t = Instant::now();
+        let out = s.sh(&f.ws, "(timeout 20 yes AFTER >&1) & echo started");
+        assert!(
+            t.elapsed() < Duration::from_secs(12),
+            "{who:?}: a writing survivor kept the caller"
+        );
+        assert!(
+            out.stdout.starts_with("started\n") || out.stdout.contains("started"),
+            "{who:?}"
+        );
         let deadline = Instant::now() + Duration::from_secs(10);
         while !std::fs::read_to_string(&log)
             .unwrap_or_default()

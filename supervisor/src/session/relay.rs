@@ -287,9 +287,18 @@ impl Running {
             if !stopping && fds[0].revents != 0 {
                 stopping = true;
                 // What was written before the command ended is in the
-                // buffers now: all of it reaches the caller.
+                // buffers now: that much reaches the caller, and no more
+                // (a process left running that writes on and on must not
+                // keep the caller waiting: red team round 15).
                 for s in &mut self.sources {
-                    while !s.ended && pass(s, &mut buf, self.id, &self.log, &mut self.logged) {}
+                    let mut left = queued(&s.from);
+                    while left > 0 && !s.ended {
+                        let take = left.min(buf.len());
+                        match pass(s, &mut buf[..take], self.id, &self.log, &mut self.logged) {
+                            0 => break,
+                            n => left -= n,
+                        }
+                    }
                 }
                 if let Some((fd, mode)) = self.saved.take() {
                     let _ = nix::sys::termios::tcsetattr(
@@ -339,21 +348,31 @@ impl Running {
     }
 }
 
-/// Move what one source has now (false when there is nothing more for
-/// the moment, or it ended): to the caller while the command runs, to the
-/// session's log after.
-fn pass(s: &mut Source, buf: &mut [u8], id: u64, log: &Option<PathBuf>, logged: &mut u64) -> bool {
+/// Bytes waiting in a pipe or a pty's master now.
+fn queued(fd: &OwnedFd) -> usize {
+    let mut n: libc::c_int = 0;
+    // SAFETY: FIONREAD into an int we own, on a descriptor we hold.
+    match unsafe { libc::ioctl(fd.as_raw_fd(), libc::FIONREAD, &mut n) } {
+        0 => usize::try_from(n).unwrap_or(0),
+        _ => 0,
+    }
+}
+
+/// Move what one source has now (how much: 0 when there is nothing more
+/// for the moment, or it ended): to the caller while the command runs,
+/// to the session's log after.
+fn pass(s: &mut Source, buf: &mut [u8], id: u64, log: &Option<PathBuf>, logged: &mut u64) -> usize {
     let n = match nix::unistd::read(&s.from, buf) {
         Ok(0) => {
             s.ended = true;
-            return false;
+            return 0;
         }
         Ok(n) => n,
-        Err(nix::errno::Errno::EAGAIN) | Err(nix::errno::Errno::EINTR) => return false,
+        Err(nix::errno::Errno::EAGAIN) | Err(nix::errno::Errno::EINTR) => return 0,
         // EIO: nothing holds the pty's other end any more.
         Err(_) => {
             s.ended = true;
-            return false;
+            return 0;
         }
     };
     match &s.to {
@@ -380,7 +399,7 @@ fn pass(s: &mut Source, buf: &mut [u8], id: u64, log: &Option<PathBuf>, logged: 
             }
         }
     }
-    true
+    n
 }
 
 /// All of `data` to `fd`, waiting while it is full (the caller's pipe may
