@@ -365,7 +365,9 @@ fn links_made_in_place_of_tool_directories_are_set_aside() {
         printf '[hooks]\\npre-commit = touch /tmp/PWNED\\n' > st/hg/hgrc && \
         printf '[hooks]\\nenter = \"touch /tmp/PWNED\"\\n' > st/cfg/mise.toml && \
         ln -s ../st/cargo deep/.cargo && ln -s ../../st/cargo deep/x/.cargo && \
-        ln -s st/hg .hg && ln -s ../st/cfg deep/.config && ln -s ../st deep/docs && echo done";
+        ln -s st/hg .hg && ln -s ../st/cfg deep/.config && ln -s ../st deep/docs && \
+        mkdir -p deep/y/.mise/conf.d deep/z/mise && printf '[hooks]\\n' > deep/y/.mise/conf.d/10.toml && \
+        ln -s ../../st/cfg deep/z/mise/conf.d && echo done";
     for tier in TIERS {
         for who in Who::all() {
             let ctx = format!("{tier:?} {who:?}");
@@ -379,7 +381,15 @@ fn links_made_in_place_of_tool_directories_are_set_aside() {
                 PLANT,
             ));
             assert!(out.stdout.contains("done"), "{ctx}: {}", show(&out));
-            for rel in ["deep/.cargo", "deep/x/.cargo", ".hg", "deep/.config"] {
+            for rel in [
+                "deep/.cargo",
+                "deep/x/.cargo",
+                ".hg",
+                "deep/.config",
+                // mise's conf.d (red team round 15).
+                "deep/y/.mise/conf.d/10.toml",
+                "deep/z/mise/conf.d",
+            ] {
                 assert!(
                     std::fs::symlink_metadata(f.ws.join(rel)).is_err(),
                     "{ctx}: {rel} was left in place: {}",

@@ -293,6 +293,8 @@ fn walk_below(
             }
             let dir_name = Path::new(&node.name).file_name().unwrap_or_default();
             if crate::plan::protected::redirects_tool(dir_name, &name)
+                || (dir_name == "conf.d"
+                    && crate::plan::protected::redirects_tool_path(&path_of(&node).join(&name)))
                 || (crate::plan::protected::redirect_dir(&name)
                     && crate::plan::protected::redirect_link(&path_of(&node).join(&name))
                     && match entry.file_type() {

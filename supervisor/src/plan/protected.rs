@@ -357,8 +357,28 @@ pub fn redirect_dir(name: &std::ffi::OsStr) -> bool {
     use std::os::unix::ffi::OsStrExt;
     matches!(
         name.as_bytes(),
-        b".cargo" | b".hg" | b".mise" | b"mise" | b".config" | b"tools" | b".yarn"
+        b".cargo" | b".hg" | b".mise" | b"mise" | b".config" | b"tools" | b".yarn" | b"conf.d"
     )
+}
+
+/// [`redirects_tool`] by a file's whole path: also mise's `conf.d`
+/// (`mise/conf.d/*.toml`, `.mise/conf.d/`, `.config/mise/conf.d/`), whose
+/// files mise reads as its config (red team round 15).
+pub fn redirects_tool_path(path: &Path) -> bool {
+    let name = path.file_name().unwrap_or_default();
+    let dir = path.parent().and_then(Path::file_name).unwrap_or_default();
+    redirects_tool(dir, name) || mise_conf_d(path)
+}
+
+/// Whether `path` is a `.toml` in a mise `conf.d` directory.
+fn mise_conf_d(path: &Path) -> bool {
+    let dir = path.parent();
+    dir.and_then(Path::file_name).is_some_and(|d| d == "conf.d")
+        && path.extension().is_some_and(|e| e == "toml")
+        && dir
+            .and_then(Path::parent)
+            .and_then(Path::file_name)
+            .is_some_and(|g| g == "mise" || g == ".mise")
 }
 
 /// [`redirect_dir`] for a link at `link`: `tools` only when what it leads
@@ -367,6 +387,11 @@ pub fn redirect_dir(name: &std::ffi::OsStr) -> bool {
 pub fn redirect_link(link: &Path) -> bool {
     match link.file_name() {
         Some(n) if n == "tools" => std::fs::symlink_metadata(link.join("bazel")).is_ok(),
+        // mise's `conf.d`, made a link (red team round 15).
+        Some(n) if n == "conf.d" => link
+            .parent()
+            .and_then(Path::file_name)
+            .is_some_and(|g| g == "mise" || g == ".mise"),
         Some(n) => redirect_dir(n),
         None => false,
     }

@@ -336,10 +336,8 @@ pub fn is_protected(path: &Path, protected: &[PathBuf], home: &Path) -> bool {
             }
         }
     }
-    if let (Some(dir), Some(name)) = (path.parent().and_then(Path::file_name), path.file_name()) {
-        if crate::plan::protected::redirects_tool(dir, name) {
-            return true;
-        }
+    if crate::plan::protected::redirects_tool_path(path) {
+        return true;
     }
 
     match path.strip_prefix(home) {
