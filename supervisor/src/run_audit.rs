@@ -77,6 +77,27 @@ pub fn open(
     let mut audit = match &policy.audit_log {
         Some(path) => {
             crate::policy::trust::output_path(Path::new(&path.value), "the audit log")?;
+            // A start-up file a shell or tool runs: what the log holds
+            // (paths and hosts the sandbox chose) would run there (red
+            // team round 15).
+            if let Some(home) = std::env::var_os("HOME").map(std::path::PathBuf::from) {
+                let p = crate::paths::lexical(
+                    &std::env::current_dir()
+                        .unwrap_or_default()
+                        .join(&path.value),
+                );
+                if let Ok(rel) = p.strip_prefix(&home) {
+                    if crate::plan::protected::HOME_SURFACE
+                        .iter()
+                        .any(|s| rel.starts_with(s))
+                    {
+                        anyhow::bail!(
+                            "the audit log {} is a file host tools run or obey; name another file",
+                            crate::text::shown(&p)
+                        );
+                    }
+                }
+            }
             Some(AuditLog::open(Path::new(&path.value), run)?)
         }
         None => None,

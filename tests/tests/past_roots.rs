@@ -144,6 +144,8 @@ fn outputs_are_not_written_through_a_link_an_earlier_run_left() {
             &["--network", "none", "--report", "out/report.json"][..],
             &["--network", "none", "--audit-log", "out/audit.jsonl"][..],
             &["--learn", "out/learned.toml"][..],
+            // Through the link and back up (red team round 15).
+            &["--network", "none", "--report", "out/../../report.json"][..],
         ] {
             let out = sandboxed(&f, who, args, "echo ran");
             assert_eq!(out.code, 125, "{who:?} {args:?}: {}", show(&out));
@@ -163,6 +165,16 @@ fn outputs_are_not_written_through_a_link_an_earlier_run_left() {
             "mine\n"
         );
         assert!(!victim.join("learned.toml").exists(), "{who:?}");
+        // Nor into a start-up file host tools run (red team round 15).
+        let bashrc = f.home.join(".bashrc");
+        let out = sandboxed(
+            &f,
+            who,
+            &["--network", "none", "--audit-log", bashrc.to_str().unwrap()],
+            "echo ran",
+        );
+        assert_eq!(out.code, 125, "{who:?}: {}", show(&out));
+        assert!(!bashrc.exists(), "{who:?}");
         // A path of the user's own is written.
         let mine = f.ws.join("reports");
         std::fs::create_dir_all(&mine).unwrap();

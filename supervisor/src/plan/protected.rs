@@ -334,6 +334,8 @@ pub fn redirects_tool(dir: &std::ffi::OsStr, name: &std::ffi::OsStr) -> bool {
             // (`source_env_if_exists .envrc.local`; red team round 13).
             | b".envrc.local"
             | b".envrc.private"
+            // Red team round 15: the third common name.
+            | b".envrc.user"
     );
     matches!(n, b"rust-toolchain" | b"rust-toolchain.toml" | b".rtx.toml")
         || nearest_wins

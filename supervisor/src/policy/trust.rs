@@ -143,7 +143,9 @@ pub fn output_path(path: &Path, what: &str) -> Result<()> {
     let Ok(cwd) = std::env::current_dir() else {
         return Ok(());
     };
-    let abs = crate::paths::lexical(&cwd.join(path));
+    // As the kernel walks it: `out/../r.json` goes through `out` first
+    // (red team round 15), so `..` is not folded away beforehand.
+    let abs = cwd.join(path);
     let Some(parent) = abs.parent() else {
         return Ok(());
     };
@@ -153,7 +155,14 @@ pub fn output_path(path: &Path, what: &str) -> Result<()> {
     }
     let mut real = PathBuf::new();
     for c in parent.components() {
-        real.push(c);
+        match c {
+            std::path::Component::ParentDir => {
+                real.pop();
+                continue;
+            }
+            std::path::Component::CurDir => continue,
+            _ => real.push(c),
+        }
         let Ok(m) = std::fs::symlink_metadata(&real) else {
             return Ok(());
         };
@@ -486,8 +495,8 @@ pub fn fragment_effect(f: &airlock_policy::Fragment) -> Vec<String> {
     if !f.upstream_ca.is_empty() {
         out.push("trusts extra upstream CAs".into());
     }
-    if f.audit_log.is_some() {
-        out.push("sets the audit log path".into());
+    if let Some(a) = &f.audit_log {
+        out.push(format!("sets the audit log path: {}", a.value));
     }
     if let Some(o) = &f.audit_otlp {
         // What ran and where it went, sent off the machine.
