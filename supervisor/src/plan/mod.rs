@@ -645,11 +645,16 @@ impl StartRefused {
             .bring_in
             .as_ref()
             .map_or(String::new(), |b| format!(", or {with} {b}"));
+        let seen = crate::text::shown(seen);
+        // The workspace itself, when it is the refused directory, is no
+        // example (red team round 15).
+        let example = match seen == self.dir {
+            true => String::new(),
+            false => format!(", such as {seen}"),
+        };
         format!(
-            "refused: the command would start in {}, which the sandbox cannot use ({}); it is not run elsewhere instead: cd first into a directory the sandbox sees, such as {}{bring}",
-            self.dir,
-            self.why,
-            crate::text::shown(seen)
+            "refused: the command would start in {}, which the sandbox cannot use ({}); it is not run elsewhere instead: cd first into a directory the sandbox sees{example}{bring}",
+            self.dir, self.why
         )
     }
 }
