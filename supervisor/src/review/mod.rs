@@ -144,6 +144,42 @@ impl Changeset {
     pub fn remove(&self) -> Result<()> {
         remove_tree(&self.dir).with_context(|| format!("removing {}", self.dir.display()))
     }
+
+    /// An empty changeset is renamed out of the way (one system call on
+    /// the run's exit path) and removed by a later review run, in the
+    /// background while its sandbox starts; `changes` never lists it (not
+    /// an id). Removed now when it cannot be renamed.
+    pub fn remove_later(&self) {
+        let gone = self.dir.with_file_name(format!("{GONE}{}", self.meta.id));
+        if std::fs::rename(&self.dir, &gone).is_err() {
+            let _ = self.remove();
+        }
+    }
+}
+
+/// The name an empty changeset is renamed to before it is removed.
+const GONE: &str = ".gone-";
+
+/// Remove, in a thread, the empty changesets earlier runs set aside.
+fn sweep_gone(changes: &Path) {
+    let Ok(rd) = std::fs::read_dir(changes) else {
+        return;
+    };
+    let gone: Vec<PathBuf> = rd
+        .flatten()
+        .filter(|e| e.file_name().to_str().is_some_and(|n| n.starts_with(GONE)))
+        .map(|e| e.path())
+        .collect();
+    if gone.is_empty() {
+        return;
+    }
+    let _ = std::thread::Builder::new()
+        .name("changes-sweep".into())
+        .spawn(move || {
+            for g in gone {
+                let _ = remove_tree(&g);
+            }
+        });
 }
 
 /// A record a sandbox could have rewritten (its state directory is
@@ -235,6 +271,7 @@ pub fn prepare(plan: &mut Plan, workspace: &Path, home: &Path) -> Result<Changes
             );
         }
     }
+    sweep_gone(&changes);
     let mut id = String::new();
     let mut dir = PathBuf::new();
     for _ in 0..16 {
@@ -389,7 +426,7 @@ pub fn finish(mut cs: Changeset, quiet: bool) -> Option<serde_json::Value> {
         }
     };
     if entries.is_empty() && held.is_empty() {
-        let _ = cs.remove();
+        cs.remove_later();
         if !quiet {
             eprintln!("airlock: --review: the run changed no files and sent no request that needed review; nothing is held");
         }
