@@ -175,11 +175,10 @@ fn lives_on(held: &std::path::Path) -> bool {
     std::fs::metadata(held).map_or(true, |m| m.nlink() > 0)
 }
 
-/// One line of /proc/PID/maps: its range and the name it was mapped by,
-/// when the mapping is a file's, shared, and that name was removed.
+/// One line of /proc/PID/maps (`start-end perms offset dev inode path`)
+/// when the mapping is a file's and shared: its range and its path.
 #[cfg(target_os = "linux")]
-fn shared_deleted(line: &str) -> Option<(String, std::path::PathBuf)> {
-    let range = line.split_whitespace().next()?.to_string();
+fn shared_mapping(line: &str) -> Option<(&str, &str)> {
     let mut rest = line;
     let mut fields = [""; 5];
     for f in &mut fields {
@@ -188,30 +187,25 @@ fn shared_deleted(line: &str) -> Option<(String, std::path::PathBuf)> {
         *f = &rest[..end];
         rest = &rest[end..];
     }
-    let gone = rest.trim_start().strip_suffix(" (deleted)")?;
-    (fields[1].as_bytes().get(3) == Some(&b's') && fields[4] != "0" && gone.starts_with('/'))
-        .then(|| (range, std::path::PathBuf::from(gone)))
+    let path = rest.trim_start();
+    (fields[1].as_bytes().get(3) == Some(&b's') && fields[4] != "0" && path.starts_with('/'))
+        .then_some((fields[0], path))
 }
 
-/// One line of /proc/PID/maps (`start-end perms offset dev inode path`):
-/// its path, when the mapping is a file's and shared.
+/// A shared file mapping's range and the name it was mapped by, when that
+/// name was removed.
+#[cfg(target_os = "linux")]
+fn shared_deleted(line: &str) -> Option<(String, std::path::PathBuf)> {
+    let (range, path) = shared_mapping(line)?;
+    let gone = path.strip_suffix(" (deleted)")?;
+    Some((range.to_string(), std::path::PathBuf::from(gone)))
+}
+
+/// A shared file mapping's path, when that name is still there.
 #[cfg(target_os = "linux")]
 fn shared_file(line: &str) -> Option<std::path::PathBuf> {
-    let mut rest = line;
-    let mut fields = [""; 5];
-    for f in &mut fields {
-        rest = rest.trim_start();
-        let end = rest.find(char::is_whitespace)?;
-        *f = &rest[..end];
-        rest = &rest[end..];
-    }
-    let perms = fields[1].as_bytes();
-    let path = rest.trim_start();
-    (perms.get(3) == Some(&b's')
-        && fields[4] != "0"
-        && path.starts_with('/')
-        && !path.ends_with(" (deleted)"))
-    .then(|| std::path::PathBuf::from(path))
+    let (_, path) = shared_mapping(line)?;
+    (!path.ends_with(" (deleted)")).then(|| std::path::PathBuf::from(path))
 }
 
 #[cfg(all(test, target_os = "linux"))]
