@@ -227,6 +227,16 @@ mod tests {
             shared_file(&line("r--s", "1234", "/w/a name")),
             Some("/w/a name".into())
         );
+        // Mapped by a name since removed (red team round 14).
+        assert_eq!(
+            shared_deleted(&line("rw-s", "1234", "/w/.held (deleted)")),
+            Some(("7f0000000000-7f0000001000".into(), "/w/.held".into()))
+        );
+        assert_eq!(
+            shared_deleted(&line("rw-p", "1234", "/w/.held (deleted)")),
+            None
+        );
+        assert_eq!(shared_deleted(&line("rw-s", "1234", "/w/.held")), None);
         for (perms, ino, path) in [
             ("rw-p", "1234", "/w/f"),
             ("r--p", "1234", "/w/f"),

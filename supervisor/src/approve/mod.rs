@@ -31,7 +31,9 @@ static NOTIFIED: std::sync::Mutex<Option<(u64, std::time::Instant)>> = std::sync
 /// Say `line` to whoever waits on a question now.
 pub fn notify(line: &str) {
     let n = {
-        let mut g = NOTIFIED.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut g = NOTIFIED
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         let now = std::time::Instant::now();
         let (count, since) = g.get_or_insert((0, now));
         if now.duration_since(*since) > Duration::from_secs(60) {
