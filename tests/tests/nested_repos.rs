@@ -989,6 +989,28 @@ fn a_touch_that_changes_nothing_leaves_the_users_repository_alone() {
             config,
             "{who:?}"
         );
+        // A config the sandbox changes to run a program: the user's own
+        // is put back whole (its credential helper and signing keys too),
+        // not a plain copy of a "new repository" (red team round 13).
+        let out = sandboxed(
+            &f,
+            who,
+            &["--network", "none"],
+            "git -C lib config core.fsmonitor 'touch /tmp/PWNED; false' && echo planted",
+        );
+        assert!(out.stdout.contains("planted"), "{who:?}: {}", show(&out));
+        assert_eq!(
+            std::fs::read(lib.join(".git/config")).unwrap(),
+            config,
+            "{who:?}: the user's configuration was not put back\n{}",
+            show(&out)
+        );
+        assert!(
+            out.stderr.contains("quarantined and restored")
+                && !out.stderr.contains("new git repository"),
+            "{who:?}: {}",
+            show(&out)
+        );
     }
 }
 

@@ -49,7 +49,16 @@ pub struct Seen {
     pub ctime: (i64, i64),
     /// SHA-256 of the bytes (of a link: its target).
     pub hash: Vec<u8>,
+    /// The bytes of a git configuration file (`config`,
+    /// `config.worktree`): what the user's own repository had before the
+    /// run is put back when a sandbox changed it, rather than a plain
+    /// copy that drops the user's credential helper and signing keys.
+    pub content: Option<Vec<u8>>,
 }
+
+/// Configuration files whose bytes are kept, and how many at most.
+const CONFIG_NAMES: &[&str] = &["config", "config.worktree"];
+const CONFIG_BYTES: usize = 64 << 10;
 
 fn ctime_of(m: &std::fs::Metadata) -> (i64, i64) {
     (m.ctime(), m.ctime_nsec())
@@ -65,6 +74,7 @@ pub fn ctime_time(c: (i64, i64)) -> SystemTime {
 /// while being read.
 pub fn observe(path: &Path) -> Option<Seen> {
     let meta = std::fs::symlink_metadata(path).ok()?;
+    let mut content = None;
     let hash = if meta.file_type().is_symlink() {
         let target = std::fs::read_link(path).ok()?;
         digest(target.as_os_str().as_encoded_bytes())
@@ -90,7 +100,15 @@ pub fn observe(path: &Path) -> Option<Seen> {
         if ctime_of(&after) != ctime_of(&meta) || bytes.len() as u64 > MAX_BYTES {
             return None;
         }
-        digest(&bytes)
+        let config = path
+            .file_name()
+            .and_then(|n| n.to_str())
+            .is_some_and(|n| CONFIG_NAMES.contains(&n));
+        let hash = digest(&bytes);
+        if config && bytes.len() <= CONFIG_BYTES {
+            content = Some(bytes);
+        }
+        hash
     } else {
         return None;
     };
@@ -102,6 +120,7 @@ pub fn observe(path: &Path) -> Option<Seen> {
         perm: meta.mode() & 0o7777,
         ctime: ctime_of(&meta),
         hash,
+        content,
     })
 }
 

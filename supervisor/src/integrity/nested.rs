@@ -1141,13 +1141,33 @@ pub fn changes_near(
                 if abs.is_dir() && !abs.is_symlink() {
                     continue;
                 }
+                // The user's own configuration, recorded before the run in
+                // a repository that was there: put back as it was (the
+                // sandbox's is kept in the quarantine), rather than a plain
+                // copy without the user's credential helper and signing
+                // keys, said to be "a new repository" (red team round 13).
+                let recorded = (!assembled && judge.before.knew_dir(&found))
+                    .then(|| judge.before.get(&abs))
+                    .flatten()
+                    .and_then(|b| b.content.clone().map(|c| (b, c)));
+                let (kind, before) = match recorded {
+                    Some((b, content)) => (
+                        ChangeKind::Modified,
+                        State::File {
+                            id: crate::integrity::snapshot::Id::recorded(b.dev, b.ino, b.ctime),
+                            mode: b.perm,
+                            content: Some(content),
+                        },
+                    ),
+                    // Nothing was recorded before: treat it as new, so a
+                    // configuration is sanitised rather than trusted.
+                    None => (ChangeKind::Created, State::Absent),
+                };
                 out.push(Change {
                     root: item_root.clone(),
                     rel: rel.to_path_buf(),
-                    // Nothing was recorded before: treat it as new, so a
-                    // configuration is sanitised rather than trusted.
-                    kind: ChangeKind::Created,
-                    before: State::Absent,
+                    kind,
+                    before,
                     git: true,
                     hidden: false,
                 });

@@ -98,6 +98,16 @@ impl State {
 }
 
 impl Id {
+    /// What a record of an item's identity knew (its size unknown).
+    pub fn recorded(dev: u64, ino: u64, ctime: (i64, i64)) -> Id {
+        Id {
+            dev,
+            ino,
+            ctime,
+            size: -1,
+        }
+    }
+
     // `st_dev` is an i32 on macOS.
     #[allow(clippy::unnecessary_cast)]
     fn of(st: &FileStat) -> Id {
