@@ -63,7 +63,7 @@ fn refused_writes_are_named_with_how_to_allow_them() {
             "{who:?}: {line}"
         );
         assert!(
-            line.contains(".git/config (write; protected"),
+            line.contains(".git/config (write; protected") && line.contains("git -c key=value"),
             "{who:?}: {line}"
         );
         assert!(!new.exists(), "{who:?}: the write went through");

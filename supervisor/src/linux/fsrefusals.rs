@@ -194,6 +194,11 @@ fn how_to_allow(path: &Path, op: &str, rule: &str, roots: &[PathBuf]) -> String 
             "hidden (deny_read): the command sees an empty, read-only file in its place; a secret stays outside every sandbox (SPEC §3.3): pass what the command needs another way (--pass-env NAME for a variable), or read it outside the sandbox; `airlock policy explain --path {}` names the rule",
             crate::text::shown(path)
         ),
+        // A repository's config: what a command usually wants from it
+        // works without writing it (harness round 12).
+        "protected" if path.ends_with(".git/config") || path.ends_with(".git/config.lock") => {
+            "protected: host tools run or obey it, so no sandbox may write it (SPEC §4.5); for this command, `git -c key=value ...` (or GIT_AUTHOR_NAME, GIT_AUTHOR_EMAIL, GIT_COMMITTER_NAME, GIT_COMMITTER_EMAIL for an identity) sets it without writing the file; to keep it, change it outside the sandbox".into()
+        }
         "protected" => "protected: host tools run or obey it, so no sandbox may write it (SPEC §4.5); change it outside the sandbox".into(),
         // Not a path to widen to: it is another project's cache (or this
         // project's record of itself), and making it writable would carry
