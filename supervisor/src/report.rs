@@ -398,14 +398,26 @@ fn blocked_line(blocked: &[Blocked], beyond: u64) -> Option<String> {
     };
     let generic = ["not-allowlisted", "approval-denied", "approval-timeout"];
     let mut advice = vec![];
-    if shown
+    // The advice itself where it is short (harness round 12: the model
+    // was given a placeholder the report already filled in).
+    let mut allows: Vec<&str> = shown
         .iter()
-        .any(|b| generic.contains(&b.reason.as_str()) && b.how_to_allow.starts_with("--allow"))
-    {
-        advice.push(
+        .filter(|b| generic.contains(&b.reason.as_str()) && b.how_to_allow.starts_with("--allow"))
+        .filter_map(|b| b.how_to_allow.split(" or ").next())
+        .collect();
+    allows.dedup();
+    match allows.len() {
+        0 => {}
+        1..=3 => advice.push(format!(
+            "To allow {}: {} (or add {} to [network].allow in airlock.toml).",
+            if allows.len() == 1 { "it" } else { "them" },
+            allows.join(" "),
+            if allows.len() == 1 { "it" } else { "them" },
+        )),
+        _ => advice.push(
             "To allow a host: --allow HOST or add it to [network].allow in airlock.toml."
                 .to_string(),
-        );
+        ),
     }
     for b in shown {
         let covered = generic.contains(&b.reason.as_str()) && b.how_to_allow.starts_with("--allow");
@@ -558,7 +570,7 @@ mod tests {
         assert_eq!(
             text,
             "airlock: blocked 3 connections: 169.254.169.254:80 (private-address) x2, evil.example:443 (not-allowlisted). \
-             To allow a host: --allow HOST or add it to [network].allow in airlock.toml. \
+             To allow it: --allow evil.example (or add it to [network].allow in airlock.toml). \
              169.254.169.254:80: 169.254.169.254 resolved to 169.254.169.254; allow the range."
         );
     }
