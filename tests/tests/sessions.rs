@@ -1116,6 +1116,17 @@ fn a_process_left_running_keeps_neither_the_callers_output_nor_terminal() {
             .unwrap_or_else(|| panic!("{who:?}: not told where: {}", out.stderr))
             .to_string();
         wait_for_file(&f.ws.join("survived"));
+        // A command that leaves nothing running is not told otherwise
+        // (harness round 13: said after `echo`, its children closing).
+        for _ in 0..20 {
+            let out = s.sh(&f.ws, "seq 1 20000 | tail -1");
+            assert_eq!(out.stdout, "20000\n", "{who:?}");
+            assert!(
+                !out.stderr.contains("left running"),
+                "{who:?}: {}",
+                out.stderr
+            );
+        }
         // One that writes on and on does not keep the caller either
         // (red team round 15: the final drain followed it).
         let t = Instant::now();

@@ -300,6 +300,47 @@ impl Running {
                         }
                     }
                 }
+                // The command's own processes may still be closing their
+                // ends: a moment for that (and for what they write last),
+                // so that only a process really left running is said to
+                // hold the output (harness round 13: said after `echo`).
+                let grace = std::time::Instant::now() + std::time::Duration::from_millis(25);
+                while self.sources.iter().any(|s| !s.ended) {
+                    let left = grace.saturating_duration_since(std::time::Instant::now());
+                    if left.is_zero() {
+                        break;
+                    }
+                    let mut fds: Vec<libc::pollfd> = self
+                        .sources
+                        .iter()
+                        .map(|s| libc::pollfd {
+                            fd: if s.ended { -1 } else { s.from.as_raw_fd() },
+                            events: libc::POLLIN,
+                            revents: 0,
+                        })
+                        .collect();
+                    // SAFETY: poll on descriptors we own, in a vector we own.
+                    let n = unsafe {
+                        libc::poll(
+                            fds.as_mut_ptr(),
+                            fds.len() as libc::nfds_t,
+                            left.as_millis() as i32 + 1,
+                        )
+                    };
+                    if n <= 0 {
+                        break;
+                    }
+                    for (s, p) in self.sources.iter_mut().zip(&fds) {
+                        if p.revents != 0 && !s.ended {
+                            // Data, or the end (read gives 0, or EIO).
+                            if pass(s, &mut buf, self.id, &self.log, &mut self.logged) == 0
+                                && p.revents & libc::POLLHUP != 0
+                            {
+                                s.ended = true;
+                            }
+                        }
+                    }
+                }
                 if let Some((fd, mode)) = self.saved.take() {
                     let _ = nix::sys::termios::tcsetattr(
                         fd.as_fd(),

@@ -830,9 +830,10 @@ fn run_command(
     let beside = beside_at_start || STARTED.load(Ordering::SeqCst) != started_before;
     drop(running);
     drop(told);
-    if relay.finish() {
+    let output_held = relay.finish();
+    if output_held {
         notes.push(format!(
-            "airlock: processes this command left running still write to its output; what they write from now on goes to the session's log{}",
+            "airlock: processes command {id} left running still hold its output; what they write from now on goes to the session's log{}",
             LOG.get().map_or(String::new(), |l| format!(", {}", crate::text::shown(l)))
         ));
     }
@@ -987,6 +988,7 @@ fn run_command(
         "waiting_for_approval": waiting,
         "hidden_named": summary.hidden_named,
         "beside_another": beside,
+        "output_left_running": output_held,
     });
     let mut answer = answer;
     if !failed.is_empty() {
