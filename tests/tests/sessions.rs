@@ -1116,6 +1116,27 @@ fn a_process_left_running_keeps_neither_the_callers_output_nor_terminal() {
             .unwrap_or_else(|| panic!("{who:?}: not told where: {}", out.stderr))
             .to_string();
         wait_for_file(&f.ws.join("survived"));
+        // A caller that stops reading ends the command as a pipe would
+        // (`yes | head -1`; red team round 16: it never returned).
+        let mut yes = s
+            .cmd(&f.ws, &[], &["yes"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        {
+            use std::io::Read;
+            let mut first = [0u8; 2];
+            yes.stdout.take().unwrap().read_exact(&mut first).unwrap();
+        }
+        let t = Instant::now();
+        while yes.try_wait().unwrap().is_none() {
+            assert!(
+                t.elapsed() < Duration::from_secs(10),
+                "{who:?}: the command outlived its reader"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
         // A command that leaves nothing running is not told otherwise
         // (harness round 13: said after `echo`, its children closing).
         for _ in 0..20 {

@@ -72,11 +72,22 @@ fn identity(fd: BorrowedFd<'_>) -> Option<(u64, u64)> {
 /// An output the relay reads (a pipe's read end or the pty's master) and
 /// where it goes while the command runs.
 struct Source {
-    from: OwnedFd,
+    /// Closed when the caller stopped reading (a broken pipe): the
+    /// command then gets SIGPIPE, as from any pipe (`yes | head -1`).
+    from: Option<OwnedFd>,
     to: Option<OwnedFd>,
     /// At its end of file (for the pty's master: EIO, nothing holds the
     /// terminal's other end any more).
     ended: bool,
+}
+
+impl Source {
+    fn raw(&self) -> i32 {
+        match (&self.from, self.ended) {
+            (Some(f), false) => f.as_raw_fd(),
+            _ => -1,
+        }
+    }
 }
 
 impl Relay {
@@ -140,7 +151,7 @@ impl Relay {
             winsize = Some((pty.master.try_clone()?, term.try_clone()?));
             master = Some(pty.master.try_clone()?);
             sources.push(Source {
-                from: pty.master,
+                from: Some(pty.master),
                 to: Some(term),
                 ended: false,
             });
@@ -164,7 +175,7 @@ impl Relay {
             }
             command[i] = Some(w);
             sources.push(Source {
-                from: r,
+                from: Some(r),
                 to: Some(caller[i].try_clone()?),
                 ended: false,
             });
@@ -266,7 +277,7 @@ impl Running {
             fds.push(watch(if stopping { -1 } else { stop.as_raw_fd() }));
             fds.push(watch(self.tty_in.as_ref().map_or(-1, |f| f.as_raw_fd())));
             for s in &self.sources {
-                fds.push(watch(if s.ended { -1 } else { s.from.as_raw_fd() }));
+                fds.push(watch(s.raw()));
             }
             if stopping && self.sources.iter().all(|s| s.ended) {
                 return;
@@ -291,7 +302,7 @@ impl Running {
                 // (a process left running that writes on and on must not
                 // keep the caller waiting: red team round 15).
                 for s in &mut self.sources {
-                    let mut left = queued(&s.from);
+                    let mut left = s.from.as_ref().map_or(0, queued);
                     while left > 0 && !s.ended {
                         let take = left.min(buf.len());
                         match pass(s, &mut buf[..take], self.id, &self.log, &mut self.logged) {
@@ -314,7 +325,7 @@ impl Running {
                         .sources
                         .iter()
                         .map(|s| libc::pollfd {
-                            fd: if s.ended { -1 } else { s.from.as_raw_fd() },
+                            fd: s.raw(),
                             events: libc::POLLIN,
                             revents: 0,
                         })
@@ -403,7 +414,11 @@ fn queued(fd: &OwnedFd) -> usize {
 /// for the moment, or it ended): to the caller while the command runs,
 /// to the session's log after.
 fn pass(s: &mut Source, buf: &mut [u8], id: u64, log: &Option<PathBuf>, logged: &mut u64) -> usize {
-    let n = match nix::unistd::read(&s.from, buf) {
+    let Some(from) = &s.from else {
+        s.ended = true;
+        return 0;
+    };
+    let n = match nix::unistd::read(from, buf) {
         Ok(0) => {
             s.ended = true;
             return 0;
@@ -419,7 +434,10 @@ fn pass(s: &mut Source, buf: &mut [u8], id: u64, log: &Option<PathBuf>, logged: 
     match &s.to {
         Some(to) => {
             if !write_all(to.as_fd(), &buf[..n]) {
+                // The caller stopped reading: so does the command's pipe.
                 s.to = None;
+                s.from = None;
+                s.ended = true;
             }
         }
         None => {
