@@ -1297,3 +1297,56 @@ for i in range(3500):
         host_git_runs_nothing(&f, who, &f.ws.join("sub"), &marker);
     }
 }
+
+/// A `gitdir:` file the sandbox writes that names a repository of the
+/// user's (`x/.git` → `../lib/.git`) is set aside, and the user's
+/// repository is left as it was: not judged "new", its config and hooks
+/// kept (red team round 16).
+#[test]
+fn a_pointer_to_the_users_repository_does_not_make_it_new() {
+    if !git_available() {
+        eprintln!("skipped: git is not installed");
+        return;
+    }
+    for who in Who::all() {
+        let f = repo(&base(), who);
+        let lib = f.ws.join("lib");
+        std::fs::create_dir_all(&lib).unwrap();
+        if who == Who::Nobody {
+            airlock_tests::who::chown(&f.ws);
+        }
+        git_ok(&f, who, &lib, &["init", "-q", "."]);
+        git_ok(&f, who, &lib, &["config", "user.signingkey", "MYKEY"]);
+        let hook = lib.join(".git/hooks/pre-commit");
+        std::fs::write(&hook, "#!/bin/sh\n# the user's scanner\n").unwrap();
+        if who == Who::Nobody {
+            airlock_tests::who::chown(&f.ws);
+        }
+        let config = std::fs::read(lib.join(".git/config")).unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        let out = sandboxed(
+            &f,
+            who,
+            &["--network", "none"],
+            "mkdir -p x && printf 'gitdir: ../lib/.git\\n' > x/.git && echo pointed",
+        );
+        assert!(out.stdout.contains("pointed"), "{who:?}: {}", show(&out));
+        assert!(!f.ws.join("x/.git").exists(), "{who:?}: {}", show(&out));
+        assert_eq!(
+            std::fs::read(lib.join(".git/config")).unwrap(),
+            config,
+            "{who:?}: {}",
+            show(&out)
+        );
+        assert!(
+            hook.exists(),
+            "{who:?}: the user's hook was set aside: {}",
+            show(&out)
+        );
+        assert!(
+            !out.stderr.contains("new git repository"),
+            "{who:?}: {}",
+            show(&out)
+        );
+    }
+}

@@ -1116,7 +1116,17 @@ pub fn changes_near(
             // (red team round 2). Only when the record saw everything: a
             // repository it did not reach may be the user's.
             let assembled = !judge.before.knew_dir(&found) && written_in(&found, judge.windows);
+            // A `gitdir:` file the sandbox wrote may name a repository of
+            // the user's that was there before: that one was not assembled
+            // (red team round 16: one pointer made the user's repository
+            // "new", its config and hooks set aside).
+            let pointed = std::fs::symlink_metadata(&found)
+                .is_ok_and(|m| !m.is_dir())
+                .then(|| gitdir_target(&found))
+                .flatten()
+                .filter(|t| judge.before.knew_dir(t));
             for abs in items_of(&found, home.as_deref(), &global_hooks, judge) {
+                let assembled = assembled && !pointed.as_ref().is_some_and(|t| abs.starts_with(t));
                 // What lies outside every writable root, the sandbox could
                 // not write.
                 let Some(item_root) = crate::plan::protected::root_of(&abs, roots) else {
@@ -1146,7 +1156,9 @@ pub fn changes_near(
                 // sandbox's is kept in the quarantine), rather than a plain
                 // copy without the user's credential helper and signing
                 // keys, said to be "a new repository" (red team round 13).
-                let recorded = (!assembled && judge.before.knew_dir(&found))
+                let known = judge.before.knew_dir(&found)
+                    || pointed.as_ref().is_some_and(|t| abs.starts_with(t));
+                let recorded = (!assembled && known)
                     .then(|| judge.before.get(&abs))
                     .flatten()
                     .and_then(|b| b.content.clone().map(|c| (b, c)));
