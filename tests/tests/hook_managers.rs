@@ -553,7 +553,7 @@ fn a_planted_rebase_or_replace_ref_is_set_aside() {
     }
     const PLANT: &str = "set -e; echo 'EVIL' > src.txt; git add src.txt; \
         T=$(git write-tree); C=$(git -c user.email=t@t -c user.name=t commit-tree $T -m init); \
-        git update-ref refs/replace/$(git rev-parse HEAD) $C; \
+        git update-ref refs/replace/$(git rev-parse HEAD) $C; git pack-refs --all; \
         mkdir -p .git/rebase-merge; printf 'exec touch /tmp/PWNED\\n' > .git/rebase-merge/git-rebase-todo; echo done";
     for who in Who::all() {
         let f = Fixture::new_in(&base());

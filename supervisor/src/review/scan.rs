@@ -500,6 +500,11 @@ pub fn scan(cs: &Changeset) -> anyhow::Result<Vec<Entry>> {
             // team round 14).
             || (e.kind == Kind::Symlink
                 && e.rel.file_name().is_some_and(crate::plan::protected::redirect_dir))
+            // A replace ref written into `packed-refs` (red team round 16).
+            || (e.kind == Kind::File
+                && e.rel.file_name().is_some_and(|n| n == "packed-refs")
+                && std::fs::read(cs.upper(e.root).join(&e.rel))
+                    .is_ok_and(|t| memchr::memmem::find(&t, b" refs/replace/").is_some()))
             || cs.meta.protected_nodes.iter().any(|n| {
                 *n == path || (e.change == Change::Deleted && crate::paths::under(&path, n))
             });
