@@ -169,6 +169,10 @@ pub struct Found {
     /// Hidden files git tracks with other content: git inside sees them
     /// emptied (dotenv_git.rs).
     pub git_emptied: Vec<PathBuf>,
+    /// Tool configuration files the same walk met, anywhere below the
+    /// roots (`.npmrc`, `.cargo/config.toml`, …), for project_secrets.rs
+    /// to look into.
+    pub configs: Vec<PathBuf>,
 }
 
 /// The `.env` files below `roots` that exist now: regular files, or links to
@@ -198,6 +202,8 @@ pub fn find(roots: &[PathBuf]) -> Found {
                 }
             } else if is_secret_path(&e.path()) && hideable(&e.path(), kind) {
                 found.files.push(e.path());
+            } else if crate::project_secrets::is_config(&dir, &name) {
+                found.configs.push(e.path());
             }
         }
     }

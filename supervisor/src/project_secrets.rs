@@ -25,6 +25,17 @@ const CONFIGS: &[&str] = &[
     "pip.conf",
     ".venv/pip.conf",
     "venv/pip.conf",
+    // Red team round 16: more files tools read from a project.
+    "pyproject.toml",
+    "poetry.toml",
+    "bunfig.toml",
+    ".bundle/config",
+    "auth.json",
+    "nuget.config",
+    "NuGet.Config",
+    "gradle.properties",
+    ".cargo/credentials.toml",
+    ".cargo/credentials",
 ];
 
 /// Files that hold nothing but credentials, hidden whole where found.
@@ -40,6 +51,15 @@ pub const WHOLE: &[&str] = &[
     ".pgpass",
     ".my.cnf",
 ];
+
+/// Whether `name` in `dir` is one of the files looked into.
+pub fn is_config(dir: &Path, name: &std::ffi::OsStr) -> bool {
+    let Some(n) = name.to_str() else { return false };
+    CONFIGS.iter().any(|c| match c.rsplit_once('/') {
+        Some((d, f)) => f == n && dir.file_name().is_some_and(|x| x == d),
+        None => *c == n,
+    })
+}
 
 /// What was found: (file, the copy's text without its credentials), and
 /// the whole-credential files.
@@ -59,34 +79,96 @@ fn dirs(roots: &[PathBuf], cwd: &Path) -> Vec<PathBuf> {
     out
 }
 
-pub fn find(roots: &[PathBuf], cwd: &Path) -> Found {
+/// `more`: files the `.env` search met below the roots.
+pub fn find(roots: &[PathBuf], cwd: &Path, more: &[PathBuf]) -> Found {
     let mut found = Found::default();
+    let mut candidates: Vec<(PathBuf, &str)> = vec![];
     for dir in dirs(roots, cwd) {
         for name in CONFIGS {
-            let p = dir.join(name);
-            // A regular file only, read without following a link: a link
-            // is judged where it leads (another file of the list, or
-            // outside the roots, where the user's own copies apply).
-            let Ok(bytes) = crate::paths::read_no_follow(&p) else {
-                continue;
-            };
-            let Ok(text) = String::from_utf8(bytes) else {
-                continue;
-            };
-            if let Some(clean) = sanitise(name, &text) {
-                found.sanitised.push((p, clean));
+            candidates.push((dir.join(name), name));
+        }
+    }
+    for p in more {
+        if let Some(name) = CONFIGS.iter().find(|c| p.ends_with(c)) {
+            candidates.push((p.clone(), name));
+        }
+    }
+    candidates.sort();
+    candidates.dedup();
+    for (p, name) in candidates {
+        // A link is covered where it leads, which both names then show
+        // (red team round 16: a top-level link read in full).
+        let p = match std::fs::symlink_metadata(&p) {
+            Ok(m) if m.file_type().is_symlink() => match std::fs::canonicalize(&p) {
+                Ok(t) => t,
+                Err(_) => continue,
+            },
+            Ok(_) => p,
+            Err(_) => continue,
+        };
+        let Ok(bytes) = crate::paths::read_no_follow(&p) else {
+            continue;
+        };
+        let Ok(text) = String::from_utf8(bytes) else {
+            // Not text: nothing to cut from it with certainty.
+            if residual(&String::from_utf8_lossy(
+                &crate::paths::read_no_follow(&p).unwrap_or_default(),
+            )) {
+                found.whole.push(p);
             }
+            continue;
+        };
+        match sanitise(name, &text) {
+            // What the cut missed (a syntax it does not know): the file
+            // is hidden whole rather than shown with a credential in it.
+            Some(clean) if residual(&clean) => found.whole.push(p),
+            Some(clean) => found.sanitised.push((p, clean)),
+            None if residual(&text) => found.whole.push(p),
+            None => {}
         }
     }
     for root in roots {
         for name in WHOLE {
             let p = root.join(name);
-            if std::fs::symlink_metadata(&p).is_ok_and(|m| m.is_file()) {
+            if std::fs::symlink_metadata(&p)
+                .is_ok_and(|m| m.is_file() || m.file_type().is_symlink())
+            {
                 found.whole.push(p);
             }
         }
     }
+    found.sanitised.sort();
+    found.sanitised.dedup_by(|a, b| a.0 == b.0);
+    found.whole.sort();
+    found.whole.dedup();
     found
+}
+
+/// Whether text (a copy, or a file the cut left alone) still looks as if
+/// it held a credential: a key that names one given a value, a password
+/// in a URL, or a token of a known shape.
+fn residual(text: &str) -> bool {
+    text.lines().any(|line| {
+        let t = line.trim_start();
+        if t.starts_with(['#', ';']) || t.starts_with("//") && !t.contains('=') {
+            return false;
+        }
+        let lower = t.to_ascii_lowercase();
+        let keyed = [
+            "token", "_auth", "password", "passwd", "secret", "apikey", "api_key",
+        ]
+        .iter()
+        .any(|k| {
+            lower.find(k).is_some_and(|i| {
+                let rest = &lower[i + k.len()..];
+                let rest = rest.trim_start_matches(|c: char| {
+                    c.is_alphanumeric() || c == '_' || c == '"' || c == '\''
+                });
+                rest.trim_start().starts_with(['=', ':'])
+            })
+        });
+        keyed || airlock_policy::env::secret_value(t)
+    })
 }
 
 /// `text` without its credentials, when it holds any.
@@ -200,6 +282,16 @@ mod tests {
         assert!(!sanitise(".venv/pip.conf", pip).unwrap().contains("SECRET"));
         // Nothing to cut: no copy.
         assert!(sanitise(".npmrc", "registry=https://r.test/\n").is_none());
+        // What the cut does not know is caught after it (red team round 16).
+        let inline = "[registries]\ncorp = { index = \"https://c.test/\", token = \"SECRET\" }\n";
+        assert!(residual(
+            &sanitise(".cargo/config.toml", inline).unwrap_or_else(|| inline.into())
+        ));
+        assert!(residual("npmAuthToken:\n  SECRET\n") || residual("npmAuthToken: \"SECRET\"\n"));
+        assert!(!residual(
+            "registry=https://r.test/\n# (a credential airlock keeps outside the sandbox)\n"
+        ));
+        assert!(!residual("[build]\njobs = 4\n"));
         assert!(sanitise("uv.toml", "url = \"https://p.test/simple\"\n").is_none());
     }
 }

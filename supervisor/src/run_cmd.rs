@@ -411,7 +411,7 @@ fn begin(plan: &mut plan::Plan, early: Early) -> Result<Pending> {
         crate::linux::readwatch::prepare(plan);
         // A project's own registry credentials stay outside too (SPEC
         // §3.4; red team round 14).
-        let mut found = crate::project_secrets::find(&plan.write, &plan.cwd);
+        let mut found = crate::project_secrets::find(&plan.write, &plan.cwd, &plan.project_configs);
         // What is hidden stays hidden whole (a copy would show the rest).
         let hidden = crate::paths::Prefixes::new(&plan.deny_read);
         found
@@ -436,6 +436,18 @@ fn begin(plan: &mut plan::Plan, early: Early) -> Result<Pending> {
                 plan.deny_read_env.push(f);
             }
         }
+        // Pinned, as `.env` files are: `mv app app2` would carry a
+        // covered file out from under its cover (red team round 16).
+        let covered: Vec<std::path::PathBuf> = found
+            .sanitised
+            .iter()
+            .map(|(f, _)| f.clone())
+            .chain(plan.deny_read_env.iter().cloned())
+            .collect();
+        plan.pin
+            .extend(crate::plan::protected::ancestors_to_pin(&covered, &plan.write));
+        plan.pin.sort();
+        plan.pin.dedup();
         crate::linux::readwatch::sanitised(plan, found.sanitised);
     }
     let wanted = match degraded {

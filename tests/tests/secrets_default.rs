@@ -846,11 +846,21 @@ fn a_projects_own_registry_credentials_stay_outside() {
         );
         f.write(".netrc", "machine p.test login u password SECRET-NETRC\n");
         f.write("plain.txt", "readable\n");
+        // Red team round 16: below the top, through a link, in a syntax
+        // the cut does not know.
+        f.write("packages/web/.npmrc", "//r.test/:_authToken=SECRET-DEEP\n");
+        f.write("secrets/pypi", "[pypi]\npassword = SECRET-LINKED\n");
+        std::os::unix::fs::symlink("secrets/pypi", f.ws.join(".pypirc")).unwrap();
+        f.write(
+            "crates/foo/.cargo/config.toml",
+            "[registries]\ncorp = { index = \"https://c.test/\", token = \"SECRET-INLINE\" }\n",
+        );
         who.prepare(&f);
         let ws = f.ws.to_str().unwrap().to_string();
         let mut c = f.command(
             &["--network", "none", "--workspace", &ws],
-            "cat ../.npmrc ../.yarnrc.yml .cargo/config.toml ../uv.toml ../.netrc ../plain.txt; \
+            "cat ../.npmrc ../.yarnrc.yml .cargo/config.toml ../uv.toml ../.netrc ../plain.txt \
+             ../packages/web/.npmrc ../.pypirc ../secrets/pypi ../crates/foo/.cargo/config.toml; \
              echo x >> ../.npmrc 2>/dev/null || echo refused",
         );
         std::fs::create_dir_all(f.ws.join("app")).unwrap();

@@ -91,6 +91,10 @@ pub struct Plan {
     /// The search for them stopped at its budget.
     #[serde(default)]
     pub deny_read_env_truncated: bool,
+    /// Tool configuration files the `.env` search met below the roots,
+    /// for project_secrets.rs.
+    #[serde(skip)]
+    pub project_configs: Vec<PathBuf>,
     /// Those of them git tracks with other content: git inside sees them
     /// emptied (dotenv_git.rs), which the run says.
     #[serde(default)]
@@ -455,6 +459,7 @@ pub fn build(policy: &Policy, o: &Options) -> Plan {
         deny_read_names,
         deny_read_env: env_found.files,
         deny_read_env_truncated: env_found.truncated,
+        project_configs: env_found.configs.clone(),
         deny_read_env_in_git: env_found.git_emptied,
         deny_read_masks: vec![],
         sanitised: vec![],

@@ -48,6 +48,7 @@ fn plan(
         deny_read_names: vec![],
         deny_read_env: vec![],
         deny_read_env_truncated: false,
+        project_configs: vec![],
         deny_read_env_in_git: vec![],
         deny_read_masks: vec![],
         sanitised: vec![],
