@@ -444,8 +444,10 @@ fn begin(plan: &mut plan::Plan, early: Early) -> Result<Pending> {
             .map(|(f, _)| f.clone())
             .chain(plan.deny_read_env.iter().cloned())
             .collect();
-        plan.pin
-            .extend(crate::plan::protected::ancestors_to_pin(&covered, &plan.write));
+        plan.pin.extend(crate::plan::protected::ancestors_to_pin(
+            &covered,
+            &plan.write,
+        ));
         plan.pin.sort();
         plan.pin.dedup();
         crate::linux::readwatch::sanitised(plan, found.sanitised);

@@ -850,6 +850,8 @@ fn a_projects_own_registry_credentials_stay_outside() {
         // the cut does not know.
         f.write("packages/web/.npmrc", "//r.test/:_authToken=SECRET-DEEP\n");
         f.write("secrets/pypi", "[pypi]\npassword = SECRET-LINKED\n");
+        // What an earlier check set aside (a file of the user's, at times).
+        f.write(".airlock/quarantine/run-1/.npmrc", "SECRET-QUARANTINED\n");
         std::os::unix::fs::symlink("secrets/pypi", f.ws.join(".pypirc")).unwrap();
         f.write(
             "crates/foo/.cargo/config.toml",
@@ -860,7 +862,8 @@ fn a_projects_own_registry_credentials_stay_outside() {
         let mut c = f.command(
             &["--network", "none", "--workspace", &ws],
             "cat ../.npmrc ../.yarnrc.yml .cargo/config.toml ../uv.toml ../.netrc ../plain.txt \
-             ../packages/web/.npmrc ../.pypirc ../secrets/pypi ../crates/foo/.cargo/config.toml; \
+             ../packages/web/.npmrc ../.pypirc ../secrets/pypi ../crates/foo/.cargo/config.toml \
+             ../.airlock/quarantine/run-1/.npmrc; \
              echo x >> ../.npmrc 2>/dev/null || echo refused",
         );
         std::fs::create_dir_all(f.ws.join("app")).unwrap();

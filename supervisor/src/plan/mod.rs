@@ -327,6 +327,15 @@ pub fn build(policy: &Policy, o: &Options) -> Plan {
             .map(real),
     );
     write.retain(|p| p.exists());
+    // The quarantine holds what earlier checks set aside, a file of the
+    // user's among it at times (one made on the host while a session ran):
+    // no later sandbox reads it (red team round 16).
+    for w in &write {
+        let q = w.join(".airlock/quarantine");
+        if std::fs::symlink_metadata(&q).is_ok_and(|m| m.is_dir()) {
+            deny_read.push(q);
+        }
+    }
     write.sort();
     write.dedup();
     let env_found = crate::dotenv::find_with_prefetch(&dotenv_roots(policy, o, &write));
