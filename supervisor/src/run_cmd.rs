@@ -1084,10 +1084,19 @@ fn run_platform(
     let (asking, why) = asking;
     if !asking.is_empty() {
         summary.waiting_for_approval = asking.iter().map(ToString::to_string).collect();
+        // The socket goes with the run: the approver is to be started
+        // before the next one (harness round 13).
+        let why = why
+            .map(|w| w.replace("` answers", "` started before the run answers"))
+            .unwrap_or_else(|| "the approver had not answered".into());
+        let allow: Vec<String> = asking
+            .iter()
+            .map(|t| format!("--allow {}", t.host))
+            .collect();
         eprintln!(
-            "airlock: the command ended while a question about {} was still open ({}): run it again once the host is allowed (--allow HOST lets it through without asking)",
+            "airlock: the command ended while a question about {} was still open ({why}): run it again with an approver, or with {} to let it through without asking",
             summary.waiting_for_approval.join(", "),
-            why.unwrap_or_else(|| "the approver had not answered".into())
+            allow.join(" ")
         );
     }
     #[cfg(target_os = "linux")]

@@ -1069,6 +1069,8 @@ fn a_session_tells_a_failing_command_what_it_withheld_and_says_when_it_died() {
             "{who:?}: {}",
             out.stderr
         );
+        // A misspelt name is told which ones run (harness round 13).
+        let other = Session::start(&f, who, "the-real-one", &["--network", "none"]);
         let out = run(&mut airlock_in(
             &f,
             who,
@@ -1076,10 +1078,11 @@ fn a_session_tells_a_failing_command_what_it_withheld_and_says_when_it_died() {
             &["run", "--session", "never-was", "--", "true"],
         ));
         assert!(
-            out.stderr.contains("no session named"),
+            out.stderr.contains("no session named") && out.stderr.contains("running: the-real-one"),
             "{who:?}: {}",
             out.stderr
         );
+        drop(other);
     }
 }
 

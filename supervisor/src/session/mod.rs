@@ -86,9 +86,18 @@ pub fn connect(name: &str) -> Result<crate::seqpacket::Seq> {
         nix::errno::Errno::ECONNREFUSED if meta_path(&dir, name).exists() => anyhow::anyhow!(
             "session {name:?} is no longer running: its airlock exited without ending it (killed?), and its processes, servers and approvals went with it; what its commands planted is judged by the next airlock run; start it again with `airlock session start --name {name}`"
         ),
-        nix::errno::Errno::ENOENT | nix::errno::Errno::ECONNREFUSED => anyhow::anyhow!(
-            "no session named {name:?} is running (start one with `airlock session start --name {name}`; `airlock session list` shows the running ones)"
-        ),
+        nix::errno::Errno::ENOENT | nix::errno::Errno::ECONNREFUSED => {
+            // The running ones, by name: a misspelt name is most often
+            // one of them (harness round 13).
+            let others = socket_names(&dir_of(&path));
+            let running = match others.is_empty() {
+                true => "none is running".to_string(),
+                false => format!("running: {}", others.join(", ")),
+            };
+            anyhow::anyhow!(
+                "no session named {name:?} is running ({running}; start one with `airlock session start --name {name}`)"
+            )
+        }
         e => anyhow::anyhow!("connecting to session {name:?} at {}: {e}", path.display()),
     })?;
     peer_outside(&fd).with_context(|| format!("refusing the socket {}", path.display()))?;
@@ -189,6 +198,42 @@ pub fn review_of(name: &str) -> Result<Option<String>> {
         Ok(Some((v, _))) => Ok(v.get("review").and_then(|r| r.as_str()).map(String::from)),
         _ => bail!("the session {name:?} did not answer"),
     }
+}
+
+/// The directory a session socket lies in.
+fn dir_of(socket: &Path) -> PathBuf {
+    socket.parent().map(Path::to_path_buf).unwrap_or_default()
+}
+
+/// The names of the sessions whose sockets are in `dir` and answer.
+fn socket_names(dir: &Path) -> Vec<String> {
+    let Ok(rd) = std::fs::read_dir(dir) else {
+        return vec![];
+    };
+    let mut names: Vec<String> = rd
+        .flatten()
+        .filter_map(|e| {
+            e.file_name()
+                .to_str()?
+                .strip_suffix(".sock")
+                .map(str::to_string)
+        })
+        .filter(|n| check_name(n).is_ok())
+        .filter(|n| {
+            let p = socket_path(dir, n);
+            nix::sys::socket::socket(
+                nix::sys::socket::AddressFamily::Unix,
+                nix::sys::socket::SockType::SeqPacket,
+                nix::sys::socket::SockFlag::SOCK_CLOEXEC,
+                None,
+            )
+            .ok()
+            .zip(nix::sys::socket::UnixAddr::new(&p).ok())
+            .is_some_and(|(fd, addr)| nix::sys::socket::connect(fd.as_raw_fd(), &addr).is_ok())
+        })
+        .collect();
+    names.sort();
+    names
 }
 
 /// Whether session `name` is running (its supervisor answers).
