@@ -95,6 +95,11 @@ pub trait Approver: Send + Sync {
     fn unheard(&self) -> Option<String> {
         None
     }
+
+    /// Another request waits on a question already asked about `target`
+    /// (the same host from a second command): said where the approver
+    /// says what it asks, so that this command is not left in silence.
+    fn also_waiting(&self, _target: &Target) {}
 }
 
 /// `--ask deny`, and what "ask" means when no approver is available.

@@ -722,6 +722,7 @@ impl Engine {
         let tx = match waiting {
             Ok(tx) => tx,
             Err(mut rx) => {
+                self.approver.also_waiting(target);
                 let shared = rx
                     .wait_for(Option::is_some)
                     .await

@@ -244,6 +244,16 @@ impl Approver for SocketApprover {
         self.remove();
     }
 
+    fn also_waiting(&self, target: &airlock_policy::Target) {
+        if let Some(why) = self.unheard() {
+            super::notify(&format!(
+                "airlock: also waiting for the answer about {}:{} ({why})",
+                airlock_proxy::escape::line(&target.host.to_string(), 200),
+                target.port
+            ));
+        }
+    }
+
     fn unheard(&self) -> Option<String> {
         let shown = crate::text::shown(&self.path);
         lock(&self.hub.clients).is_empty().then(|| {
