@@ -554,7 +554,8 @@ fn a_planted_rebase_or_replace_ref_is_set_aside() {
     const PLANT: &str = "set -e; echo 'EVIL' > src.txt; git add src.txt; \
         T=$(git write-tree); C=$(git -c user.email=t@t -c user.name=t commit-tree $T -m init); \
         git update-ref refs/replace/$(git rev-parse HEAD) $C; git pack-refs --all; \
-        mkdir -p .git/rebase-merge; printf 'exec touch /tmp/PWNED\\n' > .git/rebase-merge/git-rebase-todo; echo done";
+        mkdir -p .git/rebase-merge; printf 'exec touch /tmp/PWNED\\n' > .git/rebase-merge/git-rebase-todo; \
+        git update-index --assume-unchanged src.txt; echo done";
     for who in Who::all() {
         let f = Fixture::new_in(&base());
         f.write("src.txt", "good\n");
@@ -590,6 +591,13 @@ fn a_planted_rebase_or_replace_ref_is_set_aside() {
         assert!(
             st.stdout.contains("src.txt"),
             "{who:?}: the edit is hidden: {}",
+            show(&out)
+        );
+        // Index marks that hide a change are told (red team round 16).
+        assert!(
+            out.stderr.contains("skip-worktree or assume-unchanged")
+                && out.stderr.contains("src.txt"),
+            "{who:?}: {}",
             show(&out)
         );
         // Review marks both.

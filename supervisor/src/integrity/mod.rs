@@ -162,6 +162,24 @@ pub fn check_near(
     changes.extend(found);
     changes.retain(|c| !quarantine::inert_cache_marker(c));
     let mut outcomes = quarantine::act(&changes, label);
+    // Marks in an index the sandbox wrote that hide its changes from git.
+    for repo in &repos {
+        let hidden = nested::hidden_by_index(repo, &windows);
+        if !hidden.is_empty() {
+            let shown: Vec<String> = hidden.iter().map(|h| crate::text::escape(h)).collect();
+            outcomes.push(Outcome {
+                path: repo.join("index").display().to_string(),
+                change: "modified",
+                action: format!(
+                    "reported: it marks skip-worktree or assume-unchanged, so git status and git diff show no change to {}; `git update-index --no-skip-worktree --no-assume-unchanged -- FILE` shows them again",
+                    shown.join(", ")
+                ),
+                dest: None,
+                // Told, not an error: the marks are git's to keep.
+                in_place: false,
+            });
+        }
+    }
     outcomes.extend(modes_restored.into_iter().map(|p| Outcome {
         path: p.display().to_string(),
         change: "modified",

@@ -1190,9 +1190,116 @@ pub fn changes_near(
     (out, failed, repos)
 }
 
+/// The paths a repository's index marks `skip-worktree` or
+/// `assume-unchanged`, when a sandbox wrote the index: git then shows no
+/// change to them in `git status` or `git diff`, which hides what the
+/// sandbox changed there (red team round 16). The marks are judged, not
+/// removed: a sparse checkout sets them too. At most 20 named.
+pub fn hidden_by_index(git_dir: &Path, windows: &Windows) -> Vec<String> {
+    let index = git_dir.join("index");
+    if !written_in(&index, windows) {
+        return vec![];
+    }
+    let Ok(bytes) = std::fs::read(&index) else {
+        return vec![];
+    };
+    index_hidden(&bytes)
+}
+
+/// [`hidden_by_index`]'s reading of an index file (versions 2 to 4).
+fn index_hidden(b: &[u8]) -> Vec<String> {
+    let be32 =
+        |i: usize| -> Option<u32> { Some(u32::from_be_bytes(b.get(i..i + 4)?.try_into().ok()?)) };
+    let be16 =
+        |i: usize| -> Option<u16> { Some(u16::from_be_bytes(b.get(i..i + 2)?.try_into().ok()?)) };
+    if b.get(0..4) != Some(b"DIRC") {
+        return vec![];
+    }
+    let (Some(version), Some(count)) = (be32(4), be32(8)) else {
+        return vec![];
+    };
+    let mut out = vec![];
+    let mut at = 12usize;
+    let mut last: Vec<u8> = vec![];
+    for _ in 0..count {
+        let Some(flags) = be16(at + 60) else { break };
+        let extended = version >= 3 && flags & 0x4000 != 0;
+        let mut p = at + 62;
+        let mut skip = false;
+        if extended {
+            let Some(x) = be16(p) else { break };
+            skip = x & 0x4000 != 0;
+            p += 2;
+        }
+        let assume = flags & 0x8000 != 0;
+        let name: Vec<u8>;
+        if version == 4 {
+            // A varint of bytes to drop from the last name, then the rest.
+            let mut strip: usize = 0;
+            loop {
+                let Some(&c) = b.get(p) else { return out };
+                p += 1;
+                strip = (strip << 7) | usize::from(c & 0x7f);
+                if c & 0x80 == 0 {
+                    break;
+                }
+                strip += 1;
+            }
+            let Some(end) = b.get(p..).and_then(|r| r.iter().position(|&c| c == 0)) else {
+                return out;
+            };
+            let keep = last.len().saturating_sub(strip);
+            name = [&last[..keep], &b[p..p + end]].concat();
+            p += end + 1;
+            at = p;
+        } else {
+            let Some(end) = b.get(p..).and_then(|r| r.iter().position(|&c| c == 0)) else {
+                return out;
+            };
+            name = b[p..p + end].to_vec();
+            // NUL-padded to a multiple of 8 from the entry's start.
+            let len = p + end - at;
+            at += (len + 8) & !7;
+        }
+        if (skip || assume) && out.len() < 20 {
+            out.push(String::from_utf8_lossy(&name).into_owned());
+        }
+        last = name;
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn index_marks_that_hide_changes_are_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let git = |args: &[&str]| {
+            std::process::Command::new("git")
+                .args(args)
+                .current_dir(dir.path())
+                .output()
+                .is_ok_and(|o| o.status.success())
+        };
+        if !git(&["init", "-q", "."]) {
+            return;
+        }
+        for n in ["a.txt", "b/c.txt", "d.txt"] {
+            let p = dir.path().join(n);
+            std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+            std::fs::write(&p, n).unwrap();
+        }
+        assert!(git(&["add", "."]));
+        let index = || std::fs::read(dir.path().join(".git/index")).unwrap();
+        assert!(index_hidden(&index()).is_empty());
+        assert!(git(&["update-index", "--skip-worktree", "b/c.txt"]));
+        assert!(git(&["update-index", "--assume-unchanged", "d.txt"]));
+        assert_eq!(index_hidden(&index()), ["b/c.txt", "d.txt"]);
+        assert!(git(&["update-index", "--index-version", "4"]));
+        assert_eq!(index_hidden(&index()), ["b/c.txt", "d.txt"]);
+    }
 
     #[test]
     fn todo_lists_that_run_a_command() {

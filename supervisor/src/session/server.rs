@@ -963,7 +963,10 @@ fn run_command(
     let (asking, why) = setup.engine.asking();
     let waiting: Vec<String> = asking.iter().map(ToString::to_string).collect();
     if !waiting.is_empty() {
-        let allow: Vec<String> = asking.iter().map(|t| format!("--allow {}", t.host)).collect();
+        let allow: Vec<String> = asking
+            .iter()
+            .map(|t| format!("--allow {}", t.host))
+            .collect();
         notes.push(format!(
             "airlock: still waiting for an answer about {} ({}); the command ended first: run it again once it is answered, or start a session with {} to let it through without asking",
             waiting.join(", "),
