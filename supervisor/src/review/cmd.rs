@@ -291,11 +291,16 @@ fn diff(id: &str, stat: bool, json: bool) -> Result<ExitCode> {
         }));
         return Ok(ExitCode::SUCCESS);
     }
+    let applied = cs.meta.entries.iter().filter(|e| apply::already(&cs, e)).count();
     say!(
-        "changeset {} ({}): {}",
+        "changeset {} ({}): {}{}",
         cs.meta.id,
         origin(&cs),
-        super::summary(&cs)
+        super::summary(&cs),
+        match applied {
+            0 => String::new(),
+            n => format!("; {n} of them already applied"),
+        }
     );
     for e in &shown_entries {
         let mut line = format!("{:<22} {}", verb(e), label(&cs, e));
@@ -344,6 +349,10 @@ fn diff(id: &str, stat: bool, json: bool) -> Result<ExitCode> {
         }
     }
     for e in &shown_entries {
+        // What a partial apply put in place has nothing left to show.
+        if apply::already(&cs, e) {
+            continue;
+        }
         let name = label(&cs, e);
         match text_change(&cs, e) {
             Some(TextChange::Hunks(hunks)) => say!(
@@ -584,7 +593,7 @@ fn apply_cmd(id: &str, paths: &[PathBuf], json: bool) -> Result<ExitCode> {
         if complete {
             say!("changeset {id} applied and removed");
         } else {
-            say!("changeset {id} kept: `airlock changes diff {id}` shows what is left");
+            say!("changeset {id} kept: `airlock changes diff {id}` shows what is left (marked [applied] is in place); `airlock changes discard {id}` drops the rest");
         }
     }
     let failed = replayed
