@@ -199,6 +199,13 @@ pub fn find(roots: &[PathBuf]) -> Found {
             if kind.is_dir() {
                 if depth < MAX_DEPTH && !SKIP.iter().any(|s| OsStr::new(s) == name) {
                     queue.push_back((e.path(), depth + 1));
+                } else if name == ".venv" || name == "venv" {
+                    // Not searched, but pip reads its own `pip.conf` there
+                    // (red team round 17).
+                    let conf = e.path().join("pip.conf");
+                    if std::fs::symlink_metadata(&conf).is_ok() {
+                        found.configs.push(conf);
+                    }
                 }
             } else if is_secret_path(&e.path()) && hideable(&e.path(), kind) {
                 found.files.push(e.path());
@@ -234,6 +241,7 @@ pub fn prefetch(root: PathBuf) {
 pub fn find_with_prefetch(roots: &[PathBuf]) -> Found {
     let mut found = search_with_prefetch(roots);
     remembered(roots, &mut found.files);
+    remembered_as(roots, &mut found.configs, "-configs");
     // What git holds as it is lies in the repository the sandbox reads
     // anyway; hidden, `git commit -a` inside would record it empty.
     let held = crate::dotenv_git::held(&found.files);
@@ -248,11 +256,19 @@ pub fn find_with_prefetch(roots: &[PathBuf]) -> Found {
 /// before (red team round 9). Kept per root in airlock's state directory,
 /// outside every sandbox; at most [`REMEMBERED`] names a root.
 fn remembered(roots: &[PathBuf], files: &mut Vec<PathBuf>) {
+    remembered_as(roots, files, "");
+}
+
+/// [`remembered`] under its own record (`suffix`): the tool
+/// configuration files the search met (project_secrets.rs), which a later
+/// run whose search a sandbox cut short with thousands of directories
+/// would otherwise miss (red team round 17).
+fn remembered_as(roots: &[PathBuf], files: &mut Vec<PathBuf>, suffix: &str) {
     let Some(dir) = crate::places::state_dir().map(|d| d.join("dotenv")) else {
         return;
     };
     for root in roots {
-        let record = dir.join(key_of(root));
+        let record = dir.join(format!("{}{suffix}", key_of(root)));
         let mut known: Vec<PathBuf> = std::fs::read(&record)
             .ok()
             .and_then(|b| serde_json::from_slice(&b).ok())

@@ -118,6 +118,10 @@ pub fn find(roots: &[PathBuf], cwd: &Path, more: &[PathBuf]) -> Found {
             }
             continue;
         };
+        if whole_by_kind(name, &text) {
+            found.whole.push(p);
+            continue;
+        }
         match sanitise(name, &text) {
             // What the cut missed (a syntax it does not know): the file
             // is hidden whole rather than shown with a credential in it.
@@ -142,6 +146,47 @@ pub fn find(roots: &[PathBuf], cwd: &Path, more: &[PathBuf]) -> Found {
     found.whole.sort();
     found.whole.dedup();
     found
+}
+
+/// Files whose credentials take forms no line cut can be sure of (XML,
+/// JSON, a `user:password` value, a section of tokens): hidden whole when
+/// they hold one at all (red team round 17).
+fn whole_by_kind(name: &str, text: &str) -> bool {
+    let file = name.rsplit('/').next().unwrap_or(name);
+    let lower = text.to_ascii_lowercase();
+    let any = |words: &[&str]| words.iter().any(|w| lower.contains(w));
+    match file {
+        "nuget.config" | "NuGet.Config" => any(&["password", "apikey", "token"]),
+        "auth.json" => any(&[
+            "oauth",
+            "bearer",
+            "password",
+            "token",
+            "http-basic",
+            "gitlab",
+            "bitbucket",
+        ]),
+        "poetry.toml" => any(&["pypi-token", "http-basic", "password", "token"]),
+        // `BUNDLE_<HOST>: "user:password"`: a value with a colon that is
+        // no URL.
+        "config" if name.starts_with(".bundle/") => text.lines().any(|l| {
+            l.split_once(':').is_some_and(|(k, v)| {
+                let v = v.trim().trim_matches(['"', '\'']);
+                k.trim().starts_with("BUNDLE_") && v.contains(':') && !v.contains("://")
+            })
+        }),
+        "gradle.properties" => text.lines().any(|l| {
+            let t = l.trim_start();
+            !t.starts_with(['#', '!'])
+                && t.split_once(['=', ':']).is_some_and(|(k, _)| {
+                    let k = k.trim().to_ascii_lowercase();
+                    ["pass", "token", "secret", "key", "credential"]
+                        .iter()
+                        .any(|w| k.contains(w))
+                })
+        }),
+        _ => false,
+    }
 }
 
 /// Whether text (a copy, or a file the cut left alone) still looks as if
@@ -292,6 +337,27 @@ mod tests {
             "registry=https://r.test/\n# (a credential airlock keeps outside the sandbox)\n"
         ));
         assert!(!residual("[build]\njobs = 4\n"));
+        // Forms only the whole file can be judged by (red team round 17).
+        for (name, text) in [
+            (".bundle/config", "BUNDLE_GEMS__CORP__TEST: \"user:pass\"\n"),
+            (
+                "nuget.config",
+                "<add key=\"ClearTextPassword\" value=\"x\" />\n",
+            ),
+            ("auth.json", "{\"github-oauth\": {\"github.com\": \"x\"}}\n"),
+            ("gradle.properties", "gpr.key=x\nmavenPass=y\n"),
+            ("poetry.toml", "[pypi-token]\npypi = \"x\"\n"),
+        ] {
+            assert!(whole_by_kind(name, text), "{name}");
+        }
+        assert!(!whole_by_kind(
+            ".bundle/config",
+            "BUNDLE_PATH: \"vendor/bundle\"\n"
+        ));
+        assert!(!whole_by_kind(
+            "gradle.properties",
+            "org.gradle.jvmargs=-Xmx2g\n"
+        ));
         assert!(sanitise("uv.toml", "url = \"https://p.test/simple\"\n").is_none());
     }
 }

@@ -652,6 +652,7 @@ fn run_platform(
                 .iter()
                 .chain(&plan.deny_read_env)
                 .cloned()
+                .chain(plan.sanitised.iter().map(|(file, _)| file.clone()))
                 .collect::<Vec<_>>(),
         );
     }

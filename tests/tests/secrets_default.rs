@@ -850,6 +850,17 @@ fn a_projects_own_registry_credentials_stay_outside() {
         // the cut does not know.
         f.write("packages/web/.npmrc", "//r.test/:_authToken=SECRET-DEEP\n");
         f.write("secrets/pypi", "[pypi]\npassword = SECRET-LINKED\n");
+        // Red team round 17: forms only the whole file can be judged by,
+        // and a virtualenv's own pip.conf below the top.
+        f.write(
+            ".bundle/config",
+            "BUNDLE_GEMS__CORP__TEST: \"user:SECRET-BUNDLE\"\n",
+        );
+        f.write("gradle.properties", "mavenPass=SECRET-GRADLE\n");
+        f.write(
+            "svc/api/.venv/pip.conf",
+            "[global]\nindex-url = https://u:SECRET-VENV@p.test/simple\n",
+        );
         // What an earlier check set aside (a file of the user's, at times).
         f.write(".airlock/quarantine/run-1/.npmrc", "SECRET-QUARANTINED\n");
         std::os::unix::fs::symlink("secrets/pypi", f.ws.join(".pypirc")).unwrap();
@@ -863,7 +874,8 @@ fn a_projects_own_registry_credentials_stay_outside() {
             &["--network", "none", "--workspace", &ws],
             "cat ../.npmrc ../.yarnrc.yml .cargo/config.toml ../uv.toml ../.netrc ../plain.txt \
              ../packages/web/.npmrc ../.pypirc ../secrets/pypi ../crates/foo/.cargo/config.toml \
-             ../.airlock/quarantine/run-1/.npmrc; \
+             ../.airlock/quarantine/run-1/.npmrc ../.bundle/config ../gradle.properties \
+             ../svc/api/.venv/pip.conf; \
              echo x >> ../.npmrc 2>/dev/null || echo refused",
         );
         std::fs::create_dir_all(f.ws.join("app")).unwrap();

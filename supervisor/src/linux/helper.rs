@@ -272,6 +272,10 @@ fn build_and_run(channel: &mut UnixStream, supervisor: libc::pid_t, ahead: Ahead
             // `.env -> envs/dev.vars` the host re-points during the run
             // would show the new target uncovered: red team round 11).
             let mut covered = plan.covered(|m| m.is_file() || m.is_dir());
+            // A project's configuration covered by a copy without its
+            // credential: replaced on the host (an editor's atomic save),
+            // its mount goes with the old inode (red team round 17).
+            covered.extend(plan.sanitised.iter().map(|(file, _)| file.clone()));
             covered.extend(
                 plan.deny_read_env
                     .iter()

@@ -291,7 +291,12 @@ fn diff(id: &str, stat: bool, json: bool) -> Result<ExitCode> {
         }));
         return Ok(ExitCode::SUCCESS);
     }
-    let applied = cs.meta.entries.iter().filter(|e| apply::already(&cs, e)).count();
+    let applied = cs
+        .meta
+        .entries
+        .iter()
+        .filter(|e| apply::already(&cs, e))
+        .count();
     say!(
         "changeset {} ({}): {}{}",
         cs.meta.id,
