@@ -1207,7 +1207,7 @@ pub fn hidden_by_index(git_dir: &Path, windows: &Windows) -> Vec<String> {
 }
 
 /// [`hidden_by_index`]'s reading of an index file (versions 2 to 4).
-fn index_hidden(b: &[u8]) -> Vec<String> {
+pub fn index_hidden(b: &[u8]) -> Vec<String> {
     let be32 =
         |i: usize| -> Option<u32> { Some(u32::from_be_bytes(b.get(i..i + 4)?.try_into().ok()?)) };
     let be16 =

@@ -500,6 +500,12 @@ pub fn scan(cs: &Changeset) -> anyhow::Result<Vec<Entry>> {
             // team round 14).
             || (e.kind == Kind::Symlink
                 && e.rel.file_name().is_some_and(crate::plan::protected::redirect_dir))
+            // An index marking files skip-worktree or assume-unchanged,
+            // which hides their changes from git status (red team round 17).
+            || (e.kind == Kind::File
+                && e.rel.file_name().is_some_and(|n| n == "index")
+                && std::fs::read(cs.upper(e.root).join(&e.rel))
+                    .is_ok_and(|b| !crate::integrity::nested::index_hidden(&b).is_empty()))
             // A replace ref written into `packed-refs` (red team round 16).
             || (e.kind == Kind::File
                 && e.rel.file_name().is_some_and(|n| n == "packed-refs")
