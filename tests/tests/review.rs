@@ -379,6 +379,9 @@ fn a_commit_made_in_review_is_applied_with_the_files() {
         // The host's git looks meanwhile: its index is rewritten.
         assert_eq!(git(&["rev-parse", "HEAD"]).stdout, first, "{who:?}");
         let _ = git(&["status", "--short"]);
+        // (Whether it rewrites the index depends on timestamps: made sure.)
+        let touched = host(&f, who, &f.ws, "touch", &[".git/index"]);
+        assert_eq!(touched.code, 0, "{}", show(&touched));
         // What a harness shows the model: the text's diff, in the JSON.
         let d = airlock_on_host(&f, who, &["changes", "diff", &held, "--json"]);
         let v: serde_json::Value = serde_json::from_str(&d.stdout).expect("json");
