@@ -590,43 +590,64 @@ fn a_linked_env_and_a_directory_descriptor_do_not_carry_the_secret_out() {
 /// one, and says why (red team round 9). The next run hides the new file.
 #[test]
 fn a_hidden_file_saved_over_on_the_host_stops_the_run() {
-    for who in Who::all() {
-        let f = Fixture::new_in(&base());
-        f.write(".env", "API_KEY=SECRET-OLD\n");
-        who.prepare(&f);
-        let child = who
-            .wrap(f.command(
-                &["--network", "none"],
-                "echo \"before=[$(cat .env)]\"; sleep 3; echo \"after=[$(cat .env)]\"",
-            ))
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::piped())
-            .spawn()
-            .unwrap();
-        std::thread::sleep(std::time::Duration::from_millis(1500));
-        // The user's edit, saved by rename.
-        let tmp = f.ws.join(".env.tmp");
-        std::fs::write(&tmp, "API_KEY=SECRET-NEW\n").unwrap();
-        if who == Who::Nobody {
-            airlock_tests::who::chown(&tmp);
+    // A `.env`, and a project `.npmrc` covered by a copy without its token
+    // (red team round 17: its cover went with the old file).
+    for (name, old, new, seen) in [
+        (
+            ".env",
+            "API_KEY=SECRET-OLD\n",
+            "API_KEY=SECRET-NEW\n",
+            "before=[]",
+        ),
+        (
+            ".npmrc",
+            "//r.test/:_authToken=SECRET-OLD\n",
+            "//r.test/:_authToken=SECRET-NEW\n",
+            "before=[# (a credential",
+        ),
+    ] {
+        for who in Who::all() {
+            let f = Fixture::new_in(&base());
+            f.write(name, old);
+            who.prepare(&f);
+            let child = who
+                .wrap(f.command(
+                    &["--network", "none"],
+                    &format!(
+                        "echo \"before=[$(cat {name})]\"; sleep 3; echo \"after=[$(cat {name})]\""
+                    ),
+                ))
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .unwrap();
+            std::thread::sleep(std::time::Duration::from_millis(1500));
+            // The user's edit, saved by rename.
+            let tmp = f.ws.join("saved.tmp");
+            std::fs::write(&tmp, new).unwrap();
+            if who == Who::Nobody {
+                airlock_tests::who::chown(&tmp);
+            }
+            std::fs::rename(&tmp, f.ws.join(name)).unwrap();
+            let out = child.wait_with_output().unwrap();
+            let (stdout, stderr) = (
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr),
+            );
+            assert!(stdout.contains(seen), "{who:?}: {stdout} {stderr}");
+            assert!(!stdout.contains("SECRET"), "{who:?}: {stdout} {stderr}");
+            assert_eq!(out.status.code(), Some(125), "{who:?}: {stdout} {stderr}");
+            assert!(
+                stderr.contains("put in place of the hidden one on the host"),
+                "{who:?}: {stderr}"
+            );
+            // The next run hides the new file as it hid the old.
+            let out =
+                run(&mut who
+                    .wrap(f.command(&["--network", "none"], &format!("cat {name}; echo end"))));
+            assert!(out.stdout.contains("end"), "{who:?}: {}", show(&out));
+            assert!(!out.stdout.contains("SECRET"), "{who:?}: {}", show(&out));
         }
-        std::fs::rename(&tmp, f.ws.join(".env")).unwrap();
-        let out = child.wait_with_output().unwrap();
-        let (stdout, stderr) = (
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr),
-        );
-        assert!(stdout.contains("before=[]"), "{who:?}: {stdout} {stderr}");
-        assert!(!stdout.contains("SECRET"), "{who:?}: {stdout} {stderr}");
-        assert_eq!(out.status.code(), Some(125), "{who:?}: {stdout} {stderr}");
-        assert!(
-            stderr.contains("put in place of the hidden one on the host"),
-            "{who:?}: {stderr}"
-        );
-        // The next run hides the new file as it hid the old.
-        let out = run(&mut who.wrap(f.command(&["--network", "none"], "cat .env; echo end")));
-        assert!(out.stdout.contains("end"), "{who:?}: {}", show(&out));
-        assert!(!out.stdout.contains("SECRET"), "{who:?}: {}", show(&out));
     }
 }
 
