@@ -140,16 +140,7 @@ pub fn end(name: &str, report: Option<&Path>) -> Result<ExitCode> {
 pub fn list(json: bool) -> Result<ExitCode> {
     let dir = dir()?;
     let mut found = vec![];
-    let mut names: Vec<String> = std::fs::read_dir(&dir)?
-        .flatten()
-        .filter_map(|e| {
-            e.file_name()
-                .to_str()?
-                .strip_suffix(".sock")
-                .map(str::to_string)
-        })
-        .collect();
-    names.sort();
+    let names = socket_files(&dir);
     for name in names {
         let Ok(seq) = connect(&name) else {
             continue;
@@ -207,17 +198,8 @@ fn dir_of(socket: &Path) -> PathBuf {
 
 /// The names of the sessions whose sockets are in `dir` and answer.
 fn socket_names(dir: &Path) -> Vec<String> {
-    let Ok(rd) = std::fs::read_dir(dir) else {
-        return vec![];
-    };
-    let mut names: Vec<String> = rd
-        .flatten()
-        .filter_map(|e| {
-            e.file_name()
-                .to_str()?
-                .strip_suffix(".sock")
-                .map(str::to_string)
-        })
+    socket_files(dir)
+        .into_iter()
         .filter(|n| check_name(n).is_ok())
         .filter(|n| {
             let p = socket_path(dir, n);
@@ -230,6 +212,22 @@ fn socket_names(dir: &Path) -> Vec<String> {
             .ok()
             .zip(nix::sys::socket::UnixAddr::new(&p).ok())
             .is_some_and(|(fd, addr)| nix::sys::socket::connect(fd.as_raw_fd(), &addr).is_ok())
+        })
+        .collect()
+}
+
+/// The names of the session sockets in `dir`, sorted.
+fn socket_files(dir: &Path) -> Vec<String> {
+    let Ok(rd) = std::fs::read_dir(dir) else {
+        return vec![];
+    };
+    let mut names: Vec<String> = rd
+        .flatten()
+        .filter_map(|e| {
+            e.file_name()
+                .to_str()?
+                .strip_suffix(".sock")
+                .map(str::to_string)
         })
         .collect();
     names.sort();
