@@ -164,9 +164,37 @@ pub fn record_n(path: PathBuf, op: &'static str, rule: &'static str, n: u64) {
     }
 }
 
+/// Writes let go and not yet noted: the report waits for them (the last
+/// write before a command's exit was lost from it now and then, under
+/// load: the call goes on before its path is judged).
+static JUDGING: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// One write being judged, until dropped.
+pub struct Judging;
+
+impl Judging {
+    pub fn start() -> Judging {
+        JUDGING.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        Judging
+    }
+}
+
+impl Drop for Judging {
+    fn drop(&mut self) {
+        JUDGING.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
 /// Everything recorded so far, most frequent first, and the count of
 /// those past the cap.
 pub fn refusals() -> (Vec<FsRefusal>, u64) {
+    // What was let go before now is noted first (a moment at most).
+    let deadline = std::time::Instant::now() + std::time::Duration::from_millis(500);
+    while JUDGING.load(std::sync::atomic::Ordering::SeqCst) > 0
+        && std::time::Instant::now() < deadline
+    {
+        std::thread::sleep(std::time::Duration::from_micros(200));
+    }
     // The reads of hidden files the kernel told of since.
     super::readwatch::drain();
     let g = lock();

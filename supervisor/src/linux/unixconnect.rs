@@ -264,6 +264,9 @@ fn receive(fd: OwnedFd, ctx: Arc<Decider>) {
             // A write: its path copied, the call let go at once (Landlock
             // decides), then judged and noted while it runs.
             let seen = super::fsrefusals::copy_paths(req.pid, req.data.nr as i64, &req.data.args);
+            // Counted before the call goes on: the command cannot end,
+            // and the report be made, before this one is noted.
+            let judging = super::fsrefusals::Judging::start();
             let resp = NotifResp {
                 id: req.id,
                 val: 0,
@@ -275,6 +278,7 @@ fn receive(fd: OwnedFd, ctx: Arc<Decider>) {
             if let Some(seen) = seen {
                 super::fsrefusals::note(&ctx.fs, &seen);
             }
+            drop(judging);
             continue;
         }
         // A worker each (workers.rs), so that a blocking connect does not
