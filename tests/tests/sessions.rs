@@ -1212,6 +1212,20 @@ fn a_process_left_running_keeps_neither_the_callers_output_nor_terminal() {
         );
         let out = s.end(&[]);
         assert_eq!(out.code, 0, "{who:?}: {}", out.stderr);
+        // A command sent after the end is told the session ended, not
+        // that no such session exists.
+        let out = run(&mut airlock_in(
+            &f,
+            who,
+            &f.ws,
+            &["run", "--session", "let-go", "--", "true"],
+        ));
+        assert!(
+            out.stderr
+                .contains("no longer running: it was ended with `airlock session end`"),
+            "{who:?}: {}",
+            out.stderr
+        );
     }
 }
 

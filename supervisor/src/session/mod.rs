@@ -86,6 +86,21 @@ pub fn connect(name: &str) -> Result<crate::seqpacket::Seq> {
         nix::errno::Errno::ECONNREFUSED if meta_path(&dir, name).exists() => anyhow::anyhow!(
             "session {name:?} is no longer running: its airlock exited without ending it (killed?), and its processes, servers and approvals went with it; what its commands planted is judged by the next airlock run; start it again with `airlock session start --name {name}`"
         ),
+        // Ended or stopped, said why (within a day: a name is reused).
+        nix::errno::Errno::ENOENT
+            if std::fs::metadata(path.with_extension("ended")).is_ok_and(|m| {
+                m.modified()
+                    .ok()
+                    .and_then(|t| t.elapsed().ok())
+                    .is_some_and(|age| age < std::time::Duration::from_secs(86_400))
+            }) =>
+        {
+            let why = std::fs::read_to_string(path.with_extension("ended")).unwrap_or_default();
+            anyhow::anyhow!(
+                "session {name:?} is no longer running: {}; start it again with `airlock session start --name {name}`",
+                crate::text::escape(why.trim())
+            )
+        }
         nix::errno::Errno::ENOENT | nix::errno::Errno::ECONNREFUSED => {
             // The running ones, by name: a misspelt name is most often
             // one of them (harness round 13).

@@ -36,8 +36,24 @@ impl Drop for Listening {
     fn drop(&mut self) {
         let _ = std::fs::remove_file(&self.socket);
         let _ = std::fs::remove_file(&self.meta);
+        // Why it is gone, for the next command sent to it: "no session
+        // named" read as a misspelt name to a harness whose session had
+        // stopped (red team round 17).
+        let why = lock(&END_REASON)
+            .clone()
+            .unwrap_or_else(|| match LOG.get() {
+                Some(l) => format!(
+                    "its sandbox was stopped (why is in its log, {})",
+                    crate::text::shown(l)
+                ),
+                None => "its sandbox was stopped".into(),
+            });
+        let _ = std::fs::write(self.socket.with_extension("ended"), why);
     }
 }
+
+/// Why the session ends, when a client asked it to.
+static END_REASON: Mutex<Option<String>> = Mutex::new(None);
 
 /// Bind session `name`'s socket (replacing a stale one nobody serves).
 pub fn bind(name: &str) -> Result<Listening> {
@@ -49,6 +65,7 @@ pub fn bind(name: &str) -> Result<Listening> {
         anyhow::bail!("a session named {name:?} is already running");
     }
     let _ = std::fs::remove_file(&path);
+    let _ = std::fs::remove_file(path.with_extension("ended"));
     let fd = socket(
         AddressFamily::Unix,
         SockType::SeqPacket,
@@ -543,6 +560,7 @@ fn serve_one(
                 Some(true) => fds.next(),
                 _ => None,
             };
+            *lock(&END_REASON) = Some("it was ended with `airlock session end`".into());
             if let Ok(mut e) = ended.lock() {
                 if e.is_none() {
                     let reply = Arc::try_unwrap(conn).ok();
