@@ -109,6 +109,11 @@ pub struct Windows {
     /// The run being checked, whose own open journal does not count.
     run: String,
     recorded: OnceLock<Vec<Span>>,
+    /// Each recorded window's reach (by its index; the current one's at
+    /// the end), worked out once: it depends on no path, and working it
+    /// out again for every item judged made a check in a repository that
+    /// earlier runs wrote cost tens of milliseconds with a full record.
+    reaches: std::sync::Mutex<std::collections::HashMap<usize, Roots>>,
 }
 
 impl Windows {
@@ -123,6 +128,7 @@ impl Windows {
             },
             run: run.to_string(),
             recorded: OnceLock::new(),
+            reaches: Default::default(),
         }
     }
 
@@ -139,8 +145,15 @@ impl Windows {
             .get_or_init(|| read(&self.run).unwrap_or_default());
         let all = || spans.iter().chain(std::iter::once(&self.current));
         all()
-            .filter(|w| w.start <= t && t <= w.end)
-            .any(|w| reach(w, all()).holds(path))
+            .enumerate()
+            .filter(|(_, w)| w.start <= t && t <= w.end)
+            .any(|(i, w)| {
+                let mut cache = self
+                    .reaches
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner);
+                cache.entry(i).or_insert_with(|| reach(w, all())).holds(path)
+            })
     }
 }
 
@@ -168,6 +181,11 @@ fn reach<'a>(w: &Span, all: impl Iterator<Item = &'a Span> + Clone) -> Roots {
 /// before they were kept) speaks for every path; malformed lines are
 /// skipped.
 fn parse(text: &str) -> Vec<Span> {
+    parse_keeping(text, KEEP)
+}
+
+/// [`parse`], with at most `keep` windows.
+fn parse_keeping(text: &str, keep: usize) -> Vec<Span> {
     let spans = text
         .lines()
         .filter_map(|l| {
@@ -184,7 +202,7 @@ fn parse(text: &str) -> Vec<Span> {
             (start <= end).then_some(Span { start, end, roots })
         })
         .collect();
-    merged(spans, KEEP)
+    merged(spans, keep)
 }
 
 /// Spans sorted, those of one run (equal starts and roots) and overlaps
@@ -236,8 +254,15 @@ fn read_record() -> Option<Vec<Span>> {
 
 /// The recorded windows, and those of runs whose journal is still there
 /// (going on beside this one, or whose airlock died): open until now.
+/// As recorded, not merged down to [`KEEP`]: closing the gaps between up
+/// to twice that many windows, on every read, was most of a check's time
+/// with a full record (the record is merged when it is rewritten; exact
+/// windows cover less, never a moment a sandbox ran).
 fn read(own: &str) -> Option<Vec<Span>> {
-    let mut spans = read_record().unwrap_or_default();
+    let mut spans = crate::paths::read_no_follow(&path()?)
+        .ok()
+        .map(|b| parse_keeping(&String::from_utf8_lossy(&b), usize::MAX))
+        .unwrap_or_default();
     spans.extend(
         super::journal::open_since(own)
             .into_iter()
@@ -247,7 +272,7 @@ fn read(own: &str) -> Option<Vec<Span>> {
                 roots: Roots::Some(roots),
             }),
     );
-    Some(merged(spans, KEEP))
+    Some(merged(spans, usize::MAX))
 }
 
 /// Record a finished run's window over its roots. Appended with one write
@@ -309,6 +334,7 @@ mod tests {
             current,
             run: String::new(),
             recorded: OnceLock::from(spans),
+            reaches: Default::default(),
         }
     }
 
