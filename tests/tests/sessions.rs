@@ -371,8 +371,14 @@ fn commands_run_at_once_and_a_dead_client_leaves_nothing_running() {
     let who = Who::Me;
     let f = Fixture::new_in(&base());
     let s = Session::start(&f, who, "pair", &[]);
+    let slow = spawn_piped(&mut s.cmd(
+        &f.ws,
+        &[],
+        &["sh", "-c", "touch slow-started; sleep 1; echo slow"],
+    ));
+    // Running before the fast one starts (else the two need not overlap).
+    wait_for_file(&f.ws.join("slow-started"));
     let t = Instant::now();
-    let slow = spawn_piped(&mut s.cmd(&f.ws, &[], &["sh", "-c", "sleep 1; echo slow"]));
     let fast = s.sh(&f.ws, "echo fast; touch /opt/beside 2>/dev/null; exit 0");
     assert_eq!(fast.stdout, "fast\n");
     assert!(

@@ -152,7 +152,10 @@ impl Windows {
                     .reaches
                     .lock()
                     .unwrap_or_else(std::sync::PoisonError::into_inner);
-                cache.entry(i).or_insert_with(|| reach(w, all())).holds(path)
+                cache
+                    .entry(i)
+                    .or_insert_with(|| reach(w, all()))
+                    .holds(path)
             })
     }
 }
