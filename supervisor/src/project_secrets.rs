@@ -109,14 +109,15 @@ pub fn find(roots: &[PathBuf], cwd: &Path, more: &[PathBuf]) -> Found {
         let Ok(bytes) = crate::paths::read_no_follow(&p) else {
             continue;
         };
-        let Ok(text) = String::from_utf8(bytes) else {
-            // Not text: nothing to cut from it with certainty.
-            if residual(&String::from_utf8_lossy(
-                &crate::paths::read_no_follow(&p).unwrap_or_default(),
-            )) {
-                found.whole.push(p);
+        let text = match String::from_utf8(bytes) {
+            Ok(t) => t,
+            Err(e) => {
+                // Not text: nothing to cut from it with certainty.
+                if residual(&String::from_utf8_lossy(e.as_bytes())) {
+                    found.whole.push(p);
+                }
+                continue;
             }
-            continue;
         };
         if whole_by_kind(name, &text) {
             found.whole.push(p);

@@ -445,35 +445,37 @@ pub fn fragment_effect(f: &airlock_policy::Fragment) -> Vec<String> {
             list(&sockets)
         ));
     }
-    let mut limits = vec![];
-    if let Some(t) = &f.timeout {
-        limits.push(format!("timeout {:?}", t.value));
-    }
-    if let Some(m) = &f.memory {
-        limits.push(format!("memory {} bytes", m.value));
-    }
-    if let Some(p) = &f.pids {
-        limits.push(format!("pids {}", p.value));
-    }
-    if let Some(t) = &f.tmp {
-        limits.push(format!("tmp {} bytes", t.value));
-    }
+    let limits: Vec<String> = [
+        f.timeout.as_ref().map(|t| format!("timeout {:?}", t.value)),
+        f.memory
+            .as_ref()
+            .map(|m| format!("memory {} bytes", m.value)),
+        f.pids.as_ref().map(|p| format!("pids {}", p.value)),
+        f.tmp.as_ref().map(|t| format!("tmp {} bytes", t.value)),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
     if !limits.is_empty() {
         out.push(format!("sets limits: {}", list(&limits)));
     }
-    let mut proxy = vec![];
-    if let Some(t) = &f.ask_timeout {
-        proxy.push(format!("ask_timeout {:?}", t.value));
-    }
-    if let Some(t) = &f.connect_timeout {
-        proxy.push(format!("connect_timeout {:?}", t.value));
-    }
-    if let Some(t) = &f.idle_timeout {
-        proxy.push(format!("idle_timeout {:?}", t.value));
-    }
-    if let Some(m) = &f.max_tunnels {
-        proxy.push(format!("max_tunnels {}", m.value));
-    }
+    let proxy: Vec<String> = [
+        f.ask_timeout
+            .as_ref()
+            .map(|t| format!("ask_timeout {:?}", t.value)),
+        f.connect_timeout
+            .as_ref()
+            .map(|t| format!("connect_timeout {:?}", t.value)),
+        f.idle_timeout
+            .as_ref()
+            .map(|t| format!("idle_timeout {:?}", t.value)),
+        f.max_tunnels
+            .as_ref()
+            .map(|m| format!("max_tunnels {}", m.value)),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
     if !proxy.is_empty() {
         out.push(format!("sets proxy settings: {}", list(&proxy)));
     }
